@@ -1,0 +1,332 @@
+/* shardc.h — the one header of the shardc compiler's front end.
+ *
+ * Data flows one way: text -> tokens (lex_) -> AST (spec_) -> resolved Spec
+ * (sema_, driven by the schema_ table) -> canonical text (canon_) / planner.
+ * The planner's types live in plan.h.  Every module owns one prefix.
+ */
+#ifndef SHARDC_H
+#define SHARDC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- exit codes ------------------------------------------------------- */
+enum { EXIT_OK = 0, EXIT_USER = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 3 };
+
+/* ---- arena.c: bump allocation, freed in one call ---------------------- */
+typedef struct ArenaBlock ArenaBlock;
+typedef struct Arena { ArenaBlock *head; size_t total; } Arena;
+
+void *arena_alloc(Arena *a, size_t n);           /* zeroed, 16-byte aligned */
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_strdup(Arena *a, const char *s);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void arena_free(Arena *a);
+
+/* The compiler's global arena: everything that lives until exit. */
+extern Arena g_arena;
+
+/* ---- diag.c: diagnostics with file:line:col, source line and caret ---- */
+typedef struct SrcFile {
+    const char *path;       /* as given by the user (or the include)        */
+    const char *text;       /* NUL-terminated contents                      */
+    size_t len;             /* bytes, excluding the sentinel NUL            */
+} SrcFile;
+
+typedef struct Loc {
+    const SrcFile *file;    /* NULL for locations that are not in a file   */
+    int line, col;          /* 1-based                                      */
+    int len;                /* span length in bytes on that line (>= 1)     */
+    const char *pos;        /* start of the span in file->text              */
+} Loc;
+
+extern int diag_errors;     /* errors reported so far                       */
+extern int diag_warnings;
+extern int diag_max_errors; /* stop after this many (default 20)           */
+extern FILE *diag_stream;   /* where diagnostics go (default stderr)        */
+extern bool diag_color;     /* ANSI colours (default: stderr is a tty)      */
+void diag_reset(void);      /* zero the counters (the fuzzer, the tests)    */
+
+/* `file:line:col: error: msg`, the source line, a caret under the span.
+ * A hint, if any, follows with diag_hint() right after. */
+void diag_error(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_warning(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_note(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* An error with no source location (bad command line, unreadable file). */
+void diag_plain(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+bool diag_too_many(void);   /* true once diag_max_errors has been reached  */
+/* Internal compiler error: names the compiler's own source file and line. */
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* ---- lexer.re: tokens ------------------------------------------------- */
+/* Token kinds are Lemon's TK_* from parser.h; the lexer adds TK_EOF = 0. */
+typedef enum NumUnit { U_NONE, U_BYTES, U_BANDWIDTH } NumUnit;
+
+typedef struct Token {
+    int kind;
+    Loc loc;
+    /* numbers: the value after the suffix is applied */
+    bool is_int;            /* integral value (i is exact)                  */
+    int64_t i;
+    double f;
+    NumUnit unit;
+    const char *str;        /* identifiers and strings (arena copy)         */
+} Token;
+
+typedef struct Lexer {
+    const SrcFile *file;
+    const char *cur, *lim;  /* lim points at the sentinel NUL               */
+    const char *line_start;
+    int line;
+} Lexer;
+
+void lex_init(Lexer *lx, const SrcFile *f);
+Token lex_next(Lexer *lx);  /* reports its own errors; never fails         */
+
+/* ---- spec.c: the AST and the parse driver ----------------------------- */
+typedef struct Item Item;
+
+typedef enum ValKind {
+    V_INT,          /* 12, 100K, 5e8 (integral)                           */
+    V_FLOAT,        /* 6e-4, 0.9                                           */
+    V_BYTES,        /* 80GB, 32MiB: i holds bytes                          */
+    V_BANDWIDTH,    /* 450GB/s, 200Gb/s: f holds bytes per second          */
+    V_BOOL,         /* on/off/true/false                                   */
+    V_IDENT,        /* gpt, cosine, h100_sxm_80gb                          */
+    V_STRING,       /* "data/train_*.bin"                                  */
+    V_LIST,         /* [a, b, c]                                           */
+    V_TUPLE,        /* (a, b)                                              */
+} ValKind;
+
+typedef struct Value {
+    ValKind kind;
+    Loc loc;
+    int64_t i;
+    double f;
+    bool b;
+    const char *s;              /* V_IDENT, V_STRING                        */
+    struct Value **elems;       /* V_LIST, V_TUPLE                          */
+    int n;
+    struct Value *arg;          /* `extern "name" {..}`: the string after   */
+    Item *block;                /* a value that carries a block: adamw {..} */
+    bool has_block;
+} Value;
+
+typedef enum ItemKind { I_ASSIGN, I_BLOCK } ItemKind;
+
+struct Item {
+    ItemKind kind;
+    Loc loc;                    /* the key                                  */
+    const char *key;
+    Value *value;               /* I_ASSIGN                                 */
+    const char *label;          /* I_BLOCK: `model gpt {` -> "gpt"          */
+    Loc label_loc;
+    Item *body;                 /* I_BLOCK                                  */
+    Item *next;
+};
+
+/* Parses a file and the files it includes (each include's items are
+ * spliced in place).  Returns the item list; errors are reported and
+ * counted in diag_errors.  `path` "-" reads standard input. */
+Item *spec_parse_file(const char *path);
+/* Parses text held in memory (the fuzzer and the tests use this). */
+Item *spec_parse_text(const char *name, const char *text, size_t len);
+/* Largest spec file accepted, in bytes. */
+#define SPEC_MAX_FILE_BYTES (16u << 20)
+/* Deepest nesting of blocks, lists and tuples accepted. */
+#define SPEC_MAX_DEPTH 64
+
+const char *spec_valkind_name(ValKind k);
+
+/* ---- schema.c / schema.def: every key of the language ------------------ */
+typedef enum SchemaType {
+    T_INT,          /* integer, count suffixes allowed                      */
+    T_FLOAT,        /* real number                                          */
+    T_BOOL,
+    T_ENUM,         /* one of `enums` ("a|b|c"), stored as its index        */
+    T_STRING,
+    T_BYTES,        /* a byte size: 80GB, 32MiB (a bare integer is bytes)   */
+    T_BANDWIDTH,    /* bytes per second: 450GB/s, 200Gb/s                   */
+    T_INTLIST,      /* [int, ...]                                           */
+    T_FLOAT2,       /* (float, float)                                       */
+} SchemaType;
+
+typedef struct SchemaKey {
+    const char *path;       /* "train.optimizer.lr"                         */
+    SchemaType type;
+    size_t offset;          /* into Spec                                    */
+    const char *unit;       /* "elements", "bytes", "" ...                  */
+    const char *def;        /* default as spec text, or "derived"           */
+    double min, max;        /* range (numbers); ignored when min > max      */
+    const char *enums;      /* T_ENUM: "gpipe|1f1b|interleaved"             */
+    const char *when;       /* applies only when the parent enum is one of
+                               these ("nvme", "cpu|nvme"); "" = always      */
+    const char *doc;        /* one line                                     */
+} SchemaKey;
+
+extern const SchemaKey schema_keys[];
+extern const int schema_nkeys;
+
+const SchemaKey *schema_find(const char *path);
+int schema_index(const SchemaKey *k);
+/* The enum's n-th name, or NULL. */
+const char *schema_enum_name(const SchemaKey *k, int idx);
+int schema_enum_index(const SchemaKey *k, const char *name);   /* -1 if none */
+/* Closest match for a misspelled name among candidates (NULL if none). */
+const char *schema_suggest(const char *name, const char *const *cands, int n);
+/* Writes docs/spec-reference.md from the table. */
+void schema_write_reference(FILE *out);
+
+/* ---- the resolved spec ------------------------------------------------- */
+enum Family       { FAM_GPT, FAM_LLAMA };
+enum Activation   { ACT_GELU, ACT_SWIGLU, ACT_RELU, ACT_EXTERN };
+enum PipeSchedule { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED };
+enum RankOrder    { ORDER_TP_DP_PP, ORDER_TP_PP_DP };
+enum OffloadDev   { OFF_NONE, OFF_CPU, OFF_NVME };
+enum DType        { DT_FP32, DT_BF16, DT_FP16 };
+enum LossScale    { LS_DYNAMIC, LS_STATIC };
+enum CkptPolicy   { CKPT_NONE, CKPT_FULL, CKPT_SELECTIVE };
+enum Optimizer    { OPT_ADAMW, OPT_ADAM, OPT_SGD };
+enum LrSchedule   { LR_CONSTANT, LR_COSINE, LR_LINEAR };
+enum DataFormat   { DATA_LLMC, DATA_TEXT };
+enum GpuProfile   { GPU_A100_40GB, GPU_A100_80GB, GPU_H100_SXM_80GB, GPU_H200_141GB,
+                    GPU_H800_80GB, GPU_CPU };
+enum Network      { NET_IB400, NET_IB200, NET_ETH100, NET_ETH400, NET_NVLINK };
+
+typedef struct IntList { int64_t *v; int n; } IntList;
+
+typedef struct Spec {
+    struct {
+        int family;             /* enum Family                              */
+        int64_t layers, hidden, heads, kv_heads, vocab, seq_len, ffn_hidden;
+        int activation;         /* enum Activation                          */
+        const char *extern_name;        /* activation = extern "name" {..}  */
+        const char *extern_header, *extern_cpu, *extern_cuda;
+        bool bias, tie_embeddings;
+        double norm_eps, rope_theta, init_std;
+    } model;
+    struct {
+        int64_t tp, pp, dp;
+        bool sequence_parallel;
+        int schedule;           /* enum PipeSchedule                        */
+        int64_t microbatches;   /* per step per pipeline (= grad_accum)     */
+        int64_t virtual_stages;
+        IntList stage_layers;
+        int rank_order;         /* enum RankOrder                           */
+    } parallel;
+    struct {
+        int64_t stage;
+        bool overlap_comm, contiguous_gradients, reduce_scatter;
+        int64_t reduce_bucket, allgather_bucket, prefetch_bucket;   /* elements */
+        int64_t param_persistence_threshold, max_live_parameters, max_reuse_distance;
+        int64_t sub_group_size;
+        bool gather_across_microbatches;
+    } zero;
+    struct {
+        int optimizer;          /* enum OffloadDev                          */
+        bool optimizer_pin_memory;
+        const char *optimizer_path;
+        int64_t optimizer_buffer_count;
+        double optimizer_ratio;
+        bool optimizer_pipeline_read, optimizer_pipeline_write;
+        int params;             /* enum OffloadDev                          */
+        bool params_pin_memory;
+        const char *params_path;
+        int64_t params_buffer_count, params_buffer_size, params_max_in_cpu;
+        int64_t aio_block_size, aio_queue_depth;
+    } offload;
+    struct {
+        int dtype;              /* enum DType                               */
+        int master_weights;     /* enum DType (fp32)                        */
+        int grad_reduce;        /* enum DType: dtype of gradient reduction  */
+        int loss_scale;         /* enum LossScale (fp16 only)               */
+        int64_t initial_scale_power, window, hysteresis;
+        double min_scale, static_scale;
+    } precision;
+    struct {
+        int activations;        /* enum CkptPolicy                          */
+        int64_t every;
+        bool partition_activations, cpu;
+    } checkpointing;
+    struct {
+        int64_t global_batch, micro_batch, grad_accum, steps, seed;
+        double grad_clip;
+        int optimizer;          /* enum Optimizer                           */
+        double lr, beta1, beta2, eps, weight_decay, momentum;
+        int lr_schedule;        /* enum LrSchedule                          */
+        int64_t warmup, decay_steps;
+        double min_lr;
+        int64_t eval_every, log_every;
+    } train;
+    struct {
+        const char *train, *val;
+        int format;             /* enum DataFormat                          */
+    } data;
+    struct {
+        int64_t nodes, gpus_per_node;
+        int gpu;                /* enum GpuProfile                          */
+        int64_t gpu_memory;     /* bytes                                    */
+        double bf16_tflops, fp32_tflops;
+        double hbm_bandwidth, intra_node, inter_node, pcie;   /* bytes/s     */
+        int network;            /* enum Network                             */
+        double network_latency_us;
+        int64_t host_memory, nvme_capacity;                   /* bytes       */
+        double nvme, host_bandwidth;                          /* bytes/s     */
+        int64_t runtime_reserve;                              /* bytes       */
+    } cluster;
+
+    /* Which keys the user (or an include, or -D) set, and where. */
+#define SPEC_MAX_KEYS 256
+    bool set[SPEC_MAX_KEYS];
+    Loc loc[SPEC_MAX_KEYS];
+    const char *source;         /* path of the top-level file               */
+} Spec;
+
+/* ---- cluster.c: named GPU profiles ------------------------------------- */
+typedef struct GpuInfo {
+    const char *name;
+    int64_t memory;             /* bytes                                    */
+    double bf16_tflops, fp32_tflops;
+    double hbm_bandwidth, nvlink;       /* bytes/s, per direction           */
+    double pcie;                        /* bytes/s                          */
+    const char *doc;
+} GpuInfo;
+extern const GpuInfo cluster_gpus[];
+extern const int cluster_ngpus;
+typedef struct NetInfo { const char *name; double bandwidth, latency_us; const char *doc; } NetInfo;
+extern const NetInfo cluster_nets[];
+extern const int cluster_nnets;
+
+/* ---- sema.c: resolve and check ---------------------------------------- */
+/* One -D key.path=value override, parsed as spec text. */
+typedef struct Override { const char *path; const char *text; } Override;
+
+/* Resolves the items (and overrides) against the schema, fills defaults,
+ * derives what is derivable and runs every semantic rule.  Returns false
+ * if any error was reported. */
+bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out);
+
+/* ---- canon.c: the resolved spec as canonical text ---------------------- */
+void canon_print(FILE *out, const Spec *s);
+
+/* ---- import.c: DeepSpeed and Hugging Face configurations -------------- */
+typedef struct ImportOpts {
+    const char *ds_path, *hf_path, *out_path;
+    int64_t nodes, gpus_per_node;       /* 0 = not given                    */
+} ImportOpts;
+int import_deepspeed(const ImportOpts *o);      /* returns an exit code     */
+
+/* ---- util ------------------------------------------------------------- */
+/* Reads a whole file with a NUL sentinel; NULL (errno set) on failure. */
+char *util_read_file(const char *path, size_t *len, size_t limit);
+/* Formats a byte count with its binary unit ("1.50 GiB"). */
+const char *util_bytes(int64_t b);
+/* Writes `data` to `path` atomically (temporary file, fsync, rename). */
+bool util_write_atomic(const char *path, const char *data, size_t len);
+
+#endif

@@ -1,0 +1,104 @@
+/* util.c — files and formatting shared by the compiler's stages. */
+#include "shardc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Reads a whole file into the arena with a NUL sentinel.  Fails with errno
+ * EFBIG past `limit` bytes, so a 100 MB file is refused before it is read. */
+char *util_read_file(const char *path, size_t *len, size_t limit)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (f != stdin) fclose(f);
+        errno = EISDIR;
+        return NULL;
+    }
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size > limit) {
+        if (f != stdin) fclose(f);
+        errno = EFBIG;
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) die("out of memory");
+    for (;;) {
+        if (n == cap) {
+            if (cap > limit) {
+                free(buf);
+                if (f != stdin) fclose(f);
+                errno = EFBIG;
+                return NULL;
+            }
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+            if (!buf) die("out of memory");
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int err = ferror(f) ? errno : 0;
+    if (f != stdin) fclose(f);
+    if (err || n > limit) {
+        free(buf);
+        errno = err ? err : EFBIG;
+        return NULL;
+    }
+    char *p = arena_strndup(&g_arena, buf, n);
+    free(buf);
+    *len = n;
+    return p;
+}
+
+/* Formats bytes with a binary unit for reports; rotates over 8 static buffers. */
+const char *util_bytes(int64_t b)
+{
+    static char bufs[8][32];
+    static int k;
+    char *s = bufs[k++ & 7];
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)b;
+    int u = 0;
+    while ((v >= 1024 || v <= -1024) && u < 5) v /= 1024, u++;
+    if (u == 0) snprintf(s, 32, "%lld B", (long long)b);
+    else snprintf(s, 32, "%.2f %s", v, units[u]);
+    return s;
+}
+
+/* Writes data to path through a temporary file in the same directory, fsync
+ * and rename, so a reader sees the old file or the new one, never a part. */
+bool util_write_atomic(const char *path, const char *data, size_t len)
+{
+    char *tmp = arena_printf(&g_arena, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return false;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, data + off, len - off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            errno = e;
+            return false;
+        }
+        off += (size_t)w;
+    }
+    int ok = fsync(fd) == 0;
+    ok = (close(fd) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return false;
+    }
+    return true;
+}
