@@ -143,6 +143,19 @@ Item *spec_parse_text(const char *name, const char *text, size_t len);
 
 const char *spec_valkind_name(ValKind k);
 
+/* Front-end internals shared by spec.c and grammar/parser.y. */
+#ifndef TK_EOF
+#define TK_EOF 0                /* the token kind the lexer ends with        */
+#endif
+#define SPEC_MAX_INCLUDE_DEPTH 16
+typedef struct SpecChain SpecChain;    /* the files being parsed (include cycles) */
+/* Lexes and parses one file (parser.y); includes go through spec_include. */
+Item *spec_parse_src(const SrcFile *f, SpecChain *chain);
+/* Parses the file an `include "path"` names; returns its items, *tail the last. */
+Item *spec_include(const Token *path, SpecChain *chain, Item **tail);
+/* false: `include` is an error (the fuzzer must not open files). */
+extern bool spec_allow_include;
+
 /* ---- schema.c / schema.def: every key of the language ------------------ */
 typedef enum SchemaType {
     T_INT,          /* integer, count suffixes allowed                      */
@@ -181,6 +194,23 @@ int schema_enum_index(const SchemaKey *k, const char *name);   /* -1 if none */
 const char *schema_suggest(const char *name, const char *const *cands, int n);
 /* Writes docs/spec-reference.md from the table. */
 void schema_write_reference(FILE *out);
+/* Walking the table (sema.c, canon.c). */
+int schema_enum_count(const SchemaKey *k);
+const char *schema_enum_list(const SchemaKey *k, const char *sep);   /* "a, b, c" */
+bool schema_is_block(const char *path);         /* some key lies under path  */
+/* Names one level under prefix ("" = the top-level blocks), in table order. */
+int schema_children(const char *prefix, const char **out, int cap);
+const SchemaKey *schema_parent(const SchemaKey *k);     /* enum above k, or NULL */
+/* The enum whose value decides whether k applies (k->when), or NULL. */
+const SchemaKey *schema_governor(const SchemaKey *k);
+const char *schema_when_values(const SchemaKey *k);     /* "cpu|nvme"         */
+bool schema_when_holds(const SchemaKey *k, int governor_value);
+const char *schema_type_phrase(const SchemaKey *k);     /* "a byte size such as 80GB ..." */
+const char *schema_fmt_range(const SchemaKey *k);       /* "[1, 65536]" or "" */
+/* Canonical spellings (arena strings) that the lexer reads back exactly. */
+const char *schema_fmt_double(double v);        /* shortest round-trip: 6e-4 */
+const char *schema_fmt_bytes(int64_t b);        /* largest exact unit: 80GiB */
+const char *schema_fmt_bandwidth(double bps);   /* 450GB/s                   */
 
 /* ---- the resolved spec ------------------------------------------------- */
 enum Family       { FAM_GPT, FAM_LLAMA };
@@ -310,6 +340,14 @@ typedef struct Override { const char *path; const char *text; } Override;
  * derives what is derivable and runs every semantic rule.  Returns false
  * if any error was reported. */
 bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out);
+/* True if key k applies under the resolved enum values of s (a key inside an
+ * enum's block applies only for the values in its `when`); canon.c prints these. */
+bool sema_applies(const Spec *s, const SchemaKey *k);
+/* The top-level spec's path as given to spec_parse_file ("-" = stdin); the
+ * driver sets it before sema_resolve.  File-wide errors ("no model block",
+ * also for an empty file) point at its line 1 and Spec.source names it.
+ * NULL: the file of the first item is taken. */
+extern const char *sema_source;
 
 /* ---- canon.c: the resolved spec as canonical text ---------------------- */
 void canon_print(FILE *out, const Spec *s);
