@@ -83,6 +83,7 @@ static const char *split_args(int argc, char **argv, Override *ov, int *nov, cha
 /* Parses and resolves FILE with its overrides; exits 1 on any user error. */
 static void load_spec(const char *file, const Override *ov, int nov, Spec *spec)
 {
+    sema_source = file;     /* names the top-level file even when it is empty */
     Item *items = spec_parse_file(file);
     if (diag_errors) exit(EXIT_USER);
     if (!sema_resolve(items, ov, nov, spec) || diag_errors) exit(EXIT_USER);
@@ -144,7 +145,7 @@ static int cmd_import(int argc, char **argv)
         else if (strcmp(a, "-o") == 0 && v) o.out_path = v, i++;
         else if (strcmp(a, "--nodes") == 0 && v) o.nodes = int_arg(a, v), i++;
         else if (strcmp(a, "--gpus-per-node") == 0 && v) o.gpus_per_node = int_arg(a, v), i++;
-        else if (a[0] != '-' && !o.ds_path) o.ds_path = a;
+        else if ((a[0] != '-' || strcmp(a, "-") == 0) && !o.ds_path) o.ds_path = a;
         else usage("import: unexpected argument '%s'", a);
     }
     if (!o.ds_path) usage("import deepspeed: which DeepSpeed config?", NULL);
