@@ -1,0 +1,386 @@
+/* plan.h — the planner: model inventory (model_), partition plan (part_),
+ * the ordered ops of one training step (sched_), the memory plan (mem_) and
+ * the `shardc plan` report (report_).
+ *
+ * Data flows one way: resolved Spec -> Model -> Partition (one RankClass per
+ * pipeline stage) -> Sched (ops + buffers per rank class) -> MemPlan (buffer
+ * lifetimes, arena offsets, verdict) -> report.  Everything is allocated from
+ * g_arena; nothing here holds global mutable state.
+ *
+ * Units: elements are counted per tensor-parallel shard unless a comment says
+ * "logical"; bytes are exact; FLOPs are doubles.
+ */
+#ifndef SHARDC_PLAN_H
+#define SHARDC_PLAN_H
+
+#include "shardc.h"
+
+/* ---- model.c: parameter inventory, FLOPs, the layer's activation graph -- */
+
+/* What a parameter tensor is for; the emitter and the importers key on it. */
+typedef enum TensorRole {
+    R_TOK_EMBED, R_POS_EMBED,
+    R_NORM1_W, R_NORM1_B, R_QKV_W, R_QKV_B, R_Q_W, R_K_W, R_V_W, R_Q_B, R_K_B, R_V_B,
+    R_ATTN_OUT_W, R_ATTN_OUT_B, R_NORM2_W, R_NORM2_B,
+    R_FC1_W, R_FC1_B, R_GATE_W, R_UP_W, R_GATE_B, R_UP_B, R_FC2_W, R_FC2_B,
+    R_NORMF_W, R_NORMF_B, R_HEAD_W,
+    R_NROLES
+} TensorRole;
+
+/* How tensor parallelism splits a tensor (Megatron). */
+typedef enum TpSplit {
+    SPLIT_NONE,     /* replicated on every tp rank (norms, row-parallel biases, positions) */
+    SPLIT_ROWS,     /* dim 0: column-parallel linears, vocab-parallel embedding/head     */
+    SPLIT_COLS,     /* dim 1: row-parallel linears                                        */
+} TpSplit;
+
+/* Where a tensor sits in the layer order. */
+enum { LAYER_PRE = -1 };        /* embeddings; the final norm and head use layer = l */
+
+typedef struct Tensor {
+    const char *name;           /* "h.3.attn.c_attn.weight" (the family's usual name) */
+    int layer;                  /* LAYER_PRE, 0..l-1, or l (final norm, head)      */
+    int role;                   /* TensorRole                                      */
+    int64_t rows, cols;         /* logical shape [out, in]; cols = 0 for vectors   */
+    int64_t rows_mem;           /* rows in memory: the vocabulary padded, else rows */
+    int64_t numel;              /* logical elements                                */
+    int split;                  /* TpSplit                                         */
+    bool decay;                 /* weight decay applies (matrices, embeddings)      */
+} Tensor;
+
+typedef struct Model {
+    int family;                 /* enum Family                                     */
+    int64_t l, h, a, kv, hd;    /* layers, hidden, heads, kv heads, head dim       */
+    int64_t V, Vpad, s, ffn;    /* vocab (logical / padded to 128·tp), seq, MLP    */
+    int64_t tp;                 /* the tp the padding was computed for             */
+    bool gated;                 /* SwiGLU: gate and up projections                 */
+    bool layernorm;             /* LayerNorm (mean + rstd) vs RMSNorm (rstd)       */
+    bool bias, tied, learned_pos;
+    Tensor *t;                  /* every parameter tensor, in forward order        */
+    int nt;
+    int *layer_first;           /* [l + 3]: [0] = 0 (embeddings), [L + 1] = layer L's first
+                                   tensor, [l + 1] = the final norm's, [l + 2] = nt      */
+    int64_t params;             /* logical parameter count                         */
+    int64_t params_layer;       /* one transformer layer                           */
+    int64_t params_pre, params_post;        /* embeddings; final norm + untied head */
+    int64_t params_mem;         /* elements in memory with the padded vocabulary   */
+    int64_t linear_layer;       /* weight elements of the linears of one layer     */
+    /* FLOPs for one sequence of s tokens (multiply by sequences). */
+    double fl_layer_fwd, fl_layer_bwd;      /* one layer                           */
+    double fl_recompute_full, fl_recompute_sel;   /* one layer                     */
+    double fl_head_fwd, fl_head_bwd;        /* the output projection               */
+    /* FLOPs per optimizer step (global batch). */
+    double flops_model_step;    /* no recompute: the MFU numerator                 */
+    double flops_hw_full, flops_hw_selective;   /* hardware FLOPs under each policy */
+    double flops_hw_step;       /* hardware FLOPs under the spec's policy          */
+} Model;
+
+/* The layer's activations as a small graph of kernel steps, so the saved set
+ * and the transient peaks are computed, not hand-summed.  Widths are per token
+ * and logical (before the tp split). */
+typedef enum ActShard {
+    AS_SEQ,         /* [T/t, w] under sequence parallelism, else [T, w]               */
+    AS_FULL,        /* [T, w] on every tp rank (SP gathers, partial sums)             */
+    AS_TP,          /* [T, w/t]: heads or MLP columns split over tp                  */
+} ActShard;
+
+typedef enum ActKind {
+    AK_INPUT,       /* the layer input x (residual stream)                           */
+    AK_OUTPUT,      /* the layer output (the next layer's input)                     */
+    AK_SAVED,       /* kept for backward unless fully recomputed                     */
+    AK_SAVED_ATTN,  /* kept for backward; recomputed under selective (attention core) */
+    AK_TEMP,        /* transient in forward                                          */
+    AK_REGATHER,    /* transient; gathered again in backward (SP linear inputs)      */
+} ActKind;
+
+typedef struct ActTensor {
+    const char *name;
+    int64_t width;
+    bool fp32;                  /* fp32 statistics; else the working dtype          */
+    int shard;                  /* ActShard                                        */
+    int kind;                   /* ActKind                                         */
+    bool grad;                  /* has a gradient in backward                      */
+} ActTensor;
+
+enum { ACT_MAX_TENSORS = 24, ACT_MAX_STEPS = 16 };
+typedef struct ActStep { const char *name; int in[3], nin, out[2], nout; } ActStep;
+typedef struct LayerGraph {
+    ActTensor t[ACT_MAX_TENSORS];
+    int nt;
+    ActStep st[ACT_MAX_STEPS];
+    int nst;
+} LayerGraph;
+
+/* Builds the inventory and FLOPs of the spec's model (vocabulary padded for
+ * the spec's tp). */
+void model_build(const Spec *s, Model *m);
+/* The activation graph of one transformer layer of m; sp: sequence
+ * parallelism with tp > 1 (adds the gathers and reduce-scatters). */
+void model_layer_graph(const Model *m, bool sp, LayerGraph *g);
+const char *model_role_name(int role);
+/* Bytes of one element of a dtype (enum DType). */
+int model_dtype_bytes(int dtype);
+
+/* ---- part.c: ranks, TP slices, pipeline stages, ZeRO flat segments ------- */
+
+/* Bytes of one layer's activations for one microbatch on one rank. */
+typedef struct ActBytes {
+    int64_t x;                  /* the layer input [T_sp, h]                       */
+    int64_t ckpt;               /* the checkpointed input under full recompute     */
+    int64_t saved[3];           /* kept for backward besides x, by CkptPolicy      */
+    int64_t attn;               /* recreated by the selective recompute (o, lse)   */
+    int64_t fwd_scratch[3];     /* transient peak of a forward, by CkptPolicy      */
+    int64_t bwd_scratch;        /* transient peak of a backward                    */
+    int64_t boundary;           /* a stage boundary tensor [T_sp, h]              */
+    int64_t full;               /* [T, h] in the working dtype                     */
+} ActBytes;
+
+/* One parameter tensor as one rank class holds it. */
+typedef struct ClassTensor {
+    int tensor;                 /* index into Model.t                              */
+    int64_t rows, cols;         /* this tp rank's shard shape (rows padded)        */
+    int64_t numel;              /* this tp rank's elements                         */
+    int64_t offset;             /* into the class's flat parameter space           */
+    int seg;                    /* the segment holding it                          */
+    int chunk;                  /* model chunk (virtual stage) on this rank        */
+    bool copy;                  /* the tied head's copy of the embedding (pp > 1)  */
+} ClassTensor;
+
+/* A flat buffer: the unit of padding and of dp sharding.  ZeRO 0-2: one
+ * gradient bucket; ZeRO 3: one fetch unit (a layer, the embedding, the head)
+ * or the persistent small parameters. */
+typedef struct Segment {
+    int first, n;               /* its ClassTensors                                */
+    int64_t numel;              /* elements of its tensors                         */
+    int64_t padded;             /* numel padded to the pad unit                    */
+    int64_t shard;              /* padded / dp (ZeRO >= 1), else padded            */
+    int64_t offset;             /* into the flat parameter space                   */
+    int64_t shard_offset;       /* into one rank's shard space                     */
+    int layer;                  /* the lowest layer whose grads it holds (LAYER_PRE..l) */
+    int chunk;
+    bool persistent;            /* ZeRO-3: small parameters kept gathered          */
+    bool tied;                  /* the tied embedding copy: full grads, pp all-reduce */
+} Segment;
+
+/* A gradient reduction: consecutive segments reduced together, in the order
+ * backward completes them. */
+typedef struct Bucket { int first_seg, nseg; int64_t padded; int chunk; } Bucket;
+
+/* A model chunk held by a pipeline rank (v > 1 with the interleaved schedule). */
+typedef struct Chunk {
+    int model_chunk;            /* 0 .. pp·v-1 in model order                      */
+    int first_layer, nlayers;
+    bool embed, head;           /* first chunk of the model / last                  */
+} Chunk;
+
+/* Ranks that differ only in their tp or dp index share one plan. */
+typedef struct RankClass {
+    int stage;                  /* pipeline rank                                   */
+    int64_t count;              /* ranks in the class: tp · dp                     */
+    Chunk *chunks;
+    int nchunks;
+    ClassTensor *tensors;
+    int ntensors;
+    Segment *segs;
+    int nsegs;
+    Bucket *buckets;            /* in backward order                               */
+    int nbuckets;
+    int64_t numel;              /* parameter elements on one rank (tp shard)       */
+    int64_t padded;             /* the flat parameter space                        */
+    int64_t shard;              /* elements this rank owns (ZeRO >= 1)              */
+    int64_t persistent_numel;   /* ZeRO-3 persistent small parameters (padded)      */
+    int64_t tied_padded;        /* the tied embedding's segment (unless persistent) */
+    int64_t tied_numel;         /* elements of the tied embedding (or its copy) here */
+    double cost;                /* FLOPs per microbatch (fwd + bwd + recompute)    */
+} RankClass;
+
+typedef struct Partition {
+    const Spec *spec;
+    const Model *model;
+    int64_t tp, pp, dp, v, world;
+    int64_t m, b;               /* microbatches per step, sequences per microbatch */
+    int order;                  /* enum RankOrder                                  */
+    int zero;
+    int wbytes, gbytes;         /* working dtype, gradient-reduction dtype         */
+    int64_t pad_unit;           /* segments are padded to a multiple of this       */
+    int64_t *chunk_layers;      /* [pp·v]: layers of each model chunk              */
+    int64_t *chunk_first;       /* [pp·v]: first layer of each model chunk         */
+    RankClass *classes;         /* [pp]                                            */
+    int nclasses;
+    ActBytes act;
+    int64_t T, T_sp;            /* tokens per microbatch, per rank under SP        */
+} Partition;
+
+/* Checks what the planner needs of a spec (divisibility, stage lists).  With
+ * report, each problem is a diagnostic at the offending key; returns false if
+ * the spec cannot be planned. */
+bool part_check(const Spec *s, bool report);
+/* Builds the partition plan (call part_check first). */
+void part_build(const Spec *s, const Model *m, Partition *p);
+/* Rank <-> (tp, dp, pp) coordinates under the spec's rank order. */
+int64_t part_rank(const Partition *p, int64_t t, int64_t d, int64_t st);
+void part_coords(const Partition *p, int64_t rank, int64_t *t, int64_t *d, int64_t *st);
+/* The rows (SPLIT_ROWS) or columns (SPLIT_COLS) of a tensor tp rank t holds:
+ * [*begin, *end) of dimension *dim; the whole tensor for SPLIT_NONE. */
+void part_tp_slice(const Partition *p, const Tensor *t, int64_t tp_rank,
+                   int *dim, int64_t *begin, int64_t *end);
+/* The dp rank that owns a flat element of a class (ZeRO >= 1), or -1 past the end. */
+int64_t part_owner(const Partition *p, const RankClass *c, int64_t flat);
+/* The ranges of the flat space dp rank d owns: up to cap [begin, end) pairs. */
+int part_shard_ranges(const Partition *p, const RankClass *c, int64_t d,
+                      int64_t (*ranges)[2], int cap);
+/* The class of a rank. */
+int part_class_of(const Partition *p, int64_t rank);
+
+/* ---- sched.c: the ordered ops of one training step of a rank class ------ */
+
+/* Streams: one ordered list for now; the stream says where each op runs so
+ * issue 4's scheduler can split the list and add events. */
+typedef enum Stream { ST_COMPUTE, ST_TP_COMM, ST_DP_COMM, ST_PP_COMM, ST_COPY, ST_HOST, NSTREAMS } Stream;
+
+typedef enum OpKind {
+    OP_LOAD_BATCH,      /* tokens / targets of a microbatch to the device             */
+    OP_RECV_FWD, OP_SEND_FWD, OP_RECV_BWD, OP_SEND_BWD,
+    OP_EMBED_FWD, OP_LAYER_FWD, OP_HEAD,        /* head: final norm, logits, loss, backward */
+    OP_RECOMPUTE,       /* full: replay a layer's forward; selective: the attention core */
+    OP_LAYER_BWD, OP_EMBED_BWD,
+    OP_CKPT_D2H, OP_CKPT_H2D,                   /* cpu checkpointing                 */
+    OP_PARAM_FETCH,     /* offloaded parameter shard to the device (NVMe -> host -> device) */
+    OP_GATHER,          /* ZeRO-3 all-gather of a fetch unit                          */
+    OP_GRAD_REDUCE,     /* bucket all-reduce / reduce-scatter across dp               */
+    OP_GRAD_D2H,        /* gradient shard to the host optimizer                        */
+    OP_TIED_REDUCE,     /* tied embedding grads all-reduced between first and last stage */
+    OP_GRAD_NORM,       /* global gradient norm (clipping, overflow check)            */
+    OP_OPT_READ, OP_OPT_STEP, OP_OPT_WRITE,     /* per sub-group; reads/writes: NVMe  */
+    OP_PARAM_H2D,       /* updated parameter shard from the host                       */
+    OP_PARAM_D2H,       /* updated parameter shard to host-resident parameters         */
+    OP_PARAM_GATHER,    /* ZeRO 1/2: all-gather updated parameters (in place)          */
+    OP_WAIT,            /* the compute stream waits for an async op                    */
+    OP_TP_ALLREDUCE,    /* Megatron's g (and f in backward): all-reduce across tp      */
+    OP_TP_ALLGATHER,    /* sequence parallelism: gather the sequence-sharded input     */
+    OP_TP_REDUCE_SCATTER, /* sequence parallelism: reduce-scatter the partial output   */
+    NOPKINDS
+} OpKind;
+
+enum { OP_MAX_RD = 16, OP_MAX_WR = 24 };
+typedef struct Op {
+    int kind;                   /* OpKind                                          */
+    int stream;                 /* Stream                                          */
+    int layer;                  /* model layer, or -1                              */
+    int mb;                     /* microbatch, or -1                               */
+    int chunk;                  /* chunk index on this rank, or -1                 */
+    int aux;                    /* bucket, segment or sub-group index; OP_WAIT: the op waited for */
+    int unit[2];                /* ZeRO-3 fetch units (segments) it computes with, or -1 */
+    int rd[OP_MAX_RD], nrd;     /* buffers read                                    */
+    int wr[OP_MAX_WR], nwr;     /* buffers written                                 */
+    double flops;               /* on this rank                                    */
+    int64_t bytes;              /* communicated or copied, on this rank            */
+} Op;
+
+typedef enum BufCat {
+    CAT_PARAMS, CAT_GRADS, CAT_OPTIMIZER, CAT_ACTIVATIONS, CAT_LOGITS, CAT_WORKSPACE, CAT_COMM,
+    NCATS
+} BufCat;
+typedef enum BufSpace { SPACE_DEVICE, SPACE_HOST, SPACE_NVME, NSPACES } BufSpace;
+
+typedef struct Buffer {
+    const char *name;
+    int cat;                    /* BufCat                                          */
+    int space;                  /* BufSpace                                        */
+    int64_t bytes;
+    bool persistent;            /* lives across steps (params, grads, optimizer)  */
+    int first, last;            /* lifetime in op indices (filled by mem_)         */
+    int64_t offset;             /* in its arena or NVMe file (filled by mem_)      */
+} Buffer;
+
+typedef struct Sched {
+    const Partition *part;
+    const RankClass *cls;
+    Op *ops;
+    int nops, capops;
+    Buffer *bufs;
+    int nbufs, capbufs;
+    double flops;               /* compute FLOPs of the step on this rank          */
+} Sched;
+
+/* One forward or backward of a model chunk for one microbatch. */
+typedef struct PipeUnit { bool bwd; int mb; int chunk; } PipeUnit;
+
+/* The pipeline order of stage st: 2·m·v units into out (room for that many). */
+int sched_pipeline_order(const Partition *p, int st, PipeUnit *out);
+/* Microbatches whose activations are alive at once on stage st (forwards
+ * done, backwards not yet), the maximum over the step. */
+int sched_max_in_flight(const Partition *p, int st);
+/* Builds the ops and buffers of one training step of rank class c. */
+void sched_build(const Partition *p, const RankClass *c, Sched *s);
+const char *sched_op_kind_name(int kind);
+const char *sched_stream_name(int stream);
+/* "B mb3 L12" — a short label of an op (arena string). */
+const char *sched_op_label(const Sched *s, int op);
+
+/* ---- mem.c: lifetimes, the arenas, the verdict, the fixes --------------- */
+
+typedef struct ClassMem {
+    const RankClass *cls;
+    Sched sched;
+    int64_t arena[NSPACES];     /* device arena, pinned host arena, NVMe bytes     */
+    int64_t peak[NSPACES];      /* peak live bytes (the lower bound)               */
+    int peak_op;                /* the op at the device peak                       */
+    int64_t at_peak[NCATS];     /* device bytes by category live at the peak       */
+    int64_t max_cat[NCATS];     /* device bytes by category, maximum over the step */
+    int64_t host_cat[NCATS];    /* host bytes by category (maximum)                */
+    int64_t model_states;       /* device params + grads + optimizer (persistent)  */
+    int64_t reserve;            /* runtime reserve (outside the arena)             */
+    int64_t device_total;       /* arena + reserve                                 */
+    double ratio;               /* device arena / device peak                      */
+} ClassMem;
+
+enum { MEM_MAX_FIXES = 16 };
+typedef struct Fix {
+    const char *change;         /* "-D zero.stage=2"                               */
+    const char *why;            /* one line                                        */
+    bool fits;
+    int64_t device_total;       /* the worst class after the change                */
+    int64_t saves;              /* device bytes saved on the worst class           */
+    int kind;                   /* which change (mem.c), to combine them           */
+    int64_t arg;                /* its argument (the micro-batch)                  */
+} Fix;
+
+typedef struct MemPlan {
+    const Spec *spec;
+    Model model;
+    Partition part;
+    ClassMem *classes;
+    int nclasses;
+    int worst;                  /* the class with the largest device total         */
+    int64_t host_node, nvme_node;       /* per node (worst class × gpus per node)  */
+    int64_t cluster_gpus;
+    bool fits_gpus, fits_device, fits_host, fits_nvme, fits;
+    Fix *fixes;
+    int nfixes;
+} MemPlan;
+
+/* Plans a spec end to end (model, partition, schedule, arenas, verdict).
+ * Returns false (with diagnostics when report) if the spec cannot be planned. */
+bool mem_plan(const Spec *s, MemPlan *mp, bool report);
+/* Computes the fixes of a plan that does not fit, each by re-planning a copy. */
+void mem_fixes(MemPlan *mp);
+/* Lifetimes from the op list, then offsets by interval packing; returns
+ * false if two live buffers of one arena overlap (a planner bug). */
+void mem_layout(ClassMem *cm, int64_t reserve);
+bool mem_check_overlap(const ClassMem *cm);
+const char *mem_cat_name(int cat);
+const char *mem_space_name(int space);
+/* Bytes live in a space at an op. */
+int64_t mem_live_at(const ClassMem *cm, int space, int op);
+
+/* ---- report.c: `shardc plan` --------------------------------------------- */
+
+/* The driver's entry: argv holds the options after FILE (spec NULL: --help). */
+int report_plan_main(const Spec *spec, int argc, char **argv);
+void report_text(FILE *out, const MemPlan *mp);
+void report_rank(FILE *out, const MemPlan *mp, int64_t rank);
+/* The plan as JSON (cJSON text, arena-owned); rank < 0: no buffer list. */
+char *report_json(const MemPlan *mp, int64_t rank);
+
+#endif

@@ -1,0 +1,516 @@
+/* report.c — `shardc plan`: the plan as a readable report (layout, stages,
+ * the memory table per rank class with the peak and where it happens, host
+ * and NVMe, the verdict and the fixes), one rank's buffers (--rank R) and
+ * the whole plan as JSON (--json FILE, written atomically; the schema is in
+ * docs/plan-json.md).
+ */
+#include "plan.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static const char help_text[] =
+    "usage: shardc plan FILE [-D key.path=value ...] [--rank R] [--json FILE]\n"
+    "\n"
+    "Plans the partition and the memory of every rank and says whether it fits.\n"
+    "  --rank R      also list rank R's buffers: offset, size, lifetime, category\n"
+    "  --json FILE   write the whole plan as JSON (schema: docs/plan-json.md)\n"
+    "  --help        this text\n"
+    "\n"
+    "Exit 0 with a plan (whether it fits or not), 1 for a spec that cannot be\n"
+    "planned, 2 for a bad option.\n";
+
+/* Bytes as GiB. */
+static double gib(int64_t b) { return (double)b / GIB; }
+
+/* The table's unit: GiB, or MiB when every arena is under 1 GiB. */
+typedef struct Unit { double div; const char *name; } Unit;
+static Unit table_unit(const MemPlan *mp)
+{
+    for (int i = 0; i < mp->nclasses; i++)
+        if (mp->classes[i].arena[SPACE_DEVICE] >= (int64_t)GIB) return (Unit){GIB, "GiB"};
+    return (Unit){GIB / 1024, "MiB"};
+}
+
+static const char *const sched_names[] = {"gpipe", "1f1b", "interleaved"};
+static const char *const dtype_names[] = {"fp32", "bf16", "fp16"};
+static const char *const ckpt_names[] = {"none", "full", "selective"};
+static const char *const off_names[] = {"none", "cpu", "nvme"};
+
+/* The name of the spec's GPU profile. */
+static const char *gpu_name(const Spec *s)
+{
+    return s->cluster.gpu >= 0 && s->cluster.gpu < cluster_ngpus ? cluster_gpus[s->cluster.gpu].name : "?";
+}
+
+/* ---- text ---------------------------------------------------------------------- */
+
+/* Model, FLOPs and layout lines. */
+static void text_header(FILE *out, const MemPlan *mp)
+{
+    const Spec *s = mp->spec;
+    const Model *m = &mp->model;
+    const Partition *p = &mp->part;
+    fprintf(out, "shardc plan: %s\n\n", s->source ? s->source : "(spec)");
+    fprintf(out, "model     %s, %lld layers, hidden %lld, %lld heads (%lld kv), ffn %lld, seq %lld, vocab %lld "
+            "(%lld in memory: a multiple of 128·tp)\n",
+            m->family == FAM_LLAMA ? "llama" : "gpt", (long long)m->l, (long long)m->h, (long long)m->a,
+            (long long)m->kv, (long long)m->ffn, (long long)m->s, (long long)m->V, (long long)m->Vpad);
+    fprintf(out, "params    %lld (%.2f B); %lld per layer; %lld with the padded vocabulary\n", (long long)m->params,
+            (double)m->params / 1e9, (long long)m->params_layer, (long long)m->params_mem);
+    fprintf(out, "flops     %.4g per step (model, the MFU numerator); %.4g hardware with %s\n",
+            m->flops_model_step, m->flops_hw_step,
+            s->checkpointing.activations == CKPT_NONE ? "no recompute"
+            : s->checkpointing.activations == CKPT_FULL ? "full recompute" : "selective recompute");
+    fprintf(out, "layout    tp %lld x pp %lld x dp %lld = %lld GPUs; cluster %lld x %lld %s = %lld; rank order %s\n",
+            (long long)p->tp, (long long)p->pp, (long long)p->dp, (long long)p->world, (long long)s->cluster.nodes,
+            (long long)s->cluster.gpus_per_node, gpu_name(s), (long long)mp->cluster_gpus,
+            p->order == ORDER_TP_PP_DP ? "tp, pp, dp" : "tp, dp, pp");
+    fprintf(out, "pipeline  %s%s, %lld microbatches of %lld sequences per step (global batch %lld)\n",
+            sched_names[s->parallel.schedule],
+            p->v > 1 ? arena_printf(&g_arena, " (%lld virtual stages)", (long long)p->v) : "",
+            (long long)p->m, (long long)p->b, (long long)s->train.global_batch);
+    fprintf(out, "precision %s params and activations, %s gradient reduction; checkpointing %s%s; "
+            "offload optimizer %s, params %s\n",
+            dtype_names[s->precision.dtype], dtype_names[s->precision.grad_reduce],
+            ckpt_names[s->checkpointing.activations],
+            s->checkpointing.activations == CKPT_FULL && s->checkpointing.every > 1
+                ? arena_printf(&g_arena, " every %lld layers", (long long)s->checkpointing.every) : "",
+            off_names[s->offload.optimizer], off_names[s->offload.params]);
+}
+
+/* One line per stage: its layers, embedding and head. */
+static void text_stages(FILE *out, const MemPlan *mp)
+{
+    const Partition *p = &mp->part;
+    const char *how = mp->spec->parallel.stage_layers.n ? "as stage_layers says"
+                    : p->v > 1 ? "equal chunks" : "balanced by FLOPs, head counted";
+    fprintf(out, "stages    (%s)\n", how);
+    for (int i = 0; i < p->nclasses; i++) {
+        if (p->nclasses > 12 && i == 4) {
+            fprintf(out, "          ...\n");
+            i = p->nclasses - 4;
+        }
+        const RankClass *c = &p->classes[i];
+        fprintf(out, "          stage %d:", c->stage);
+        for (int k = 0; k < c->nchunks; k++) {
+            const Chunk *ch = &c->chunks[k];
+            fprintf(out, "%s layers %d-%d (%d)%s%s", k ? ";" : "", ch->first_layer,
+                    ch->first_layer + ch->nlayers - 1, ch->nlayers, ch->embed ? " + embedding" : "",
+                    ch->head ? " + head" : "");
+        }
+        if (p->zero == 0)
+            fprintf(out, "; %lld params per rank; no ZeRO: %d gradient buckets\n", (long long)c->numel, c->nbuckets);
+        else
+            fprintf(out, "; %lld params per rank; ZeRO %d: %d segments, %lld elements owned per rank\n",
+                    (long long)c->numel, p->zero, c->nsegs, (long long)c->shard);
+    }
+}
+
+/* The memory table: one row per rank class (elided past 12). */
+static void text_table(FILE *out, const MemPlan *mp)
+{
+    Unit u = table_unit(mp);
+    fprintf(out, "\nmemory per GPU, by rank class (%s live at the device peak; arena = the one device allocation)\n",
+            u.name);
+    fprintf(out, "class stage ranks  params   grads   optim   activ  logits    work    comm |   peak   arena  "
+                 "ratio reserve   total\n");
+    for (int i = 0; i < mp->nclasses; i++) {
+        if (mp->nclasses > 12 && i == 4) {
+            fprintf(out, "  ...\n");
+            i = mp->nclasses - 4;
+        }
+        const ClassMem *cm = &mp->classes[i];
+        fprintf(out, "%5d %5d %5lld", i, cm->cls->stage, (long long)cm->cls->count);
+        for (int c = 0; c < NCATS; c++) fprintf(out, " %7.2f", (double)cm->at_peak[c] / u.div);
+        fprintf(out, " | %6.2f %7.2f %6.3f %7.2f %7.2f%s\n", (double)cm->peak[SPACE_DEVICE] / u.div,
+                (double)cm->arena[SPACE_DEVICE] / u.div, cm->ratio, (double)cm->reserve / u.div,
+                (double)cm->device_total / u.div, i == mp->worst ? "  <- largest" : "");
+    }
+}
+
+/* The category with the most bytes at the peak. */
+static int dominating(const ClassMem *cm)
+{
+    int best = 0;
+    for (int c = 1; c < NCATS; c++)
+        if (cm->at_peak[c] > cm->at_peak[best]) best = c;
+    return best;
+}
+
+/* The largest class in words: its peak, the op, the dominating category. */
+static void text_worst(FILE *out, const MemPlan *mp)
+{
+    const ClassMem *cm = &mp->classes[mp->worst];
+    int d = dominating(cm), inflight = sched_max_in_flight(&mp->part, cm->cls->stage);
+    int64_t peak = cm->peak[SPACE_DEVICE];
+    fprintf(out, "\nrank class %d (stage %d): peak %s at op %d of %d (%s); dominated by %s: %s (%.0f%%)\n",
+            mp->worst, cm->cls->stage, util_bytes(peak), cm->peak_op, cm->sched.nops,
+            sched_op_label(&cm->sched, cm->peak_op), mem_cat_name(d), util_bytes(cm->at_peak[d]),
+            peak ? 100.0 * (double)cm->at_peak[d] / (double)peak : 0.0);
+    fprintf(out, "  model states %s (params, grads, optimizer kept across steps) vs activations %s at the peak; "
+            "at most %d microbatch%s in flight\n",
+            util_bytes(cm->model_states), util_bytes(cm->at_peak[CAT_ACTIVATIONS] + cm->at_peak[CAT_LOGITS]),
+            inflight, inflight == 1 ? "" : "es");
+    fprintf(out, "  arena %s vs lower bound %s: ratio %.3f; plus %s runtime reserve = %s\n",
+            util_bytes(cm->arena[SPACE_DEVICE]), util_bytes(peak), cm->ratio, util_bytes(cm->reserve),
+            util_bytes(cm->device_total));
+    const ClassMem *h = &mp->classes[0];
+    for (int i = 1; i < mp->nclasses; i++)
+        if (mp->classes[i].arena[SPACE_HOST] > h->arena[SPACE_HOST]) h = &mp->classes[i];
+    fprintf(out, "host      %s pinned per rank (optimizer %s, params %s, activations %s); %s per node of %s\n",
+            util_bytes(h->arena[SPACE_HOST]), util_bytes(h->host_cat[CAT_OPTIMIZER] + h->host_cat[CAT_GRADS]),
+            util_bytes(h->host_cat[CAT_PARAMS]), util_bytes(h->host_cat[CAT_ACTIVATIONS]), util_bytes(mp->host_node),
+            util_bytes(mp->spec->cluster.host_memory));
+    fprintf(out, "nvme      %s per rank; %s per node of %s\n", util_bytes(h->arena[SPACE_NVME]),
+            util_bytes(mp->nvme_node), util_bytes(mp->spec->cluster.nvme_capacity));
+}
+
+/* FITS or DOES NOT FIT, with every reason. */
+static void text_verdict(FILE *out, const MemPlan *mp)
+{
+    const Spec *s = mp->spec;
+    const ClassMem *w = &mp->classes[mp->worst];
+    double frac = 100.0 * (double)w->device_total / (double)s->cluster.gpu_memory;
+    if (mp->fits) {
+        fprintf(out, "\nverdict: FITS: the largest rank class needs %.2f GiB of %.2f GiB per GPU (%.1f%%)\n",
+                gib(w->device_total), gib(s->cluster.gpu_memory), frac);
+        return;
+    }
+    fprintf(out, "\nverdict: DOES NOT FIT\n");
+    if (!mp->fits_gpus)
+        fprintf(out, "  the layout needs %lld GPUs, the cluster has %lld\n", (long long)mp->part.world,
+                (long long)mp->cluster_gpus);
+    if (!mp->fits_device)
+        fprintf(out, "  rank class %d needs %.2f GiB of %.2f GiB per GPU (short by %.2f GiB)\n", mp->worst,
+                gib(w->device_total), gib(s->cluster.gpu_memory), gib(w->device_total - s->cluster.gpu_memory));
+    if (!mp->fits_host)
+        fprintf(out, "  host memory: %s per node of %s\n", util_bytes(mp->host_node), util_bytes(s->cluster.host_memory));
+    if (!mp->fits_nvme)
+        fprintf(out, "  NVMe: %s per node of %s\n", util_bytes(mp->nvme_node), util_bytes(s->cluster.nvme_capacity));
+}
+
+/* The fixes, each already re-planned. */
+static void text_fixes(FILE *out, const MemPlan *mp)
+{
+    if (mp->fits) return;
+    if (!mp->nfixes) {
+        fprintf(out, "no change tried (ZeRO stage, offload, checkpointing, micro-batch, tp, pp) makes it fit\n");
+        return;
+    }
+    fprintf(out, "changes, each checked by re-planning (saved on the largest rank class -> its new total):\n");
+    for (int i = 0; i < mp->nfixes; i++) {
+        const Fix *f = &mp->fixes[i];
+        fprintf(out, "  %-5s saves %10s -> %10s  %s\n        %s\n", f->fits ? "FITS" : "short", util_bytes(f->saves),
+                util_bytes(f->device_total), f->why, f->change);
+    }
+}
+
+/* The readable report. */
+void report_text(FILE *out, const MemPlan *mp)
+{
+    text_header(out, mp);
+    text_stages(out, mp);
+    text_table(out, mp);
+    text_worst(out, mp);
+    text_verdict(out, mp);
+    text_fixes(out, mp);
+}
+
+/* One rank: its coordinates, the ranges it owns and every buffer of its class. */
+void report_rank(FILE *out, const MemPlan *mp, int64_t rank)
+{
+    const Partition *p = &mp->part;
+    int64_t t, d, st;
+    part_coords(p, rank, &t, &d, &st);
+    const ClassMem *cm = &mp->classes[st];
+    const RankClass *c = cm->cls;
+    fprintf(out, "\nrank %lld: tp index %lld, dp index %lld, stage %lld (rank class %lld)\n", (long long)rank,
+            (long long)t, (long long)d, (long long)st, (long long)st);
+    int64_t (*r)[2] = arena_alloc(&g_arena, sizeof(int64_t[2]) * (size_t)(c->nsegs + 1));
+    int n = part_shard_ranges(p, c, d, r, c->nsegs);
+    fprintf(out, "owns %lld of %lld flat parameter elements in %d ranges:", (long long)c->shard, (long long)c->padded, n);
+    for (int i = 0; i < n && i < 8; i++) fprintf(out, " [%lld, %lld)", (long long)r[i][0], (long long)r[i][1]);
+    fprintf(out, "%s\n", n > 8 ? " ..." : "");
+    const Sched *s = &cm->sched;
+    fprintf(out, "buffers (%d; %d ops in the step):\n", s->nbufs, s->nops);
+    fprintf(out, "  %-6s %14s %14s  %-17s %-11s %s\n", "space", "offset", "bytes", "lifetime", "category", "name");
+    for (int k = 0; k < s->nbufs; k++) {
+        const Buffer *b = &s->bufs[k];
+        const char *life = b->persistent ? "persistent" : arena_printf(&g_arena, "%d-%d", b->first, b->last);
+        fprintf(out, "  %-6s %14lld %14lld  %-17s %-11s %s\n", mem_space_name(b->space), (long long)b->offset,
+                (long long)b->bytes, life, mem_cat_name(b->cat), b->name);
+    }
+}
+
+/* ---- JSON ---------------------------------------------------------------------------- */
+
+/* Adds an integer-valued number. */
+static void jnum(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o, k, v); }
+
+/* The model section. */
+static cJSON *json_model(const MemPlan *mp)
+{
+    const Model *m = &mp->model;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "family", m->family == FAM_LLAMA ? "llama" : "gpt");
+    jnum(o, "layers", (double)m->l);
+    jnum(o, "hidden", (double)m->h);
+    jnum(o, "heads", (double)m->a);
+    jnum(o, "kv_heads", (double)m->kv);
+    jnum(o, "ffn_hidden", (double)m->ffn);
+    jnum(o, "seq_len", (double)m->s);
+    jnum(o, "vocab", (double)m->V);
+    jnum(o, "vocab_padded", (double)m->Vpad);
+    jnum(o, "params", (double)m->params);
+    jnum(o, "params_per_layer", (double)m->params_layer);
+    jnum(o, "params_in_memory", (double)m->params_mem);
+    jnum(o, "tensors", (double)m->nt);
+    jnum(o, "flops_per_step", m->flops_model_step);
+    jnum(o, "flops_hardware_per_step", m->flops_hw_step);
+    jnum(o, "flops_hardware_full_recompute", m->flops_hw_full);
+    jnum(o, "flops_hardware_selective_recompute", m->flops_hw_selective);
+    jnum(o, "flops_layer_forward_per_sequence", m->fl_layer_fwd);
+    return o;
+}
+
+/* The layout section. */
+static cJSON *json_layout(const MemPlan *mp)
+{
+    const Partition *p = &mp->part;
+    const Spec *s = mp->spec;
+    cJSON *o = cJSON_CreateObject();
+    jnum(o, "tp", (double)p->tp);
+    jnum(o, "pp", (double)p->pp);
+    jnum(o, "dp", (double)p->dp);
+    jnum(o, "world", (double)p->world);
+    jnum(o, "virtual_stages", (double)p->v);
+    jnum(o, "cluster_gpus", (double)mp->cluster_gpus);
+    cJSON_AddStringToObject(o, "rank_order", p->order == ORDER_TP_PP_DP ? "tp_pp_dp" : "tp_dp_pp");
+    cJSON_AddStringToObject(o, "schedule", sched_names[s->parallel.schedule]);
+    jnum(o, "microbatches", (double)p->m);
+    jnum(o, "micro_batch", (double)p->b);
+    jnum(o, "global_batch", (double)s->train.global_batch);
+    jnum(o, "zero_stage", p->zero);
+    cJSON_AddBoolToObject(o, "sequence_parallel", p->T_sp < p->T);
+    return o;
+}
+
+/* Bytes by category (NCATS entries) into an object. */
+static void json_cats(cJSON *o, const int64_t *v)
+{
+    for (int c = 0; c < NCATS; c++) jnum(o, mem_cat_name(c), (double)v[c]);
+}
+
+/* A class's bytes: device by category, the peak and its op, host, NVMe. */
+static void json_class_bytes(cJSON *o, const ClassMem *cm)
+{
+    cJSON *d = cJSON_AddObjectToObject(o, "device_bytes");
+    json_cats(d, cm->at_peak);
+    jnum(d, "reserve", (double)cm->reserve);
+    jnum(d, "peak", (double)cm->peak[SPACE_DEVICE]);
+    jnum(d, "arena", (double)cm->arena[SPACE_DEVICE]);
+    jnum(d, "total", (double)cm->device_total);
+    jnum(d, "model_states", (double)cm->model_states);
+    json_cats(cJSON_AddObjectToObject(o, "device_max_bytes"), cm->max_cat);
+    jnum(o, "arena_ratio", cm->ratio);
+    cJSON *pk = cJSON_AddObjectToObject(o, "peak_op");
+    jnum(pk, "index", cm->peak_op);
+    cJSON_AddStringToObject(pk, "label", sched_op_label(&cm->sched, cm->peak_op));
+    cJSON_AddStringToObject(o, "dominating", mem_cat_name(dominating(cm)));
+    cJSON *h = cJSON_AddObjectToObject(o, "host_bytes");
+    jnum(h, "optimizer", (double)(cm->host_cat[CAT_OPTIMIZER] + cm->host_cat[CAT_GRADS]));
+    jnum(h, "params", (double)cm->host_cat[CAT_PARAMS]);
+    jnum(h, "activations", (double)cm->host_cat[CAT_ACTIVATIONS]);
+    jnum(h, "peak", (double)cm->peak[SPACE_HOST]);
+    jnum(h, "total", (double)cm->arena[SPACE_HOST]);
+    jnum(o, "nvme_bytes", (double)cm->arena[SPACE_NVME]);
+}
+
+/* One rank class. */
+static cJSON *json_class(const MemPlan *mp, int i)
+{
+    const ClassMem *cm = &mp->classes[i];
+    const RankClass *c = cm->cls;
+    cJSON *o = cJSON_CreateObject();
+    jnum(o, "stage", c->stage);
+    jnum(o, "count", (double)c->count);
+    cJSON *chunks = cJSON_AddArrayToObject(o, "chunks");
+    for (int k = 0; k < c->nchunks; k++) {
+        cJSON *ch = cJSON_CreateObject();
+        jnum(ch, "model_chunk", c->chunks[k].model_chunk);
+        jnum(ch, "first_layer", c->chunks[k].first_layer);
+        jnum(ch, "layers", c->chunks[k].nlayers);
+        cJSON_AddBoolToObject(ch, "embedding", c->chunks[k].embed);
+        cJSON_AddBoolToObject(ch, "head", c->chunks[k].head);
+        cJSON_AddItemToArray(chunks, ch);
+    }
+    jnum(o, "param_elements", (double)c->numel);
+    jnum(o, "flat_elements", (double)c->padded);
+    jnum(o, "shard_elements", (double)c->shard);
+    jnum(o, "segments", c->nsegs);
+    jnum(o, "buckets", c->nbuckets);
+    jnum(o, "ops", cm->sched.nops);
+    jnum(o, "buffers", cm->sched.nbufs);
+    jnum(o, "max_in_flight", sched_max_in_flight(&mp->part, c->stage));
+    jnum(o, "flops_per_microbatch", c->cost);
+    jnum(o, "flops_per_step", cm->sched.flops);
+    json_class_bytes(o, cm);
+    return o;
+}
+
+/* The fixes. */
+static cJSON *json_fixes(const MemPlan *mp)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < mp->nfixes; i++) {
+        const Fix *f = &mp->fixes[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "change", f->change);
+        cJSON_AddStringToObject(o, "why", f->why);
+        cJSON_AddBoolToObject(o, "fits", f->fits);
+        jnum(o, "device_bytes", (double)f->device_total);
+        jnum(o, "saves_bytes", (double)f->saves);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+/* One rank's ranges and buffers. */
+static cJSON *json_rank(const MemPlan *mp, int64_t rank)
+{
+    const Partition *p = &mp->part;
+    int64_t t, d, st;
+    part_coords(p, rank, &t, &d, &st);
+    const ClassMem *cm = &mp->classes[st];
+    cJSON *o = cJSON_CreateObject();
+    jnum(o, "rank", (double)rank);
+    jnum(o, "tp_index", (double)t);
+    jnum(o, "dp_index", (double)d);
+    jnum(o, "stage", (double)st);
+    int64_t (*r)[2] = arena_alloc(&g_arena, sizeof(int64_t[2]) * (size_t)(cm->cls->nsegs + 1));
+    int n = part_shard_ranges(p, cm->cls, d, r, cm->cls->nsegs);
+    cJSON *ranges = cJSON_AddArrayToObject(o, "owned_ranges");
+    for (int i = 0; i < n; i++) {
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)r[i][0]));
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)r[i][1]));
+        cJSON_AddItemToArray(ranges, pair);
+    }
+    cJSON *bufs = cJSON_AddArrayToObject(o, "buffers");
+    for (int k = 0; k < cm->sched.nbufs; k++) {
+        const Buffer *b = &cm->sched.bufs[k];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "name", b->name);
+        cJSON_AddStringToObject(x, "category", mem_cat_name(b->cat));
+        cJSON_AddStringToObject(x, "space", mem_space_name(b->space));
+        jnum(x, "offset", (double)b->offset);
+        jnum(x, "bytes", (double)b->bytes);
+        cJSON_AddBoolToObject(x, "persistent", b->persistent);
+        jnum(x, "first_op", b->first);
+        jnum(x, "last_op", b->last);
+        cJSON_AddItemToArray(bufs, x);
+    }
+    return o;
+}
+
+/* The whole plan as JSON text (arena copy). */
+char *report_json(const MemPlan *mp, int64_t rank)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "spec", mp->spec->source ? mp->spec->source : "");
+    cJSON_AddItemToObject(root, "model", json_model(mp));
+    cJSON_AddItemToObject(root, "layout", json_layout(mp));
+    cJSON_AddBoolToObject(root, "fits", mp->fits);
+    cJSON *why = cJSON_AddObjectToObject(root, "fits_detail");
+    cJSON_AddBoolToObject(why, "gpus", mp->fits_gpus);
+    cJSON_AddBoolToObject(why, "device", mp->fits_device);
+    cJSON_AddBoolToObject(why, "host", mp->fits_host);
+    cJSON_AddBoolToObject(why, "nvme", mp->fits_nvme);
+    jnum(root, "gpu_memory", (double)mp->spec->cluster.gpu_memory);
+    jnum(root, "largest_class", mp->worst);
+    jnum(root, "host_bytes_per_node", (double)mp->host_node);
+    jnum(root, "nvme_bytes_per_node", (double)mp->nvme_node);
+    cJSON *classes = cJSON_AddArrayToObject(root, "rank_classes");
+    for (int i = 0; i < mp->nclasses; i++) cJSON_AddItemToArray(classes, json_class(mp, i));
+    cJSON_AddItemToObject(root, "fixes", json_fixes(mp));
+    if (rank >= 0) cJSON_AddItemToObject(root, "rank", json_rank(mp, rank));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) die("report: cJSON could not print the plan");
+    char *copy = arena_printf(&g_arena, "%s\n", text);
+    free(text);
+    return copy;
+}
+
+/* ---- the command ------------------------------------------------------------------------- */
+
+typedef struct PlanOpts { const char *json; int64_t rank; bool help; } PlanOpts;
+
+/* Parses the options after FILE; false (after a message) on a bad one. */
+static bool parse_opts(int argc, char **argv, PlanOpts *o)
+{
+    *o = (PlanOpts){NULL, -1, false};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            o->help = true;
+        } else if (strcmp(a, "--json") == 0 && v) {
+            o->json = v, i++;
+        } else if (strncmp(a, "--json=", 7) == 0) {
+            o->json = a + 7;
+        } else if ((strcmp(a, "--rank") == 0 && v) || strncmp(a, "--rank=", 7) == 0) {
+            const char *num = a[6] == '=' ? a + 7 : v;
+            char *end;
+            errno = 0;
+            long long r = strtoll(num, &end, 10);
+            if (errno || *end || end == num || r < 0) {
+                diag_plain("plan: --rank needs a rank number, got '%s'", num);
+                return false;
+            }
+            o->rank = r;
+            if (a[6] != '=') i++;
+        } else {
+            diag_plain("plan: unknown option or missing value '%s'", a);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* shardc plan FILE [...]: the report, --rank, --json.  Returns the exit code. */
+int report_plan_main(const Spec *spec, int argc, char **argv)
+{
+    PlanOpts o;
+    if (!parse_opts(argc, argv, &o)) {
+        fputs(help_text, stderr);
+        return EXIT_USAGE;
+    }
+    if (o.help || !spec) {
+        fputs(help_text, stdout);
+        return EXIT_OK;
+    }
+    MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
+    if (!mem_plan(spec, mp, true)) return EXIT_USER;
+    if (o.rank >= mp->part.world) {
+        diag_plain("plan: --rank %lld is not a rank of this layout (0 .. %lld)", (long long)o.rank,
+                   (long long)mp->part.world - 1);
+        return EXIT_USAGE;
+    }
+    mem_fixes(mp);
+    report_text(stdout, mp);
+    if (o.rank >= 0) report_rank(stdout, mp, o.rank);
+    if (o.json) {
+        const char *text = report_json(mp, o.rank);
+        if (!util_write_atomic(o.json, text, strlen(text))) {
+            diag_plain("plan: cannot write %s: %s", o.json, strerror(errno));
+            return EXIT_USER;
+        }
+    }
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;
+}
