@@ -5,37 +5,12 @@
 #define PLAN_FIXTURE_H
 
 #include "plan.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);  \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-#define CHECK_EQ(a, b)                                                                \
-    do {                                                                              \
-        long long a_ = (long long)(a), b_ = (long long)(b);                           \
-        if (a_ != b_) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s = %lld, %s = %lld\n", __FILE__, \
-                    __LINE__, #a, a_, #b, b_);                                        \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-#define CHECK_NEAR(a, b, rel)                                                         \
-    do {                                                                              \
-        double a_ = (double)(a), b_ = (double)(b);                                    \
-        if (fabs(a_ - b_) > (rel) * fabs(b_)) {                                       \
-            fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s = %.17g, %s = %.17g\n",      \
-                    __FILE__, __LINE__, #a, a_, #b, b_);                              \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
 
 /* global_batch = micro_batch · microbatches · dp, as sema derives it. */
 static inline void fx_batch(Spec *s)

@@ -1,41 +1,12 @@
 /* test_lexer.c — token kinds, values and locations for every literal form,
  * and the lexer's error messages. */
 #include "shardc.h"
+#include "check.h"
 #include "parser.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond)                                                               \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
-
-/* Diagnostics go to memory so tests can look at them. */
-static char *diag_buf;
-static size_t diag_len;
-
-/* Starts capturing diagnostics afresh. */
-static void capture(void)
-{
-    if (diag_stream) fclose(diag_stream);
-    free(diag_buf);
-    diag_buf = NULL;
-    diag_stream = open_memstream(&diag_buf, &diag_len);
-    diag_reset();
-}
-
-/* The diagnostics printed since capture(). */
-static const char *captured(void)
-{
-    fflush(diag_stream);
-    return diag_buf ? diag_buf : "";
-}
 
 static SrcFile src;
 static Lexer lx;

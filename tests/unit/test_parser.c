@@ -1,40 +1,12 @@
 /* test_parser.c — the AST of the ARCHITECTURE example, every value form,
  * includes (spliced at their position, in order), limits and recovery. */
 #include "shardc.h"
+#include "check.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-#define CHECK(cond)                                                               \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
-
-static char *diag_buf;
-static size_t diag_len;
-
-/* Starts capturing diagnostics afresh. */
-static void capture(void)
-{
-    if (diag_stream) fclose(diag_stream);
-    free(diag_buf);
-    diag_buf = NULL;
-    diag_stream = open_memstream(&diag_buf, &diag_len);
-    diag_reset();
-}
-
-/* The diagnostics printed since capture(). */
-static const char *captured(void)
-{
-    fflush(diag_stream);
-    return diag_buf ? diag_buf : "";
-}
 
 /* Parses text with fresh diagnostics. */
 static Item *parse(const char *text)

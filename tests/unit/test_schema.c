@@ -2,28 +2,11 @@
  * default parses as its type and lies in its range, enums match the C enums
  * and the cluster profiles, suggestions and the canonical number spellings. */
 #include "shardc.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond)                                                               \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
-#define CHECK_STR(a, b)                                                                        \
-    do {                                                                                       \
-        const char *a_ = (a), *b_ = (b);                                                       \
-        if (strcmp(a_, b_) != 0) {                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s is \"%s\", want \"%s\"\n", __FILE__, __LINE__, \
-                    #a, a_, b_);                                                               \
-            failures++;                                                                        \
-        }                                                                                      \
-    } while (0)
 
 /* Every field of struct Spec with its size: a field added to the struct
  * without a key in schema.def fails test_every_field_has_one_key. */

@@ -3,40 +3,12 @@
  * rules' messages, and the round trip of every spec in specs/ through the
  * canonical printer. */
 #include "shardc.h"
+#include "check.h"
 
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-#define CHECK(cond)                                                               \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
-
-static char *diag_buf;
-static size_t diag_len;
-
-/* Starts capturing diagnostics afresh. */
-static void capture(void)
-{
-    if (diag_stream) fclose(diag_stream);
-    free(diag_buf);
-    diag_buf = NULL;
-    diag_stream = open_memstream(&diag_buf, &diag_len);
-    diag_reset();
-}
-
-/* The diagnostics printed since capture(). */
-static const char *captured(void)
-{
-    fflush(diag_stream);
-    return diag_buf ? diag_buf : "";
-}
 
 /* Parses and resolves text with overrides "a.b=v" (NULL-terminated). */
 static bool resolve(const char *text, Spec *s, const char *const *defs)

@@ -1,0 +1,72 @@
+/* check.h — the unit tests' assertions and diagnostic capture.  A failed
+ * CHECK prints file:line and the expression and counts; main returns
+ * `failures != 0`. */
+#ifndef TEST_CHECK_H
+#define TEST_CHECK_H
+
+#include "shardc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);  \
+            failures++;                                                               \
+        }                                                                             \
+    } while (0)
+#define CHECK_EQ(a, b)                                                                \
+    do {                                                                              \
+        long long a_ = (long long)(a), b_ = (long long)(b);                           \
+        if (a_ != b_) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s = %lld, %s = %lld\n", __FILE__, \
+                    __LINE__, #a, a_, #b, b_);                                        \
+            failures++;                                                               \
+        }                                                                             \
+    } while (0)
+#define CHECK_NEAR(a, b, rel)                                                         \
+    do {                                                                              \
+        double a_ = (double)(a), b_ = (double)(b);                                    \
+        if (fabs(a_ - b_) > (rel) * fabs(b_)) {                                       \
+            fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s = %.17g, %s = %.17g\n",      \
+                    __FILE__, __LINE__, #a, a_, #b, b_);                              \
+            failures++;                                                               \
+        }                                                                             \
+    } while (0)
+#define CHECK_STR(a, b)                                                               \
+    do {                                                                              \
+        const char *a_ = (a), *b_ = (b);                                              \
+        if (strcmp(a_, b_) != 0) {                                                    \
+            fprintf(stderr, "%s:%d: CHECK failed: %s is \"%s\", want \"%s\"\n",        \
+                    __FILE__, __LINE__, #a, a_, b_);                                  \
+            failures++;                                                               \
+        }                                                                             \
+    } while (0)
+
+/* Diagnostics go to memory so tests can look at them. */
+static char *diag_buf;
+static size_t diag_len;
+
+/* Starts capturing diagnostics afresh. */
+static inline void capture(void)
+{
+    if (diag_stream) fclose(diag_stream);
+    free(diag_buf);
+    diag_buf = NULL;
+    diag_stream = open_memstream(&diag_buf, &diag_len);
+    diag_reset();
+}
+
+/* The diagnostics printed since capture(). */
+static inline const char *captured(void)
+{
+    fflush(diag_stream);
+    return diag_buf ? diag_buf : "";
+}
+
+#endif
