@@ -339,11 +339,13 @@ static bool spec_equal(const Spec *a, const Spec *b)
 /* canon_print into a string. */
 static char *print(const Spec *s)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
+    /* on the heap: gcc takes a stack buffer handed to open_memstream for a dangling pointer */
+    struct { char *buf; size_t len; } *m = calloc(1, sizeof *m);
+    FILE *f = open_memstream(&m->buf, &m->len);
     canon_print(f, s);
     fclose(f);
+    char *buf = m->buf;
+    free(m);
     return buf;
 }
 

@@ -1,0 +1,71 @@
+/* rope.c — rotary position embedding, Hugging Face's rotate-half convention.
+ *
+ * For x of one head split into halves x1 = x[:HS/2], x2 = x[HS/2:] and
+ * f_i = pos * theta^(-2i/HS):  out1 = x1 cos f - x2 sin f,
+ * out2 = x2 cos f + x1 sin f.  The angles are computed in fp32 in the order
+ * of LlamaRotaryEmbedding, so the tables match the ones a Llama was trained
+ * with.  Backward applies the inverse rotation (the transpose).
+ */
+#include "kernels.h"
+
+#include <math.h>
+
+/* cos and sin of f_i for position pos, i < HS/2. */
+static void kc_rope_angles(float *cs, float *sn, int pos, int HS, float theta)
+{
+    for (int i = 0; i < HS / 2; i++) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+        float f = (float)pos * inv_freq;
+        cs[i] = cosf(f);
+        sn[i] = sinf(f);
+    }
+}
+
+/* Rotates every head of token row x by the angles (cs, sn); sign = +1
+ * forward, -1 for the inverse.  Writes (accumulate = 0) or adds into y. */
+static void kc_rope_row(float *y, const float *x, const float *cs, const float *sn, int NH,
+                        int HS, float sign, int accumulate)
+{
+    int half = HS / 2;
+    for (int h = 0; h < NH; h++) {
+        const float *x1 = x + (size_t)h * HS, *x2 = x1 + half;   /* (HS/2) each */
+        float *y1 = y + (size_t)h * HS, *y2 = y1 + half;
+        for (int i = 0; i < half; i++) {
+            float a = x1[i], b = x2[i], sgn = sign * sn[i];
+            float o1 = a * cs[i] - b * sgn;
+            float o2 = b * cs[i] + a * sgn;
+            if (accumulate) y1[i] += o1, y2[i] += o2;
+            else y1[i] = o1, y2[i] = o2;
+        }
+    }
+}
+
+/* out = rope(inp), in place allowed. */
+void kc_rope_forward(float *out, const float *inp, int B, int T, int NH, int HS, int ld,
+                     int pos0, float theta)
+{
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float cs[HS / 2], sn[HS / 2];
+        kc_rope_angles(cs, sn, pos0 + t, HS, theta);
+        for (int b = 0; b < B; b++) {
+            size_t row = ((size_t)b * T + t) * ld;
+            kc_rope_row(out + row, inp + row, cs, sn, NH, HS, 1.0f, 0);
+        }
+    }
+}
+
+/* dinp += rope^T(dout). */
+void kc_rope_backward(float *dinp, const float *dout, int B, int T, int NH, int HS, int ld,
+                      int pos0, float theta)
+{
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float cs[HS / 2], sn[HS / 2];
+        kc_rope_angles(cs, sn, pos0 + t, HS, theta);
+        for (int b = 0; b < B; b++) {
+            size_t row = ((size_t)b * T + t) * ld;
+            kc_rope_row(dinp + row, dout + row, cs, sn, NH, HS, -1.0f, 1);
+        }
+    }
+}

@@ -1,0 +1,100 @@
+/* bench_kernels.c — GFLOP/s of the CPU matmul and attention kernels.
+ *
+ *   bench_kernels [SECONDS]    one line per case: name, shape, ms, GFLOP/s
+ *
+ * FLOPs counted: matmul forward 2·N·C·OC, backward twice that (dinp, dweight);
+ * causal attention forward 2·2·B·NH·HS·T(T+1)/2 (q·k and p·v over the
+ * visible keys), backward twice the forward (dv, dp, dq, dk; the recomputed
+ * scores are not counted).  tests/bench/kernels/bench_torch.py measures the
+ * same cases in PyTorch; run.sh runs both with the same thread count.
+ */
+#include "kernels.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A buffer of n small pseudo-random floats. */
+static float *buf(size_t n)
+{
+    float *x = malloc(n * sizeof(float));
+    uint32_t s = 12345;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)(s >> 8) * 0x1p-24f - 0.5f;
+    }
+    return x;
+}
+
+/* Seconds of the fastest call of fn(ctx) among those made in min_s seconds
+ * (after a warm-up): the machine is shared, the minimum is the least noisy. */
+static double timeit(void (*fn)(void *), void *ctx, double min_s)
+{
+    fn(ctx);
+    double best = 1e30, start = omp_get_wtime();
+    do {
+        double t0 = omp_get_wtime();
+        fn(ctx);
+        double t = omp_get_wtime() - t0;
+        best = t < best ? t : best;
+    } while (omp_get_wtime() - start < min_s);
+    return best;
+}
+
+typedef struct Mm { int N, C, OC; float *x, *w, *b, *y, *dy, *dx, *dw, *db; } Mm;
+static void mm_fwd(void *p) { Mm *m = p; kc_matmul_forward(m->y, m->x, m->w, m->b, m->N, m->C, m->OC); }
+static void mm_bwd(void *p)
+{
+    Mm *m = p;
+    kc_matmul_backward(m->dx, m->dw, m->db, m->dy, m->x, m->w, m->N, m->C, m->OC);
+}
+
+typedef struct At { KcAttnShape s; float *qkv, *o, *lse, *dqkv, *dout; } At;
+static void at_fwd(void *p)
+{
+    At *a = p;
+    int q = a->s.NH * a->s.HS, k = a->s.NKV * a->s.HS;
+    kc_attention_forward(a->o, a->lse, a->qkv, a->qkv + q, a->qkv + q + k, a->s);
+}
+static void at_bwd(void *p)
+{
+    At *a = p;
+    int q = a->s.NH * a->s.HS, k = a->s.NKV * a->s.HS;
+    kc_attention_backward(a->dqkv, a->dqkv + q, a->dqkv + q + k, a->dout, a->o, a->lse, a->qkv,
+                          a->qkv + q, a->qkv + q + k, a->s);
+}
+
+int main(int argc, char **argv)
+{
+    double min_s = argc > 1 ? atof(argv[1]) : 1.0;
+    kc_init();
+    printf("threads %d\n", omp_get_max_threads());
+    /* GPT-2-shaped linears: qkv, fc, proj (B*T = 1024 tokens, C = 384 / 768) */
+    int mms[][3] = {{1024, 384, 1152}, {1024, 384, 1536}, {1024, 1536, 384}, {1024, 768, 2304}};
+    for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++) {
+        Mm m = {.N = mms[i][0], .C = mms[i][1], .OC = mms[i][2]};
+        size_t nx = (size_t)m.N * m.C, nw = (size_t)m.OC * m.C, ny = (size_t)m.N * m.OC;
+        m.x = buf(nx), m.w = buf(nw), m.b = buf(m.OC), m.y = buf(ny), m.dy = buf(ny);
+        m.dx = buf(nx), m.dw = buf(nw), m.db = buf(m.OC);
+        double fl = 2.0 * m.N * m.C * m.OC;
+        double tf = timeit(mm_fwd, &m, min_s), tb = timeit(mm_bwd, &m, min_s);
+        printf("matmul    N=%d C=%d OC=%d          fwd %7.2f ms %6.1f GFLOP/s   bwd %7.2f ms %6.1f GFLOP/s\n",
+               m.N, m.C, m.OC, tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2 * fl / tb * 1e-9);
+        free(m.x), free(m.w), free(m.b), free(m.y), free(m.dy), free(m.dx), free(m.dw), free(m.db);
+    }
+    /* attention: GPT-2 small heads at T = 256 and 1024, and a Llama-like GQA */
+    int ats[][5] = {{4, 256, 6, 6, 64}, {1, 1024, 12, 12, 64}, {1, 1024, 8, 2, 128}};
+    for (size_t i = 0; i < sizeof ats / sizeof ats[0]; i++) {
+        int B = ats[i][0], T = ats[i][1], NH = ats[i][2], NKV = ats[i][3], HS = ats[i][4];
+        int W = (NH + 2 * NKV) * HS;
+        At a = {.s = {B, T, NH, NKV, HS, W, W}};
+        size_t nqkv = (size_t)B * T * W, no = (size_t)B * T * NH * HS;
+        a.qkv = buf(nqkv), a.o = buf(no), a.lse = buf((size_t)B * NH * T), a.dqkv = buf(nqkv), a.dout = buf(no);
+        double fl = 4.0 * B * NH * HS * (double)T * (T + 1) / 2;
+        double tf = timeit(at_fwd, &a, min_s), tb = timeit(at_bwd, &a, min_s);
+        printf("attention B=%d T=%d NH=%d NKV=%d HS=%d fwd %7.2f ms %6.1f GFLOP/s   bwd %7.2f ms %6.1f GFLOP/s\n",
+               B, T, NH, NKV, HS, tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2 * fl / tb * 1e-9);
+        free(a.qkv), free(a.o), free(a.lse), free(a.dqkv), free(a.dout);
+    }
+    return 0;
+}

@@ -1,0 +1,41 @@
+#!/bin/sh
+# run.sh [SECONDS [ROUNDS]] — the CPU kernels against PyTorch, same cases,
+# same threads (OMP_NUM_THREADS, default 2).  The two programs run in turn
+# ROUNDS times (default 3) and each case keeps its fastest time, so that load
+# from other processes on a shared machine distorts the ratios less.
+# Prints per case our and torch's best ms and GFLOP/s, and torch ms / our ms
+# (> 1: we are faster).
+set -eu
+cd "$(dirname "$0")/../../.."
+secs=${1:-1}
+rounds=${2:-3}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+${CC:-cc} -std=gnu11 -O3 -fopenmp -fno-math-errno -Ikernels/cpu tests/bench/kernels/bench_kernels.c \
+    kernels/cpu/*.c -o "$tmp/bench" -lopenblas -lm
+: > "$tmp/all.txt"
+r=0
+while [ $r -lt "$rounds" ]; do
+    "$tmp/bench" "$secs" | sed 's/^/ours /' >> "$tmp/all.txt"
+    /usr/bin/python3 tests/bench/kernels/bench_torch.py "$secs" | sed 's/^/torch /' >> "$tmp/all.txt"
+    r=$((r + 1))
+done
+grep '^torch threads' "$tmp/all.txt" | head -1
+echo "threads $OMP_NUM_THREADS, best of $rounds rounds of ${secs}s per case"
+# a line: WHO CASE... fwd MS ms GF GFLOP/s bwd MS ms GF GFLOP/s
+awk '$2 == "matmul" || $2 == "attention" {
+    split($0, p, " fwd "); key = substr(p[1], index(p[1], " ") + 1); who = $1
+    n = split(p[2], f, " "); fwd = f[1]; bwd = f[6]
+    flf = f[1] * f[3]; flb = f[6] * f[8]          # ms * GFLOP/s: the FLOP count
+    if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
+    if (!((who, key) in bf) || fwd < bf[who, key]) bf[who, key] = fwd
+    if (!((who, key) in bb) || bwd < bb[who, key]) bb[who, key] = bwd
+    FL[key] = flf; BL[key] = flb }
+  END {
+    printf "%-40s %20s %20s %16s\n", "case", "ours fwd/bwd ms", "torch fwd/bwd ms", "speed-up f/b"
+    for (i = 1; i <= nk; i++) { k = order[i]
+        printf "%-40s %9.2f/%-9.2f %9.2f/%-9.2f %6.2fx/%5.2fx   (ours %.0f/%.0f GFLOP/s)\n", k,
+            bf["ours", k], bb["ours", k], bf["torch", k], bb["torch", k],
+            bf["torch", k] / bf["ours", k], bb["torch", k] / bb["ours", k],
+            FL[k] / bf["ours", k], BL[k] / bb["ours", k] } }' "$tmp/all.txt"
