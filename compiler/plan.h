@@ -234,8 +234,8 @@ int part_class_of(const Partition *p, int64_t rank);
 
 /* ---- sched.c: the ordered ops of one training step of a rank class ------ */
 
-/* Streams: one ordered list for now; the stream says where each op runs so
- * issue 4's scheduler can split the list and add events. */
+/* Streams: each op runs on one; ops of a stream run in list order, and every
+ * dependency between streams is an explicit OP_WAIT (sim.h states the rules). */
 typedef enum Stream { ST_COMPUTE, ST_TP_COMM, ST_DP_COMM, ST_PP_COMM, ST_COPY, ST_HOST, NSTREAMS } Stream;
 
 typedef enum OpKind {
@@ -250,7 +250,8 @@ typedef enum OpKind {
     OP_GRAD_REDUCE,     /* bucket all-reduce / reduce-scatter across dp               */
     OP_GRAD_D2H,        /* gradient shard to the host optimizer                        */
     OP_TIED_REDUCE,     /* tied embedding grads all-reduced between first and last stage */
-    OP_GRAD_NORM,       /* global gradient norm (clipping, overflow check)            */
+    OP_GRAD_NORM,       /* all-reduce of the squared-norm partial sums over the world (aux 0;
+                           aux 1: fp16's overflow flag, max) on ST_DP_COMM: clipping, overflow */
     OP_OPT_READ, OP_OPT_STEP, OP_OPT_WRITE,     /* per sub-group; reads/writes: NVMe  */
     OP_PARAM_H2D,       /* updated parameter shard from the host                       */
     OP_PARAM_D2H,       /* updated parameter shard to host-resident parameters         */
@@ -259,10 +260,21 @@ typedef enum OpKind {
     OP_TP_ALLREDUCE,    /* Megatron's g (and f in backward): all-reduce across tp      */
     OP_TP_ALLGATHER,    /* sequence parallelism: gather the sequence-sharded input     */
     OP_TP_REDUCE_SCATTER, /* sequence parallelism: reduce-scatter the partial output   */
+    OP_GRAD_SUMSQ,      /* this rank's share of the squared gradient norm (compute or host) */
     NOPKINDS
 } OpKind;
 
 enum { OP_MAX_RD = 16, OP_MAX_WR = 24 };
+
+/* Which part of a transformer layer an op runs when tp > 1 splits the layer
+ * around its TP collectives (compute parts and the collectives alike). */
+typedef enum OpSub {
+    SUB_WHOLE,          /* the whole layer (tp = 1), or not a layer op              */
+    SUB_ATTN,           /* norm1, qkv, attention core, output projection           */
+    SUB_MLP,            /* norm2, MLP in, activation, MLP out                      */
+    SUB_GRADS,          /* the tp all-reduce completing replicated tensors' gradients */
+} OpSub;
+
 typedef struct Op {
     int kind;                   /* OpKind                                          */
     int stream;                 /* Stream                                          */
@@ -275,6 +287,9 @@ typedef struct Op {
     int wr[OP_MAX_WR], nwr;     /* buffers written                                 */
     double flops;               /* on this rank                                    */
     int64_t bytes;              /* communicated or copied, on this rank            */
+    int sub;                    /* OpSub                                           */
+    int part_lo, part_hi;       /* the parts of parted buffers (Buffer.nparts) it touches,
+                                   inclusive; -1: every part                       */
 } Op;
 
 typedef enum BufCat {
@@ -291,6 +306,9 @@ typedef struct Buffer {
     bool persistent;            /* lives across steps (params, grads, optimizer)  */
     int first, last;            /* lifetime in op indices (filled by mem_)         */
     int64_t offset;             /* in its arena or NVMe file (filled by mem_)      */
+    int nparts;                 /* > 0: accessed by part (ZeRO 0-1's flat gradients, one
+                                   part per bucket), so ops on disjoint parts of it may
+                                   run on different streams at once                 */
 } Buffer;
 
 typedef struct Sched {

@@ -1,31 +1,57 @@
-/* sched.c — the ordered ops of one training step of one rank class, with
- * every buffer each op reads and writes.  The memory plan takes its buffers'
- * lifetimes from this list (mem.c), so what is live when is decided here:
+/* sched.c — the ordered ops of one training step of one rank class on its
+ * streams (compute, tp-comm, dp-comm, pp-comm, copy, host), with every buffer
+ * each op reads and writes and an explicit event for every dependency between
+ * streams.  The memory plan takes its buffers' lifetimes from this list
+ * (mem.c), the simulation its timeline (sim.c), and the verifier checks it
+ * (verify.c); sim.h states the conventions all of them rely on.
  *
  *  - the pipeline order of forward and backward units (gpipe, 1f1b,
- *    interleaved with Megatron's warm-up / steady / cool-down);
+ *    interleaved with Megatron's warm-up / steady / cool-down); every stage
+ *    issues its sends and receives in one global order — by when the
+ *    receiving unit starts in a timeline of all stages' orders (units timed
+ *    by their FLOPs) — so blocking transfers cannot deadlock, and the compute
+ *    stream waits for a send (freeing its buffer) once the receiver is done;
  *  - per layer: forward, recompute (full: replay the layer from its
  *    checkpointed input; selective: replay the attention core), backward;
+ *    with tp > 1 each is split around its TP collectives (Megatron's f and g,
+ *    or sequence parallelism's all-gathers and reduce-scatters);
  *  - the head runs its backward right after the loss (the fused cross-entropy
  *    overwrites the logits with their gradient), so logits never outlive the
  *    microbatch that made them;
  *  - ZeRO: bucket reductions as buckets complete, ZeRO-3 gathers with
- *    prefetch / reuse / release (a second pass), the optimizer per sub-group,
- *    offload copies, parameter all-gathers.
+ *    prefetch / reuse / release (a second pass), the global gradient norm, the
+ *    optimizer per sub-group with offload copies and NVMe reads and writes
+ *    pipelined around it, parameter all-gathers.
  *
- * One ordered list for now: every op names its stream, and an async op's
- * completion is an explicit OP_WAIT on the compute stream, so issue 4's
- * scheduler can split the list into streams with events.
+ * Events: the builder places the waits that shape the overlap (the compute
+ * stream waits for a collective before the part that needs it, or one op
+ * later for an overlapped gradient reduction; such a wait keeps the awaited
+ * op's buffers alive until it).  A last pass then walks the list with a vector
+ * clock per stream and adds an OP_WAIT, just before the op that needs it, for
+ * every remaining cross-stream dependency: a read or write of a buffer after
+ * a write (or a write after a read) on another stream, and the first use of a
+ * transient buffer after uses on other streams of buffers that died before it
+ * was born (the arena packs by list order, so any of their bytes may be its).
  */
 #include "plan.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { GPU_CUBLASLT_WORKSPACE = 32 << 20 };     /* bytes, Hopper and Ampere */
 enum { MISC_BYTES = 256 };                      /* loss, grad norm, loss scale, flags */
 enum { MAX_PENDING = 256 };
+enum { MAX_SLOTS = 64 };                        /* NVMe staging slots of the optimizer */
 
 typedef struct Pending { int op, left; } Pending;
+/* A point-to-point transfer of this stage: a forward activation or a backward
+ * gradient, sent or received; t and done: when the unit consuming it starts
+ * and ends in the step's unit timeline (both ends order their transfers by
+ * the same key). */
+typedef struct Msg { double t, done; int bwd, sender_mc, mb; bool send; int chunk; } Msg;
+/* A send the compute stream waits for once the timeline passes `t`. */
+typedef struct SendWait { int op; double t; } SendWait;
 
 /* The builder's state for one rank class. */
 typedef struct Bld {
@@ -36,48 +62,75 @@ typedef struct Bld {
     const Model *m;
     int pol, every, nl;         /* checkpoint policy, group size, layers on this rank */
     bool overlap;
+    bool tpx, sp;               /* tp > 1 (layers split around collectives); sequence parallel */
+    double mlp_share;           /* the MLP's share of a layer's FLOPs */
     /* persistent buffers (-1: none) */
     int params, params_shard, persist, grads, grads_shard, grads_full;
-    int opt[3], hopt[3], hgrads, hparams_stage, nvme_opt, hswap_opt, nvme_params, hswap_params;
+    int opt[3], hopt[3], hgrads, hparams_stage, nvme_opt, nvme_params, hswap_params;
+    int hslot[MAX_SLOTS], nslots;       /* NVMe staging of the optimizer, one per sub-group in flight */
     int misc, cublas, cudnn;
     int64_t S, S_host, S_dev;   /* optimizer elements: this rank's, offloaded, on device */
+    int64_t state_bytes;        /* optimizer state bytes per element */
     /* per class-local layer × microbatch */
-    int *X, *SAVED;
+    int *X, *XIN, *SAVED;       /* kept input (checkpoint), forward input, saved tensors */
     int *tok, *tgt, *HD, *HX;   /* per microbatch */
     int *chunk_li;              /* class-local index of each chunk's first layer */
     int *fwd_done, *bwd_done;   /* per chunk */
     int *seg_bucket, *bucket_inst, *bucket_layer;
     int *key_first, *key_segs;  /* CSR: segments holding grads of grad-layer key */
+    int64_t *repl_bucketed, *repl_whole;   /* per key: replicated elements in bucketed / whole segments */
     int tok_seg;                /* the segment of the token embedding, or -1 */
     Pending pend[MAX_PENDING];
     int npend;
+    /* point-to-point transfers (pp > 1), in their global order */
+    Msg *msgs;
+    int nmsgs, msg_i;
+    double *unit_start, *unit_end;      /* per unit of this stage's order, in the timeline */
+    SendWait *swait;            /* sends the compute stream has yet to wait for */
+    int nswait;
+    int *fsend_buf, *bsend_buf; /* per chunk × microbatch: what the send carries */
+    int *frecv_op, *brecv_op, *brecv_buf;   /* per chunk × microbatch: the receive */
 } Bld;
 
 /* ---- ops and buffers ---------------------------------------------------------- */
+
+/* Grows a list the builder owns (malloc'd while the step is built, moved
+ * into the arena at the end: a 16 384-GPU plan builds half a million ops,
+ * and doubling arrays in the arena would leave every old copy behind). */
+static void *grow(void *p, int *cap, int need, size_t elem, int first)
+{
+    if (need <= *cap) return p;
+    int nc = *cap ? 2 * *cap : first;
+    if (nc < need) nc = need;
+    p = realloc(p, elem * (size_t)nc);
+    if (!p) die("sched: out of memory (%d items)", nc);
+    *cap = nc;
+    return p;
+}
 
 /* A new buffer; -1 (none) when it would hold no bytes. */
 static int buf_new(Bld *b, const char *name, int cat, int space, int64_t bytes, bool persistent)
 {
     if (bytes <= 0) return -1;
     Sched *s = b->s;
-    if (s->nbufs == s->capbufs) {
-        int cap = s->capbufs ? 2 * s->capbufs : 256;
-        Buffer *nb = arena_alloc(&g_arena, sizeof(Buffer) * (size_t)cap);
-        if (s->nbufs) memcpy(nb, s->bufs, sizeof(Buffer) * (size_t)s->nbufs);
-        s->bufs = nb, s->capbufs = cap;
-    }
-    s->bufs[s->nbufs] = (Buffer){name, cat, space, bytes, persistent, -1, -1, 0};
+    s->bufs = grow(s->bufs, &s->capbufs, s->nbufs + 1, sizeof(Buffer), 256);
+    s->bufs[s->nbufs] = (Buffer){name, cat, space, bytes, persistent, -1, -1, 0, 0};
     return s->nbufs++;
 }
 
 /* Room for one more op. */
 static void ops_grow(Sched *s)
 {
-    if (s->nops < s->capops) return;
-    int cap = s->capops ? 2 * s->capops : 1024;
-    Op *no = arena_alloc(&g_arena, sizeof(Op) * (size_t)cap);
-    if (s->nops) memcpy(no, s->ops, sizeof(Op) * (size_t)s->nops);
-    s->ops = no, s->capops = cap;
+    s->ops = grow(s->ops, &s->capops, s->nops + 1, sizeof(Op), 1024);
+}
+
+/* Moves the buffers into the arena (the ops move there in sched_events). */
+static void bufs_to_arena(Sched *s)
+{
+    Buffer *nb = arena_alloc(&g_arena, sizeof(Buffer) * (size_t)(s->nbufs + 1));
+    if (s->nbufs) memcpy(nb, s->bufs, sizeof(Buffer) * (size_t)s->nbufs);
+    free(s->bufs);
+    s->bufs = nb, s->capbufs = s->nbufs;
 }
 
 /* Appends an op; returns its index. */
@@ -90,6 +143,8 @@ static int op_new(Bld *b, int kind, int stream, int layer, int mb, int chunk)
     o->kind = kind, o->stream = stream, o->layer = layer, o->mb = mb, o->chunk = chunk;
     o->aux = -1;
     o->unit[0] = o->unit[1] = -1;
+    o->sub = SUB_WHOLE;
+    o->part_lo = o->part_hi = -1;
     return s->nops++;
 }
 
@@ -115,21 +170,38 @@ static void op_wr(Bld *b, int op, int id)
     o->wr[o->nwr++] = id;
 }
 
+/* Widens the parts of the parted gradients op touches to include bucket k. */
+static void op_part(Bld *b, int op, int k)
+{
+    Op *o = &b->s->ops[op];
+    if (b->grads < 0 || b->s->bufs[b->grads].nparts == 0 || k < 0) return;
+    if (o->part_lo < 0 || k < o->part_lo) o->part_lo = k;
+    if (k > o->part_hi) o->part_hi = k;
+}
+
 /* A transient workspace living only for op. */
 static void op_scratch(Bld *b, int op, int64_t bytes)
 {
     op_wr(b, op, buf_new(b, "scratch", CAT_WORKSPACE, SPACE_DEVICE, bytes, false));
 }
 
+/* Stream `stream` waits for op target; returns the wait. */
+static int wait_on(Bld *b, int stream, int target)
+{
+    int w = op_new(b, OP_WAIT, stream, -1, -1, -1);
+    const Op *t = &b->s->ops[target];
+    Op *o = &b->s->ops[w];
+    o->aux = target;
+    o->layer = t->layer, o->mb = t->mb, o->chunk = t->chunk, o->sub = t->sub;
+    return w;
+}
+
 /* The compute stream waits for async op target; the wait keeps the target's
  * buffers alive up to here. */
 static void emit_wait(Bld *b, int target)
 {
-    int w = op_new(b, OP_WAIT, ST_COMPUTE, -1, -1, -1);
-    Op *t = &b->s->ops[target];
-    b->s->ops[w].aux = target;
-    b->s->ops[w].layer = t->layer, b->s->ops[w].mb = t->mb, b->s->ops[w].chunk = t->chunk;
-    Op copy = *t;
+    int w = wait_on(b, ST_COMPUTE, target);
+    Op copy = b->s->ops[target];
     for (int i = 0; i < copy.nrd; i++) op_rd(b, w, copy.rd[i]);
     for (int i = 0; i < copy.nwr; i++) op_rd(b, w, copy.wr[i]);
 }
@@ -250,13 +322,16 @@ int sched_max_in_flight(const Partition *p, int st)
 /* The key of a grad layer (LAYER_PRE .. l) in the CSR tables. */
 static int key_of(int layer) { return layer + 1; }
 
-/* Segments holding gradients of each grad layer (CSR), and buckets' lowest layers. */
+/* Segments holding gradients of each grad layer (CSR), buckets' lowest
+ * layers, and the replicated (not tp-split) elements of each grad layer. */
 static void build_keys(Bld *b)
 {
     const RankClass *c = b->c;
     int nk = (int)b->m->l + 2;
     b->key_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(nk + 1));
     b->key_segs = arena_alloc(&g_arena, sizeof(int) * (size_t)(c->ntensors + 1));
+    b->repl_bucketed = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nk);
+    b->repl_whole = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nk);
     int *cnt = arena_alloc(&g_arena, sizeof(int) * (size_t)(nk + 1));
     int *last = arena_alloc(&g_arena, sizeof(int) * (size_t)nk);
     b->tok_seg = -1;
@@ -264,8 +339,14 @@ static void build_keys(Bld *b)
         for (int k = 0; k < nk; k++) last[k] = -1, cnt[k] = 0;
         for (int i = 0; i < c->ntensors; i++) {
             const ClassTensor *ct = &c->tensors[i];
-            int L = ct->copy ? (int)b->m->l : b->m->t[ct->tensor].layer, k = key_of(L);
-            if (b->m->t[ct->tensor].role == R_TOK_EMBED && !ct->copy) b->tok_seg = ct->seg;
+            const Tensor *t = &b->m->t[ct->tensor];
+            int L = ct->copy ? (int)b->m->l : t->layer, k = key_of(L);
+            if (t->role == R_TOK_EMBED && !ct->copy) b->tok_seg = ct->seg;
+            if (pass == 0 && t->split == SPLIT_NONE) {
+                const Segment *sg = &c->segs[ct->seg];
+                if (sg->tied || sg->persistent) b->repl_whole[k] += ct->numel;
+                else b->repl_bucketed[k] += ct->numel;
+            }
             if (last[k] == ct->seg) continue;
             last[k] = ct->seg;
             if (pass) b->key_segs[b->key_first[k] + cnt[k]] = ct->seg;
@@ -299,14 +380,15 @@ static void build_layers(Bld *b)
         b->nl += c->chunks[k].nlayers;
     }
     size_t n = (size_t)b->nl * (size_t)b->p->m;
-    b->X = arena_alloc(&g_arena, sizeof(int) * n);
-    b->SAVED = arena_alloc(&g_arena, sizeof(int) * n);
+    b->X = arena_alloc(&g_arena, sizeof(int) * (n + 1));
+    b->XIN = arena_alloc(&g_arena, sizeof(int) * (n + 1));
+    b->SAVED = arena_alloc(&g_arena, sizeof(int) * (n + 1));
     size_t mm = (size_t)b->p->m;
     b->tok = arena_alloc(&g_arena, sizeof(int) * mm);
     b->tgt = arena_alloc(&g_arena, sizeof(int) * mm);
     b->HD = arena_alloc(&g_arena, sizeof(int) * mm);
     b->HX = arena_alloc(&g_arena, sizeof(int) * mm);
-    for (size_t i = 0; i < n; i++) b->X[i] = b->SAVED[i] = -1;
+    for (size_t i = 0; i < n; i++) b->X[i] = b->XIN[i] = b->SAVED[i] = -1;
     for (size_t i = 0; i < mm; i++) b->tok[i] = b->tgt[i] = b->HD[i] = b->HX[i] = -1;
     b->fwd_done = arena_alloc(&g_arena, sizeof(int) * (size_t)c->nchunks);
     b->bwd_done = arena_alloc(&g_arena, sizeof(int) * (size_t)c->nchunks);
@@ -316,6 +398,124 @@ static void build_layers(Bld *b)
 static int lm(const Bld *b, int chunk, int i, int mb)
 {
     return (b->chunk_li[chunk] + i) * (int)b->p->m + mb;
+}
+
+/* The unit of every stage that produces the input of unit u (model chunk
+ * mc): the previous chunk's forward, the next chunk's backward, or for the
+ * last chunk's backward its own forward; false for the first forward. */
+static bool unit_dep(const Partition *p, int64_t mc, const PipeUnit *u, int *st, int *chunk, bool *bwd)
+{
+    int64_t last = p->pp * p->v - 1, d = u->bwd ? (mc == last ? mc : mc + 1) : mc - 1;
+    if (d < 0) return false;
+    *st = (int)(d % p->pp), *chunk = (int)(d / p->pp), *bwd = u->bwd && mc != last;
+    return true;
+}
+
+/* Orders transfers by when their consumer starts, then direction, sender
+ * and microbatch: the same key on both ends. */
+static int by_msg(const void *pa, const void *pb)
+{
+    const Msg *x = pa, *y = pb;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->bwd != y->bwd) return x->bwd - y->bwd;
+    if (x->sender_mc != y->sender_mc) return x->sender_mc - y->sender_mc;
+    return x->mb - y->mb;
+}
+
+/* How long a unit of model chunk mc runs in the timeline: its FLOPs per
+ * sequence (the head's with the last chunk's forward, the recompute with
+ * the backward), so the timeline runs as the step will. */
+static double unit_cost(const Partition *p, int64_t mc, bool bwd)
+{
+    const Model *m = p->model;
+    int pol = p->spec->checkpointing.activations;
+    double layers = (double)p->chunk_layers[mc], rec = pol == CKPT_FULL ? m->fl_recompute_full
+                                                      : pol == CKPT_SELECTIVE ? m->fl_recompute_sel : 0;
+    double c = bwd ? layers * (m->fl_layer_bwd + rec)
+                   : layers * m->fl_layer_fwd + (mc == p->pp * p->v - 1 ? m->fl_head_fwd + m->fl_head_bwd : 0);
+    return c > 0 ? c : 1;
+}
+
+/* Every stage's units in order, each as soon as its stage is free and its
+ * input exists: when each unit starts and ends (start[st][i], ends[st][i]),
+ * and where each unit sits (pos[st][(bwd·v + chunk)·m + mb]). */
+static void unit_timeline(const Partition *p, double **start, double **ends, int **pos)
+{
+    int pp = (int)p->pp, v = (int)p->v, m = (int)p->m, nu = 2 * v * m;
+    PipeUnit **ord = arena_alloc(&g_arena, sizeof(PipeUnit *) * (size_t)pp);
+    int *next = arena_alloc(&g_arena, sizeof(int) * (size_t)pp);
+    double *clock = arena_alloc(&g_arena, sizeof(double) * (size_t)pp);
+    for (int st = 0; st < pp; st++) {
+        ord[st] = arena_alloc(&g_arena, sizeof(PipeUnit) * (size_t)nu);
+        sched_pipeline_order(p, st, ord[st]);
+        start[st] = arena_alloc(&g_arena, sizeof(double) * (size_t)nu);
+        ends[st] = arena_alloc(&g_arena, sizeof(double) * (size_t)nu);
+        pos[st] = arena_alloc(&g_arena, sizeof(int) * (size_t)nu);
+        for (int i = 0; i < nu; i++) pos[st][((ord[st][i].bwd ? v : 0) + ord[st][i].chunk) * m + ord[st][i].mb] = i;
+        next[st] = 0, clock[st] = 0;
+    }
+    for (int done = 0; done < pp * nu;) {
+        int before = done;
+        for (int st = 0; st < pp; st++)
+            for (; next[st] < nu; next[st]++, done++) {
+                const PipeUnit *u = &ord[st][next[st]];
+                int64_t mc = (int64_t)u->chunk * pp + st;
+                int ds, dc;
+                double t0 = clock[st];
+                bool dbwd;
+                if (unit_dep(p, mc, u, &ds, &dc, &dbwd)) {
+                    int at = pos[ds][((dbwd ? v : 0) + dc) * m + u->mb];
+                    if (at >= next[ds]) break;          /* its input is not made yet */
+                    if (ends[ds][at] > t0) t0 = ends[ds][at];
+                }
+                start[st][next[st]] = t0;
+                ends[st][next[st]] = clock[st] = t0 + unit_cost(p, mc, u->bwd);
+            }
+        if (done == before) die("sched: the pipeline order of stage 0..%d cannot run", pp - 1);
+    }
+}
+
+/* The transfers of this stage (pp > 1) in their global order: each end of a
+ * transfer issues it at the same point of that order (a receive just before
+ * its consumer, a send once its stage has reached the time its consumer
+ * starts), so blocking sends and receives meet without a cycle. */
+static void build_p2p(Bld *b, const PipeUnit *order, int n)
+{
+    const Partition *p = b->p;
+    int pp = (int)p->pp, v = (int)p->v, m = (int)p->m, st = b->c->stage, last = pp * v - 1;
+    size_t cm = (size_t)v * (size_t)m;
+    b->nmsgs = b->msg_i = 0;
+    b->unit_start = arena_alloc(&g_arena, sizeof(double) * (size_t)(n + 1));
+    b->unit_end = arena_alloc(&g_arena, sizeof(double) * (size_t)(n + 1));
+    b->swait = arena_alloc(&g_arena, sizeof(SendWait) * (size_t)(n + 1));
+    b->nswait = 0;
+    int *tabs[5];
+    for (int k = 0; k < 5; k++) {
+        tabs[k] = arena_alloc(&g_arena, sizeof(int) * (cm + 1));
+        for (size_t i = 0; i < cm; i++) tabs[k][i] = -1;
+    }
+    b->fsend_buf = tabs[0], b->bsend_buf = tabs[1], b->frecv_op = tabs[2], b->brecv_op = tabs[3];
+    b->brecv_buf = tabs[4];
+    b->msgs = arena_alloc(&g_arena, sizeof(Msg) * (size_t)(2 * n + 1));
+    for (int i = 0; i < n; i++) b->unit_start[i] = i, b->unit_end[i] = i + 1;
+    if (pp == 1) return;
+    double **start = arena_alloc(&g_arena, sizeof(double *) * (size_t)pp);
+    double **ends = arena_alloc(&g_arena, sizeof(double *) * (size_t)pp);
+    int **pos = arena_alloc(&g_arena, sizeof(int *) * (size_t)pp);
+    unit_timeline(p, start, ends, pos);
+    for (int i = 0; i < n; i++) {
+        const PipeUnit *u = &order[i];
+        int mc = u->chunk * pp + st;
+        b->unit_start[i] = start[st][i], b->unit_end[i] = ends[st][i];
+        int from = u->bwd ? mc + 1 : mc - 1, to = u->bwd ? mc - 1 : mc + 1;
+        if (from >= 0 && from <= last)      /* its input arrives from another stage */
+            b->msgs[b->nmsgs++] = (Msg){start[st][i], ends[st][i], u->bwd, from, u->mb, false, u->chunk};
+        if (to >= 0 && to <= last) {
+            int ts = to % pp, at = pos[ts][((u->bwd ? v : 0) + to / pp) * m + u->mb];
+            b->msgs[b->nmsgs++] = (Msg){start[ts][at], ends[ts][at], u->bwd, mc, u->mb, true, u->chunk};
+        }
+    }
+    qsort(b->msgs, (size_t)b->nmsgs, sizeof(Msg), by_msg);
 }
 
 /* ---- persistent buffers: model states and workspaces ------------------------------ */
@@ -370,7 +570,10 @@ static void persistent_grads(Bld *b)
     const Partition *p = b->p;
     b->grads = b->grads_shard = b->grads_full = b->hgrads = -1;
     if (p->zero < 2) {
+        /* accessed bucket by bucket: a bucket's all-reduce overlaps the
+         * backward writing the next ones */
         b->grads = buf_new(b, "grads", CAT_GRADS, SPACE_DEVICE, b->c->padded * p->gbytes, true);
+        if (b->grads >= 0) b->s->bufs[b->grads].nparts = b->c->nbuckets;
     } else {
         int64_t whole = b->c->persistent_numel + b->c->tied_padded;
         b->grads_shard = buf_new(b, "grads.shard", CAT_GRADS, SPACE_DEVICE, b->S_dev * p->gbytes, true);
@@ -388,17 +591,25 @@ static void persistent_opt(Bld *b)
     const char *names[3] = {"optimizer.master", "optimizer.exp_avg", "optimizer.exp_avg_sq"};
     if (s->train.optimizer == OPT_SGD) names[1] = "optimizer.momentum";
     bool nvme = s->offload.optimizer == OFF_NVME;
-    b->nvme_opt = b->hswap_opt = -1;
+    b->nvme_opt = -1;
+    b->nslots = 0;
     for (int i = 0; i < 3; i++) {
         b->opt[i] = buf_new(b, names[i], CAT_OPTIMIZER, SPACE_DEVICE, b->S_dev * per[i], true);
         b->hopt[i] = nvme ? -1 : buf_new(b, names[i], CAT_OPTIMIZER, SPACE_HOST, b->S_host * per[i], true);
     }
     int64_t state = per[0] + per[1] + per[2];
-    if (nvme) {
+    b->state_bytes = state;
+    if (nvme && b->S_host > 0) {
+        /* one staging slot per sub-group in flight: reading the next sub-group
+         * and writing the last overlap the host step of the current one */
         int64_t sub = s->zero.sub_group_size < b->S_host ? s->zero.sub_group_size : b->S_host;
+        int64_t groups = (b->S_host + s->zero.sub_group_size - 1) / s->zero.sub_group_size;
+        int64_t n = s->offload.optimizer_buffer_count < groups ? s->offload.optimizer_buffer_count : groups;
+        b->nslots = (int)(n < 1 ? 1 : n > MAX_SLOTS ? MAX_SLOTS : n);
         b->nvme_opt = buf_new(b, "optimizer.nvme", CAT_OPTIMIZER, SPACE_NVME, b->S_host * state, true);
-        b->hswap_opt = buf_new(b, "optimizer.nvme_staging", CAT_OPTIMIZER, SPACE_HOST,
-                               s->offload.optimizer_buffer_count * sub * state, true);
+        for (int k = 0; k < b->nslots; k++)
+            b->hslot[k] = buf_new(b, arena_printf(&g_arena, "optimizer.nvme_staging%d", k), CAT_OPTIMIZER,
+                                  SPACE_HOST, sub * state, true);
     }
     int64_t sub = s->zero.sub_group_size < b->S_host ? s->zero.sub_group_size : b->S_host;
     b->hparams_stage = s->offload.params == OFF_NONE || b->p->zero < 3
@@ -433,7 +644,53 @@ static int grad_dest(Bld *b, int sg)
     return b->bucket_inst[k];
 }
 
-/* Reduces bucket k (its buffer or, ZeRO 0-1, its part of the full grads). */
+/* Segment sg's gradients are reduced after microbatch mb's backward: ZeRO 2-3
+ * reduce bucketed segments every microbatch, the rest after the last. */
+static bool reduced_now(const Bld *b, int sg, bool final)
+{
+    const Segment *seg = &b->c->segs[sg];
+    return final || (b->p->zero >= 2 && !seg->tied && !seg->persistent);
+}
+
+/* Op o writes (accumulates) the gradients of grad layer L. */
+static void grads_write(Bld *b, int o, int L)
+{
+    int k = key_of(L);
+    for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
+        int sg = b->key_segs[i];
+        op_wr(b, o, grad_dest(b, sg));
+        op_part(b, o, b->seg_bucket[sg]);
+    }
+}
+
+/* tp > 1: the gradients of the replicated tensors (norms, row-parallel
+ * biases, positions) are partial sums over the tp ranks — each rank
+ * contributes its tokens under sequence parallelism, its share of a norm's
+ * input gradient, or (tp rank 0 alone) a gradient all ranks see whole — so one
+ * all-reduce over tp completes those about to be reduced over dp. */
+static void tp_grads(Bld *b, int L, int mb, int chunk, bool final)
+{
+    if (!b->tpx) return;
+    int k = key_of(L);
+    int64_t n = b->p->zero < 2 ? (final ? b->repl_bucketed[k] + b->repl_whole[k] : 0)
+                               : b->repl_bucketed[k] + (final ? b->repl_whole[k] : 0);
+    if (n == 0) return;
+    int o = op_new(b, OP_TP_ALLREDUCE, ST_TP_COMM, L, mb, chunk);
+    b->s->ops[o].sub = SUB_GRADS;
+    b->s->ops[o].bytes = n * b->p->gbytes;
+    for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
+        int sg = b->key_segs[i];
+        if (!reduced_now(b, sg, final)) continue;
+        int d = grad_dest(b, sg);
+        op_rd(b, o, d);
+        op_wr(b, o, d);
+        op_part(b, o, b->seg_bucket[sg]);
+    }
+}
+
+/* Reduces bucket k over dp (its buffer or, ZeRO 0-1, its part of the full
+ * grads) once its gradients are complete; with the optimizer on the host
+ * (ZeRO 2-3) the reduced shard then goes to the host. */
 static void reduce_bucket(Bld *b, int k, int mb)
 {
     const Partition *p = b->p;
@@ -441,8 +698,10 @@ static void reduce_bucket(Bld *b, int k, int mb)
     int o = op_new(b, OP_GRAD_REDUCE, ST_DP_COMM, -1, mb, b->c->buckets[k].chunk);
     b->s->ops[o].aux = k;
     b->s->ops[o].bytes = b->c->buckets[k].padded * p->gbytes;
+    op_part(b, o, k);
     op_rd(b, o, src);
     op_wr(b, o, p->zero < 2 ? src : b->grads_shard);
+    if (p->zero >= 2 && b->S_host > 0) op_wr(b, o, src);     /* the owned shard, reduced in place */
     defer_wait(b, o, b->overlap ? 1 : 0);
     if (p->zero >= 2 && b->S_host > 0) {
         int d = op_new(b, OP_GRAD_D2H, ST_COPY, -1, mb, b->c->buckets[k].chunk);
@@ -455,19 +714,21 @@ static void reduce_bucket(Bld *b, int k, int mb)
     if (p->zero >= 2) b->bucket_inst[k] = -1;
 }
 
-/* Op `o` produced the gradients of grad layer L for microbatch mb: write
- * them into their buffers, and reduce the buckets it completes (ZeRO 2-3
+/* The gradients of grad layer L for microbatch mb are written: complete the
+ * replicated ones over tp, then reduce the buckets L completes (ZeRO 2-3
  * every microbatch, ZeRO 0-1 after the last). */
-static void grads_of(Bld *b, int o, int L, int mb, bool final)
+static void grads_done(Bld *b, int L, int mb, int chunk, bool final)
 {
     int k = key_of(L), touched[64], nt = 0;
+    tp_grads(b, L, mb, chunk, final);
     for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
         int sg = b->key_segs[i];
-        op_wr(b, o, grad_dest(b, sg));
         const Segment *seg = &b->c->segs[sg];
         bool whole = seg->tied || seg->persistent;
         int bk = b->seg_bucket[sg];
-        if (!(whole && b->p->zero >= 2) && b->bucket_layer[bk] == L && nt < 64) touched[nt++] = bk;
+        bool dup = false;
+        for (int j = 0; j < nt; j++) dup |= touched[j] == bk;
+        if (!dup && !(whole && b->p->zero >= 2) && b->bucket_layer[bk] == L && nt < 64) touched[nt++] = bk;
     }
     for (int i = 0; i < nt; i++)
         if (b->p->zero >= 2 || final) reduce_bucket(b, touched[i], mb);
@@ -497,6 +758,128 @@ static void reads_params(Bld *b, int o)
     op_rd(b, o, b->persist);
 }
 
+/* ---- tensor parallelism ------------------------------------------------------------------ */
+
+/* A TP collective on the tp stream from src to dst (in place when equal);
+ * bytes: the full buffer's. */
+static int tp_comm(Bld *b, int kind, int sub, int L, int mb, int chunk, int src, int dst, int64_t bytes)
+{
+    int o = op_new(b, kind, ST_TP_COMM, L, mb, chunk);
+    b->s->ops[o].sub = sub;
+    b->s->ops[o].bytes = bytes;
+    op_rd(b, o, src);
+    op_wr(b, o, dst);
+    return o;
+}
+
+/* One compute part of a layer split around its TP collectives. */
+static int part_op(Bld *b, int kind, int sub, int L, int mb, int chunk, double fl)
+{
+    int o = compute_op(b, kind, L, mb, chunk, fl);
+    b->s->ops[o].sub = sub;
+    reads_params(b, o);
+    units_of(b, o, L);
+    return o;
+}
+
+/* A [T, h] activation transient of layer L (the full sequence, or one rank's
+ * shard: bytes say which). */
+static int act_buf(Bld *b, int L, int mb, const char *what, int64_t bytes)
+{
+    return buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what), CAT_ACTIVATIONS, SPACE_DEVICE,
+                   bytes, false);
+}
+
+/* What a layer's forward (or its full recompute) reads and keeps. */
+typedef struct FwdIO {
+    int kind;                   /* OP_LAYER_FWD or OP_RECOMPUTE                    */
+    int in;                     /* the input (its sequence shard under SP)         */
+    int keep[2];                /* written for backward (saved tensors, a checkpoint slice) */
+    int out;                    /* the output, or -1 when nothing needs it         */
+    double fl;                  /* FLOPs per sequence of the whole layer           */
+    int64_t scratch;            /* transient bytes of one op                       */
+} FwdIO;
+
+/* The writes every part of a layer forward makes. */
+static void fwd_keep(Bld *b, int o, const FwdIO *io)
+{
+    op_wr(b, o, io->keep[0]);
+    op_wr(b, o, io->keep[1]);
+}
+
+/* A layer's forward as one op (tp = 1), or split around its TP collectives:
+ * [SP: all-gather the input] attention part, all-reduce (SP: reduce-scatter)
+ * of its partial sums, [SP: all-gather] MLP part, all-reduce (reduce-scatter)
+ * into the output.  Each residual is folded into the partial sums before the
+ * reduction (tp rank 0 adds it; under SP each rank adds its shard to its own
+ * slice), so the reduction yields the residual stream; under SP the norms run
+ * on the gathered sequence.  The compute stream waits for each collective
+ * before going on: they are on the critical path, as in Megatron. */
+static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
+{
+    const ActBytes *a = &b->p->act;
+    if (!b->tpx) {
+        int o = compute_op(b, io->kind, L, mb, chunk, io->fl);
+        op_rd(b, o, io->in);
+        reads_params(b, o);
+        units_of(b, o, L);
+        fwd_keep(b, o, io);
+        op_wr(b, o, io->out);
+        op_scratch(b, o, io->scratch);
+        compute_done(b);
+        return;
+    }
+    double fm = io->fl * b->mlp_share, fa = io->fl - fm;
+    int in = io->in;
+    if (b->sp) {
+        int g = act_buf(b, L, mb, "gathered", a->full);
+        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, io->in, g, a->full));
+        in = g;
+    }
+    int A = part_op(b, io->kind, SUB_ATTN, L, mb, chunk, fa);
+    op_rd(b, A, in);
+    op_rd(b, A, io->in);
+    fwd_keep(b, A, io);
+    int r1 = act_buf(b, L, mb, "resid1", a->x), red;
+    if (b->sp) {
+        int part = act_buf(b, L, mb, "partial", a->full);
+        op_wr(b, A, part);
+        op_scratch(b, A, io->scratch);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full);
+        int g2 = act_buf(b, L, mb, "gathered", a->full);
+        red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, r1, g2, a->full);
+        in = g2;
+    } else {
+        op_wr(b, A, r1);
+        op_scratch(b, A, io->scratch);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_ALLREDUCE, SUB_ATTN, L, mb, chunk, r1, r1, a->x);
+        in = r1;
+    }
+    emit_wait(b, red);
+    int M = part_op(b, io->kind, SUB_MLP, L, mb, chunk, fm);
+    op_rd(b, M, in);
+    op_rd(b, M, r1);
+    fwd_keep(b, M, io);
+    op_scratch(b, M, io->scratch);
+    if (io->out < 0) {          /* the last layer of a recompute group: its output is not needed */
+        compute_done(b);
+        return;
+    }
+    if (b->sp) {
+        int part = act_buf(b, L, mb, "partial", a->full);
+        op_wr(b, M, part);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
+    } else {
+        op_wr(b, M, io->out);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_ALLREDUCE, SUB_MLP, L, mb, chunk, io->out, io->out, a->x);
+    }
+    emit_wait(b, red);
+}
+
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* A microbatch's tokens (and targets) to the device. */
@@ -514,40 +897,50 @@ static void load_batch(Bld *b, int mb, bool tokens, bool targets)
     defer_wait(b, o, 0);
 }
 
-/* The buffer holding layer i's input (chunk, microbatch): kept for backward,
- * or under full recompute the checkpoint (group starts) or a transient. */
+/* The buffer receiving layer i's input (chunk, microbatch), which the layer
+ * keeps for backward — or under full recompute the checkpoint (group starts)
+ * or a transient.  With partitioned activations the input is a transient and
+ * the layer keeps only its tp rank's slice of it (X, written by the layer). */
 static int new_input(Bld *b, int chunk, int i, int mb)
 {
     const ActBytes *a = &b->p->act;
     int L = b->c->chunks[chunk].first_layer + i;
-    bool ckpt = b->pol == CKPT_FULL && i % b->every == 0;
-    const char *what = b->pol != CKPT_FULL ? "x" : ckpt ? "ckpt" : "x.transient";
-    int id = buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what), CAT_ACTIVATIONS, SPACE_DEVICE,
-                     ckpt ? a->ckpt : a->x, false);
-    b->X[lm(b, chunk, i, mb)] = id;
+    bool ckpt = b->pol == CKPT_FULL && i % b->every == 0, slice = ckpt && a->ckpt < a->x;
+    const char *what = b->pol != CKPT_FULL ? "x" : ckpt && !slice ? "ckpt" : "x.transient";
+    int id = act_buf(b, L, mb, what, a->x);
+    b->XIN[lm(b, chunk, i, mb)] = id;
+    b->X[lm(b, chunk, i, mb)] = slice ? act_buf(b, L, mb, "ckpt", a->ckpt) : id;
     return id;
 }
 
-/* The embedding: tokens to the first layer's input. */
+/* The embedding: tokens to the first layer's input; vocab-parallel under tp,
+ * its partial sums reduced over tp (reduce-scattered under SP). */
 static void embed_fwd(Bld *b, int chunk, int mb)
 {
     const Partition *p = b->p;
+    int in0 = new_input(b, chunk, 0, mb);
     int o = compute_op(b, OP_EMBED_FWD, LAYER_PRE, mb, chunk, 0);
     op_rd(b, o, b->tok[mb]);
     reads_params(b, o);
     units_of(b, o, LAYER_PRE);
-    op_wr(b, o, new_input(b, chunk, 0, mb));
-    op_scratch(b, o, p->tp > 1 ? p->act.full : 0);     /* vocab-parallel partial sums */
-    compute_done(b);
-}
-
-/* Receives the chunk's input from the previous stage into the first layer's input. */
-static void recv_fwd(Bld *b, int chunk, int mb)
-{
-    int o = op_new(b, OP_RECV_FWD, ST_PP_COMM, -1, mb, chunk);
-    b->s->ops[o].bytes = b->p->act.boundary;
-    op_wr(b, o, new_input(b, chunk, 0, mb));
-    defer_wait(b, o, 0);
+    if (!b->tpx) {
+        op_wr(b, o, in0);
+        compute_done(b);
+        return;
+    }
+    int red;
+    if (b->sp) {
+        int part = buf_new(b, arena_printf(&g_arena, "act.embed.mb%d.partial", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+                           p->act.full, false);
+        op_wr(b, o, part);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_WHOLE, LAYER_PRE, mb, chunk, part, in0, p->act.full);
+    } else {
+        op_wr(b, o, in0);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_ALLREDUCE, SUB_WHOLE, LAYER_PRE, mb, chunk, in0, in0, p->act.x);
+    }
+    emit_wait(b, red);
 }
 
 /* cpu checkpointing: the checkpoint goes to the host after its last forward use. */
@@ -582,33 +975,38 @@ static int layer_output(Bld *b, int chunk, int i, int mb)
 static void layer_fwd(Bld *b, int chunk, int i, int mb)
 {
     const ActBytes *a = &b->p->act;
-    int L = b->c->chunks[chunk].first_layer + i;
-    int o = compute_op(b, OP_LAYER_FWD, L, mb, chunk, b->m->fl_layer_fwd);
-    op_rd(b, o, b->X[lm(b, chunk, i, mb)]);
-    reads_params(b, o);
-    units_of(b, o, L);
-    int saved = buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.saved", L, mb), CAT_ACTIVATIONS, SPACE_DEVICE,
-                        a->saved[b->pol], false);
-    b->SAVED[lm(b, chunk, i, mb)] = saved;
-    op_wr(b, o, saved);
-    op_wr(b, o, layer_output(b, chunk, i, mb));
-    bool gather_ckpt = b->pol == CKPT_FULL && a->ckpt < a->x && i % b->every == 0;
-    op_scratch(b, o, a->fwd_scratch[b->pol] + (gather_ckpt ? a->x : 0));
-    compute_done(b);
+    int L = b->c->chunks[chunk].first_layer + i, k = lm(b, chunk, i, mb);
+    int saved = act_buf(b, L, mb, "saved", a->saved[b->pol]);
+    b->SAVED[k] = saved;
+    FwdIO io = {OP_LAYER_FWD, b->XIN[k], {saved, b->X[k] != b->XIN[k] ? b->X[k] : -1}, -1, b->m->fl_layer_fwd,
+                a->fwd_scratch[b->pol]};
+    io.out = layer_output(b, chunk, i, mb);
+    layer_forward_ops(b, L, mb, chunk, &io);
     if (b->pol == CKPT_FULL && b->spec->checkpointing.cpu && i % b->every == 0) ckpt_to_host(b, chunk, i, mb);
 }
 
 /* The head: final norm, logits, fused cross-entropy, and at once its
- * backward, leaving the gradient of the last layer's output. */
+ * backward, leaving the gradient of the last layer's output.  Under tp the
+ * logits are vocab-parallel (the cross-entropy's per-token max and sum are
+ * reduced inside the op), the input is gathered first under SP, and the input
+ * gradient's partial sums are reduced over tp (reduce-scattered under SP). */
 static void head(Bld *b, int chunk, int mb, bool final)
 {
     const Partition *p = b->p;
     const ActBytes *a = &p->act;
-    int o = compute_op(b, OP_HEAD, (int)b->m->l, mb, chunk, b->m->fl_head_fwd + b->m->fl_head_bwd);
+    int l = (int)b->m->l, in = b->HX[mb];
+    if (b->sp) {
+        int g = buf_new(b, arena_printf(&g_arena, "act.y.mb%d.gathered", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+                        a->full, false);
+        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_WHOLE, l, mb, chunk, b->HX[mb], g, a->full));
+        in = g;
+    }
+    int o = compute_op(b, OP_HEAD, l, mb, chunk, b->m->fl_head_fwd + b->m->fl_head_bwd);
+    op_rd(b, o, in);
     op_rd(b, o, b->HX[mb]);
     op_rd(b, o, b->tgt[mb]);
     reads_params(b, o);
-    units_of(b, o, (int)b->m->l);
+    units_of(b, o, l);
     if (b->m->tied && p->pp == 1 && p->zero == 3 && b->tok_seg >= 0 && !b->c->segs[b->tok_seg].persistent) {
         Op *op = &b->s->ops[o];
         op->unit[op->unit[0] < 0 ? 0 : 1] = b->tok_seg;
@@ -616,23 +1014,69 @@ static void head(Bld *b, int chunk, int mb, bool final)
     int64_t logits = p->T * (b->m->Vpad / p->tp) * p->wbytes;     /* (T, Vpad/t) */
     op_wr(b, o, buf_new(b, arena_printf(&g_arena, "logits.mb%d", mb), CAT_LOGITS, SPACE_DEVICE, logits, false));
     int64_t stats = p->T_sp * (b->m->layernorm ? 2 : 1) * 4, ce = 4 * p->T * 4;
-    bool sp = p->T_sp < p->T;
-    op_scratch(b, o, stats + 2 * a->x + (sp ? a->full : 0) + ce + a->full);
+    op_scratch(b, o, stats + 2 * a->x + ce + a->full);
     b->HD[mb] = buf_new(b, arena_printf(&g_arena, "act.dy.mb%d", mb), CAT_ACTIVATIONS, SPACE_DEVICE, a->x, false);
-    op_wr(b, o, b->HD[mb]);
+    int part = b->sp ? buf_new(b, arena_printf(&g_arena, "act.dy.mb%d.partial", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+                               a->full, false)
+                     : b->HD[mb];
+    op_wr(b, o, part);
     op_wr(b, o, b->misc);
-    grads_of(b, o, (int)b->m->l, mb, final);
-    if (b->m->tied && p->pp == 1 && b->tok_seg >= 0) op_wr(b, o, grad_dest(b, b->tok_seg));
+    grads_write(b, o, l);
+    if (b->m->tied && p->pp == 1 && b->tok_seg >= 0) {
+        op_wr(b, o, grad_dest(b, b->tok_seg));
+        op_part(b, o, b->seg_bucket[b->tok_seg]);
+    }
     compute_done(b);
+    if (b->tpx) {
+        int red = b->sp ? tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_WHOLE, l, mb, chunk, part, b->HD[mb], a->full)
+                        : tp_comm(b, OP_TP_ALLREDUCE, SUB_WHOLE, l, mb, chunk, part, part, a->x);
+        emit_wait(b, red);
+    }
+    grads_done(b, l, mb, chunk, final);
 }
 
-/* Sends the chunk's output to the next stage. */
-static void send_fwd(Bld *b, int chunk, int mb)
+/* Issues one transfer of this stage: a send of what its unit produced, or a
+ * receive into a new buffer, which the consuming unit waits for. */
+static void emit_msg(Bld *b, const Msg *g)
 {
-    int o = op_new(b, OP_SEND_FWD, ST_PP_COMM, -1, mb, chunk);
-    b->s->ops[o].bytes = b->p->act.boundary;
-    op_rd(b, o, b->HX[mb]);
-    defer_wait(b, o, 1);
+    int k = g->chunk * (int)b->p->m + g->mb, o;
+    int64_t bytes = b->p->act.boundary;
+    if (g->send) {
+        o = op_new(b, g->bwd ? OP_SEND_BWD : OP_SEND_FWD, ST_PP_COMM, -1, g->mb, g->chunk);
+        op_rd(b, o, g->bwd ? b->bsend_buf[k] : b->fsend_buf[k]);
+        b->s->ops[o].bytes = bytes;
+        /* the compute stream waits for it (keeping the sent buffer) once its
+         * consumer is done: a blocking send ends when its receiver is ready */
+        b->swait[b->nswait++] = (SendWait){o, g->done};
+    } else if (!g->bwd) {
+        o = op_new(b, OP_RECV_FWD, ST_PP_COMM, -1, g->mb, g->chunk);
+        op_wr(b, o, new_input(b, g->chunk, 0, g->mb));
+        b->s->ops[o].bytes = bytes;
+        b->frecv_op[k] = o;
+    } else {
+        int id = buf_new(b, arena_printf(&g_arena, "pp.recv_bwd.mb%d", g->mb), CAT_COMM, SPACE_DEVICE, bytes, false);
+        o = op_new(b, OP_RECV_BWD, ST_PP_COMM, -1, g->mb, g->chunk);
+        op_wr(b, o, id);
+        b->s->ops[o].bytes = bytes;
+        b->brecv_op[k] = o, b->brecv_buf[k] = id;
+    }
+}
+
+/* The compute stream waits for the sends whose consumers end by time t. */
+static void wait_sends(Bld *b, double t)
+{
+    int k = 0;
+    for (int i = 0; i < b->nswait; i++) {
+        if (b->swait[i].t <= t) emit_wait(b, b->swait[i].op);
+        else b->swait[k++] = b->swait[i];
+    }
+    b->nswait = k;
+}
+
+/* Issues the transfers ordered before time t. */
+static void emit_msgs(Bld *b, double t)
+{
+    for (; b->msg_i < b->nmsgs && b->msgs[b->msg_i].t < t; b->msg_i++) emit_msg(b, &b->msgs[b->msg_i]);
 }
 
 /* The forward of one model chunk for one microbatch. */
@@ -644,10 +1088,10 @@ static void forward_unit(Bld *b, int chunk, int mb)
     if (ch->embed) load_batch(b, mb, true, head_here);
     else if (ch->head && !b->c->chunks[0].embed) load_batch(b, mb, false, true);
     if (ch->embed) embed_fwd(b, chunk, mb);
-    else recv_fwd(b, chunk, mb);
+    else emit_wait(b, b->frecv_op[chunk * b->p->m + mb]);
     for (int i = 0; i < ch->nlayers; i++) layer_fwd(b, chunk, i, mb);
     if (ch->head) head(b, chunk, mb, final);
-    else send_fwd(b, chunk, mb);
+    else b->fsend_buf[chunk * b->p->m + mb] = b->HX[mb];
     b->fwd_done[chunk]++;
 }
 
@@ -658,8 +1102,7 @@ static int ckpt_from_host(Bld *b, int chunk, int i, int mb)
 {
     int host = -2 - b->X[lm(b, chunk, i, mb)];
     int L = b->c->chunks[chunk].first_layer + i;
-    int dev = buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.ckpt", L, mb), CAT_ACTIVATIONS, SPACE_DEVICE,
-                      b->p->act.ckpt, false);
+    int dev = act_buf(b, L, mb, "ckpt", b->p->act.ckpt);
     int o = op_new(b, OP_CKPT_H2D, ST_COPY, L, mb, chunk);
     b->s->ops[o].bytes = b->p->act.ckpt;
     op_rd(b, o, host);
@@ -670,28 +1113,28 @@ static int ckpt_from_host(Bld *b, int chunk, int i, int mb)
 }
 
 /* Full recompute of the group ending at layer i: replays its forwards from
- * the checkpoint, leaving each layer's saved tensors (and inputs) in RC. */
-static void recompute_group(Bld *b, int chunk, int i, int mb, int *rc)
+ * the checkpoint (gathered over tp first when partitioned), leaving each
+ * layer's saved tensors (and inputs) in rc and each layer's input in bx. */
+static void recompute_group(Bld *b, int chunk, int i, int mb, int *rc, int *bx)
 {
     const ActBytes *a = &b->p->act;
     int g = i / b->every * b->every, L0 = b->c->chunks[chunk].first_layer;
     if (b->X[lm(b, chunk, g, mb)] <= -2) ckpt_from_host(b, chunk, g, mb);
+    int x = b->X[lm(b, chunk, g, mb)];
+    if (a->ckpt < a->x) {       /* partitioned: all-gather the tp slices */
+        int full = act_buf(b, L0 + g, mb, "ckpt.gathered", a->x);
+        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_WHOLE, L0 + g, mb, chunk, x, full, a->x));
+        x = full;
+    }
+    bx[g] = x;
     for (int j = g; j <= i; j++) {
-        int o = compute_op(b, OP_RECOMPUTE, L0 + j, mb, chunk, b->m->fl_recompute_full);
-        op_rd(b, o, j == g ? b->X[lm(b, chunk, g, mb)] : rc[j]);
-        reads_params(b, o);
-        units_of(b, o, L0 + j);
-        if (j == g)
-            rc[j] = buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.recomputed", L0 + j, mb), CAT_ACTIVATIONS,
-                            SPACE_DEVICE, a->saved[CKPT_NONE], false);
-        op_wr(b, o, rc[j]);
-        if (j < i) {
-            rc[j + 1] = buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.recomputed", L0 + j + 1, mb),
-                                CAT_ACTIVATIONS, SPACE_DEVICE, a->x + a->saved[CKPT_NONE], false);
-            op_wr(b, o, rc[j + 1]);
-        }
-        op_scratch(b, o, a->fwd_scratch[CKPT_NONE] + (j == g && a->ckpt < a->x ? a->x : 0));
-        compute_done(b);
+        if (j == g) rc[j] = act_buf(b, L0 + j, mb, "recomputed", a->saved[CKPT_NONE]);
+        else bx[j] = rc[j];
+        int out = -1;
+        if (j < i) out = rc[j + 1] = act_buf(b, L0 + j + 1, mb, "recomputed", a->x + a->saved[CKPT_NONE]);
+        FwdIO io = {OP_RECOMPUTE, j == g ? x : rc[j], {rc[j], -1}, out, b->m->fl_recompute_full,
+                    a->fwd_scratch[CKPT_NONE]};
+        layer_forward_ops(b, L0 + j, mb, chunk, &io);
     }
 }
 
@@ -700,9 +1143,9 @@ static int recompute_attention(Bld *b, int chunk, int i, int mb)
 {
     int L = b->c->chunks[chunk].first_layer + i;
     int o = compute_op(b, OP_RECOMPUTE, L, mb, chunk, b->m->fl_recompute_sel);
+    b->s->ops[o].sub = b->tpx ? SUB_ATTN : SUB_WHOLE;
     op_rd(b, o, b->SAVED[lm(b, chunk, i, mb)]);
-    int id = buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.attn", L, mb), CAT_ACTIVATIONS, SPACE_DEVICE,
-                     b->p->act.attn, false);
+    int id = act_buf(b, L, mb, "attn", b->p->act.attn);
     op_wr(b, o, id);
     compute_done(b);
     return id;
@@ -719,50 +1162,131 @@ static int input_grad(Bld *b, int chunk, int i, int mb)
                    SPACE_DEVICE, b->p->act.x, false);
 }
 
-/* One layer's backward: gradient in, gradient out, weight gradients. */
-static int layer_bwd(Bld *b, int chunk, int i, int mb, int dy, int rc, int attn, bool final)
+/* What a layer's backward reads. */
+typedef struct BwdIO {
+    int dy;                     /* the output gradient (its shard under SP)       */
+    int state;                  /* saved (or recomputed) tensors                  */
+    int x;                      /* the layer input, when held apart from state    */
+    int attn;                   /* the selectively recomputed attention core      */
+    int dx;                     /* the input gradient                              */
+} BwdIO;
+
+/* A backward compute part (or the whole backward). */
+static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const BwdIO *io)
 {
-    const ActBytes *a = &b->p->act;
-    int L = b->c->chunks[chunk].first_layer + i;
-    int o = compute_op(b, OP_LAYER_BWD, L, mb, chunk, b->m->fl_layer_bwd);
-    op_rd(b, o, dy);
-    if (b->pol != CKPT_FULL || i % b->every == 0) op_rd(b, o, b->X[lm(b, chunk, i, mb)]);
-    op_rd(b, o, b->SAVED[lm(b, chunk, i, mb)]);
-    op_rd(b, o, rc);
-    op_rd(b, o, attn);
-    reads_params(b, o);
-    units_of(b, o, L);
-    int dx = input_grad(b, chunk, i, mb);
-    op_wr(b, o, dx);
-    op_scratch(b, o, a->bwd_scratch);
-    grads_of(b, o, L, mb, final);
-    compute_done(b);
-    return dx;
+    int o = part_op(b, OP_LAYER_BWD, sub, L, mb, chunk, fl);
+    op_rd(b, o, io->state);
+    op_rd(b, o, io->x);
+    op_rd(b, o, io->attn);
+    op_scratch(b, o, b->p->act.bwd_scratch);
+    grads_write(b, o, L);
+    return o;
 }
 
-/* The embedding's backward: scatter-add into its gradient. */
+/* A layer's backward, one op (tp = 1) or split like its forward: the MLP
+ * part, an all-reduce over tp of its partial input gradient (f's backward),
+ * then the attention part and another all-reduce into dx.  Under SP the
+ * output gradient (and the sequence shard each part's weight gradient needs)
+ * is all-gathered before each part and the partial input gradient
+ * reduce-scattered after it, the conjugates of the forward's collectives.
+ * As in the forward, the residual and the norms' input gradients are folded
+ * into the partial sums (the norms' weight gradients then are partial sums
+ * too: tp_grads completes them). */
+static void layer_backward_ops(Bld *b, int L, int mb, int chunk, const BwdIO *io)
+{
+    const ActBytes *a = &b->p->act;
+    double fl = b->m->fl_layer_bwd, fm = fl * b->mlp_share;
+    if (!b->tpx) {
+        int o = bwd_part(b, SUB_WHOLE, L, mb, chunk, fl, io);
+        op_rd(b, o, io->dy);
+        op_wr(b, o, io->dx);
+        compute_done(b);
+        return;
+    }
+    int d1 = act_buf(b, L, mb, "dresid1", a->x), red;
+    int M, A;
+    if (b->sp) {
+        int gd = act_buf(b, L, mb, "dy.gathered", a->full), gs = act_buf(b, L, mb, "regathered", a->full);
+        tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->dy, gd, a->full);
+        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->state, gs, a->full));
+        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io);
+        int part = act_buf(b, L, mb, "dpartial", a->full);
+        op_rd(b, M, gd);
+        op_rd(b, M, gs);
+        op_rd(b, M, io->dy);
+        op_wr(b, M, part);
+        compute_done(b);
+        tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, d1, a->full);
+        int gd2 = act_buf(b, L, mb, "dy.gathered", a->full), gx = act_buf(b, L, mb, "regathered", a->full);
+        tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, d1, gd2, a->full);
+        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, io->x >= 0 ? io->x : io->state, gx,
+                             a->full));
+        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io);
+        int part2 = act_buf(b, L, mb, "dpartial", a->full);
+        op_rd(b, A, gd2);
+        op_rd(b, A, gx);
+        op_rd(b, A, d1);
+        op_wr(b, A, part2);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part2, io->dx, a->full);
+    } else {
+        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io);
+        op_rd(b, M, io->dy);
+        op_wr(b, M, d1);
+        compute_done(b);
+        emit_wait(b, tp_comm(b, OP_TP_ALLREDUCE, SUB_MLP, L, mb, chunk, d1, d1, a->x));
+        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io);
+        op_rd(b, A, d1);
+        op_wr(b, A, io->dx);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_ALLREDUCE, SUB_ATTN, L, mb, chunk, io->dx, io->dx, a->x);
+    }
+    emit_wait(b, red);
+}
+
+/* One layer's backward: gradient in, gradient out, weight gradients. */
+static int layer_bwd(Bld *b, int chunk, int i, int mb, int dy, int rc, int bx, int attn, bool final)
+{
+    int L = b->c->chunks[chunk].first_layer + i, k = lm(b, chunk, i, mb);
+    BwdIO io = {dy, b->SAVED[k], -1, attn, input_grad(b, chunk, i, mb)};
+    if (b->pol == CKPT_FULL) {
+        io.state = rc;
+        io.x = bx != rc ? bx : -1;
+    } else {
+        io.x = b->X[k];
+    }
+    layer_backward_ops(b, L, mb, chunk, &io);
+    grads_done(b, L, mb, chunk, final);
+    return io.dx;
+}
+
+/* The embedding's backward: scatter-add into its gradient (the gradient
+ * all-gathered over tp first under SP: each rank holds a vocabulary slice). */
 static void embed_bwd(Bld *b, int chunk, int mb, int dx, bool final)
 {
     const Partition *p = b->p;
+    int in = dx;
+    if (b->sp) {
+        in = buf_new(b, arena_printf(&g_arena, "act.embed.mb%d.dx.gathered", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+                     p->act.full, false);
+        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_WHOLE, LAYER_PRE, mb, chunk, dx, in, p->act.full));
+    }
     int o = compute_op(b, OP_EMBED_BWD, LAYER_PRE, mb, chunk, 0);
+    op_rd(b, o, in);
     op_rd(b, o, dx);
     op_rd(b, o, b->tok[mb]);
-    op_scratch(b, o, p->T_sp < p->T ? p->act.full : 0);    /* the gathered gradient under SP */
-    grads_of(b, o, LAYER_PRE, mb, final);
+    grads_write(b, o, LAYER_PRE);
     compute_done(b);
+    grads_done(b, LAYER_PRE, mb, chunk, final);
 }
 
 /* The gradient of the chunk's output: from the head, or received. */
 static int output_grad(Bld *b, int chunk, int mb)
 {
     if (b->c->chunks[chunk].head) return b->HD[mb];
-    int id = buf_new(b, arena_printf(&g_arena, "pp.recv_bwd.mb%d", mb), CAT_COMM, SPACE_DEVICE,
-                     b->p->act.boundary, false);
-    int o = op_new(b, OP_RECV_BWD, ST_PP_COMM, -1, mb, chunk);
-    b->s->ops[o].bytes = b->p->act.boundary;
-    op_wr(b, o, id);
-    defer_wait(b, o, 0);
-    return id;
+    int k = chunk * (int)b->p->m + mb;
+    emit_wait(b, b->brecv_op[k]);
+    return b->brecv_buf[k];
 }
 
 /* The backward of one model chunk for one microbatch. */
@@ -772,22 +1296,17 @@ static void backward_unit(Bld *b, int chunk, int mb)
     bool final = b->bwd_done[chunk] == b->p->m - 1;
     int dy = output_grad(b, chunk, mb);
     int *rc = arena_alloc(&g_arena, sizeof(int) * (size_t)(ch->nlayers + 1));
+    int *bx = arena_alloc(&g_arena, sizeof(int) * (size_t)(ch->nlayers + 1));
+    for (int i = 0; i <= ch->nlayers; i++) rc[i] = bx[i] = -1;
     for (int i = ch->nlayers - 1; i >= 0; i--) {
         int attn = -1;
-        rc[i] = -1;
         bool group_end = i == ch->nlayers - 1 || (i + 1) % b->every == 0;
-        if (b->pol == CKPT_FULL && group_end) recompute_group(b, chunk, i, mb, rc);
+        if (b->pol == CKPT_FULL && group_end) recompute_group(b, chunk, i, mb, rc, bx);
         if (b->pol == CKPT_SELECTIVE) attn = recompute_attention(b, chunk, i, mb);
-        dy = layer_bwd(b, chunk, i, mb, dy, rc[i], attn, final);
+        dy = layer_bwd(b, chunk, i, mb, dy, rc[i], bx[i], attn, final);
     }
-    if (ch->embed) {
-        embed_bwd(b, chunk, mb, dy, final);
-    } else {
-        int o = op_new(b, OP_SEND_BWD, ST_PP_COMM, -1, mb, chunk);
-        b->s->ops[o].bytes = b->p->act.boundary;
-        op_rd(b, o, dy);
-        defer_wait(b, o, 1);
-    }
+    if (ch->embed) embed_bwd(b, chunk, mb, dy, final);
+    else b->bsend_buf[chunk * b->p->m + mb] = dy;
     b->bwd_done[chunk]++;
 }
 
@@ -802,6 +1321,8 @@ static void reduce_whole(Bld *b)
     if (p->pp > 1 && b->c->tied_numel > 0) {
         int o = op_new(b, OP_TIED_REDUCE, ST_PP_COMM, -1, -1, -1);
         b->s->ops[o].bytes = b->c->tied_numel * p->gbytes;
+        for (int i = 0; i < b->c->nsegs; i++)
+            if (b->c->segs[i].tied) op_part(b, o, b->seg_bucket[i]);
         op_rd(b, o, whole);
         op_wr(b, o, whole);
         defer_wait(b, o, 0);
@@ -820,20 +1341,6 @@ static void reduce_whole(Bld *b)
     }
 }
 
-/* The global gradient norm (clipping; fp16 overflow check). */
-static void grad_norm(Bld *b)
-{
-    const Spec *s = b->spec;
-    if (s->train.grad_clip <= 0 && s->precision.dtype != DT_FP16) return;
-    int o = op_new(b, OP_GRAD_NORM, b->S_dev > 0 ? ST_COMPUTE : ST_HOST, -1, -1, -1);
-    op_rd(b, o, b->grads);
-    op_rd(b, o, b->grads_shard);
-    op_rd(b, o, b->grads_full);
-    op_rd(b, o, b->hgrads);
-    op_wr(b, o, b->misc);
-    if (b->S_dev > 0) compute_done(b);
-}
-
 /* ZeRO 0-1 with offload: the shard of the reduced gradients to the host. */
 static void grads_to_host(Bld *b)
 {
@@ -843,6 +1350,36 @@ static void grads_to_host(Bld *b)
     op_rd(b, o, b->grads);
     op_wr(b, o, b->hgrads);
     defer_wait(b, o, 0);
+}
+
+/* The global gradient norm (clipping; fp16's overflow check): each rank's
+ * share of the sum of squares (the elements it owns; tp-replicated tensors
+ * counted on tp rank 0, the tied copy on one stage), then an all-reduce over
+ * the whole world — under fp16 first of the overflow flag (max), then of the
+ * sum, as Megatron does; an overflow also shows as a non-finite sum. */
+static void grad_norm(Bld *b)
+{
+    const Spec *s = b->spec;
+    bool fp16 = s->precision.dtype == DT_FP16, clip = s->train.grad_clip > 0;
+    if (!clip && !fp16) return;
+    bool dev = b->S_dev > 0;
+    int o = op_new(b, OP_GRAD_SUMSQ, dev ? ST_COMPUTE : ST_HOST, -1, -1, -1);
+    op_rd(b, o, b->grads);
+    op_rd(b, o, b->grads_shard);
+    op_rd(b, o, b->grads_full);
+    op_rd(b, o, b->hgrads);
+    op_wr(b, o, b->misc);
+    if (dev) compute_done(b);
+    if (b->p->world == 1) return;
+    for (int k = fp16 ? 1 : 0; k >= 0; k--) {
+        if (k == 0 && !clip) continue;
+        int r = op_new(b, OP_GRAD_NORM, ST_DP_COMM, -1, -1, -1);
+        b->s->ops[r].aux = k;
+        b->s->ops[r].bytes = 4;
+        op_rd(b, r, b->misc);
+        op_wr(b, r, b->misc);
+        if (dev) defer_wait(b, r, 0);
+    }
 }
 
 /* The device's optimizer sub-groups: master, moments, then the 16-bit
@@ -862,6 +1399,7 @@ static void opt_device(Bld *b)
         op_rd(b, o, b->grads);
         op_rd(b, o, b->grads_shard);
         op_rd(b, o, b->grads_full);
+        op_rd(b, o, b->misc);
         for (int i = 0; i < 3; i++) op_rd(b, o, b->opt[i]), op_wr(b, o, b->opt[i]);
         if (stage32) op_wr(b, o, buf_new(b, "optimizer.grads_fp32", CAT_OPTIMIZER, SPACE_DEVICE, n * 4, false));
         int out = params_away ? buf_new(b, "params.d2h_staging", CAT_COMM, SPACE_DEVICE, n * p->wbytes, false) : dst;
@@ -877,38 +1415,55 @@ static void opt_device(Bld *b)
     }
 }
 
-/* The host's optimizer sub-groups (NVMe reads and writes around them), then
- * the updated 16-bit parameters back to the device. */
+/* Reads optimizer sub-group g (n elements) from NVMe into its staging slot. */
+static void opt_read(Bld *b, int g, int64_t n)
+{
+    int r = op_new(b, OP_OPT_READ, ST_COPY, -1, -1, g);
+    b->s->ops[r].bytes = n * b->state_bytes;
+    op_rd(b, r, b->nvme_opt);
+    op_wr(b, r, b->hslot[g % b->nslots]);
+}
+
+/* The host's optimizer sub-groups, then the updated 16-bit parameters back to
+ * the device.  With the states on NVMe the reads and writes are pipelined
+ * around the host steps: the next sub-group is read into its own staging slot
+ * while the current one steps, and each is written back after its step. */
 static void opt_host(Bld *b)
 {
     const Partition *p = b->p;
     int64_t sub = b->spec->zero.sub_group_size;
     bool params_host = p->zero == 3 && b->spec->offload.params != OFF_NONE;
     int dev = p->zero < 3 ? b->params : b->params_shard;
-    for (int64_t off = 0, g = 0; off < b->S_host; off += sub, g++) {
-        int64_t n = b->S_host - off < sub ? b->S_host - off : sub;
-        if (b->nvme_opt >= 0) {
-            int r = op_new(b, OP_OPT_READ, ST_COPY, -1, -1, (int)g);
-            op_rd(b, r, b->nvme_opt);
-            op_wr(b, r, b->hswap_opt);
+    int ngroups = (int)((b->S_host + sub - 1) / sub), ahead = b->nslots >= 2 ? 1 : 0;
+    bool nvme = b->nvme_opt >= 0;
+    for (int g = 0; nvme && g < ahead && g < ngroups; g++)
+        opt_read(b, g, b->S_host - g * sub < sub ? b->S_host - g * sub : sub);
+    for (int g = 0; g < ngroups; g++) {
+        int64_t off = (int64_t)g * sub, n = b->S_host - off < sub ? b->S_host - off : sub;
+        int slot = nvme ? b->hslot[g % b->nslots] : -1;
+        if (nvme && g + ahead < ngroups) {
+            int64_t off2 = (int64_t)(g + ahead) * sub;
+            opt_read(b, g + ahead, b->S_host - off2 < sub ? b->S_host - off2 : sub);
         }
         int o = op_new(b, OP_OPT_STEP, ST_HOST, -1, -1, -1);
-        b->s->ops[o].aux = (int)g;
+        b->s->ops[o].aux = g;
         b->s->ops[o].flops = 16.0 * (double)n;
         op_rd(b, o, b->hgrads);
+        op_rd(b, o, b->misc);
         for (int i = 0; i < 3; i++) op_rd(b, o, b->hopt[i]), op_wr(b, o, b->hopt[i]);
-        op_rd(b, o, b->hswap_opt);
-        op_wr(b, o, b->hswap_opt);
+        op_rd(b, o, slot);
+        op_wr(b, o, slot);
         op_wr(b, o, params_host ? (b->hswap_params >= 0 ? b->hswap_params : b->params_shard) : b->hparams_stage);
-        if (b->nvme_opt >= 0 || b->hswap_params >= 0) {
-            int w = op_new(b, OP_OPT_WRITE, ST_COPY, -1, -1, (int)g);
-            op_rd(b, w, b->hswap_opt);
+        if (nvme || b->hswap_params >= 0) {
+            int w = op_new(b, OP_OPT_WRITE, ST_COPY, -1, -1, g);
+            b->s->ops[w].bytes = (nvme ? n * b->state_bytes : 0) + (b->hswap_params >= 0 ? n * p->wbytes : 0);
+            op_rd(b, w, slot);
             op_rd(b, w, b->hswap_params);
             op_wr(b, w, b->nvme_opt);
             op_wr(b, w, b->hswap_params >= 0 ? b->params_shard : -1);
         }
         if (params_host) continue;
-        int h = op_new(b, OP_PARAM_H2D, ST_COPY, -1, -1, (int)g);
+        int h = op_new(b, OP_PARAM_H2D, ST_COPY, -1, -1, g);
         b->s->ops[h].bytes = n * p->wbytes;
         op_rd(b, h, b->hparams_stage);
         op_wr(b, h, dev);
@@ -1071,7 +1626,8 @@ static void zero3_gathers(Bld *b)
 {
     Sched *s = b->s;
     int ns = b->c->nsegs;
-    Gat g = {.b = b, .old = s->ops, .nold = s->nops};
+    Op *old = s->ops;
+    Gat g = {.b = b, .old = old, .nold = s->nops};
     g.gbuf = arena_alloc(&g_arena, sizeof(int) * (size_t)ns);
     g.gwait = arena_alloc(&g_arena, sizeof(int) * (size_t)ns);
     g.prefetched = arena_alloc(&g_arena, sizeof(bool) * (size_t)ns);
@@ -1080,9 +1636,300 @@ static void zero3_gathers(Bld *b)
     int *map = arena_alloc(&g_arena, sizeof(int) * (size_t)(g.nold + 1));
     s->ops = NULL, s->nops = s->capops = 0;
     for (int i = 0; i < g.nold; i++) gat_op(&g, i, map);
+    free(old);
+}
+
+/* ---- events: every remaining cross-stream dependency as an OP_WAIT ----------------------- */
+
+/* The last write and read of a buffer (or of one part of it) on each stream:
+ * op indices in the new list, -1 for none. */
+typedef struct Acc { int w[NSTREAMS], r[NSTREAMS]; } Acc;
+
+/* A wait to insert: its position in the new list, its stream, the op it
+ * waits for (new index) and that op's old index. */
+typedef struct Ins { int at, stream, target, old; } Ins;
+
+typedef struct Ev {
+    Sched *s;
+    const Op *old;
+    int nold, nnew;
+    int *map, *rmap;            /* old index -> new, new index of a real op -> old */
+    Ins *ins;                   /* the waits to insert, in order */
+    int nins, capins;
+    int *last;                  /* per buffer: its last op in the old list (mem.c's lifetime) */
+    int *ret_first, *ret;       /* CSR: the buffers whose lifetime ends at each old op */
+    int (*clk)[NSTREAMS];       /* per new op: the clock of its stream after it */
+    int capclk;
+    int cur[NSTREAMS][NSTREAMS];        /* each stream's clock: the last op of every stream it has waited for */
+    Acc *acc;                   /* per buffer at acc_at[b]: all accesses, whole ones, then one per part */
+    int *acc_at;
+    int (*lastuse)[NSTREAMS];   /* per buffer: its last use on each stream */
+    int (*birth)[NSTREAMS];     /* per buffer: the uses of dead buffers its bytes may have held */
+    unsigned char *seen;        /* per buffer: the streams that used it, as bits */
+    int dead[NSPACES][NSTREAMS];
+} Ev;
+
+/* Sets n ints to -1. */
+static void ev_clear(int *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++) a[i] = -1;
+}
+
+/* Scratch that lives only while the pass runs (malloc: freed at once, so the
+ * next class reuses the pages). */
+static void *ev_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) die("sched: out of memory (%zu bytes)", bytes);
+    return p;
+}
+
+/* Lifetimes as mem.c computes them (every op touching a buffer, waits
+ * included), and the per-buffer state. */
+static void ev_init(Ev *e, Sched *s)
+{
+    int nb = s->nbufs, n = e->nold;
+    e->last = ev_alloc(sizeof(int) * (size_t)(nb + 1));
+    ev_clear(e->last, (size_t)nb);
+    for (int i = 0; i < n; i++) {
+        const Op *o = &e->old[i];
+        for (int k = 0; k < o->nrd; k++) e->last[o->rd[k]] = i;
+        for (int k = 0; k < o->nwr; k++) e->last[o->wr[k]] = i;
+    }
+    e->ret_first = ev_alloc(sizeof(int) * (size_t)(n + 2));
+    e->ret = ev_alloc(sizeof(int) * (size_t)(nb + 1));
+    memset(e->ret_first, 0, sizeof(int) * (size_t)(n + 2));
+    for (int k = 0; k < nb; k++)
+        if (e->last[k] >= 0) e->ret_first[e->last[k] + 1]++;
+    for (int i = 0; i < n; i++) e->ret_first[i + 1] += e->ret_first[i];
+    int *fill = ev_alloc(sizeof(int) * (size_t)(n + 1));
+    memcpy(fill, e->ret_first, sizeof(int) * (size_t)(n + 1));
+    for (int k = 0; k < nb; k++)
+        if (e->last[k] >= 0) e->ret[fill[e->last[k]]++] = k;
+    free(fill);
+    e->acc_at = ev_alloc(sizeof(int) * (size_t)(nb + 1));
+    int na = 0;
+    for (int k = 0; k < nb; k++) e->acc_at[k] = na, na += s->bufs[k].nparts > 0 ? 2 + s->bufs[k].nparts : 1;
+    e->acc = ev_alloc(sizeof(Acc) * (size_t)(na + 1));
+    ev_clear((int *)e->acc, (size_t)na * 2 * NSTREAMS);
+    e->lastuse = ev_alloc(sizeof(int) * NSTREAMS * (size_t)(nb + 1));
+    e->birth = ev_alloc(sizeof(int) * NSTREAMS * (size_t)(nb + 1));
+    ev_clear((int *)e->lastuse, (size_t)nb * NSTREAMS);
+    ev_clear((int *)e->birth, (size_t)nb * NSTREAMS);
+    e->seen = ev_alloc((size_t)(nb + 1));
+    memset(e->seen, 0, (size_t)(nb + 1));
+    ev_clear(&e->cur[0][0], NSTREAMS * NSTREAMS);
+    ev_clear(&e->dead[0][0], NSPACES * NSTREAMS);
+}
+
+/* Frees the pass's scratch. */
+static void ev_free(Ev *e)
+{
+    free(e->last), free(e->ret_first), free(e->ret), free(e->acc_at), free(e->acc);
+    free(e->lastuse), free(e->birth), free(e->seen), free(e->clk), free(e->rmap), free(e->map), free(e->ins);
+}
+
+/* Is buffer k one whose bytes the arena reuses (a transient in the device or host arena)? */
+static bool ev_reused(const Sched *s, int k)
+{
+    return !s->bufs[k].persistent && s->bufs[k].space != SPACE_NVME;
+}
+
+/* The Acc entries an access of buffer k by op o conflicts with or updates:
+ * [*lo, *hi) of e->acc.  Entry 0 holds every access; a buffer with parts also
+ * has entry 1 (its whole-buffer accesses) and 2 + p (part p's). */
+static void ev_range(const Ev *e, int k, const Op *o, int *lo, int *hi, bool *parted)
+{
+    int at = e->acc_at[k], np = e->s->bufs[k].nparts;
+    *parted = np > 0 && o->part_lo >= 0;
+    if (!*parted) {
+        *lo = at, *hi = at + 1;
+        return;
+    }
+    int a = o->part_lo < np ? o->part_lo : np - 1, z = o->part_hi < np ? o->part_hi : np - 1;
+    *lo = at + 2 + a, *hi = at + 3 + z;
+}
+
+/* Raises need[] to the accesses on other streams an access must follow:
+ * earlier writes, and for a write earlier reads too. */
+static void ev_conflicts(const Ev *e, int k, const Op *o, bool write, int *need)
+{
+    int lo, hi;
+    bool parted;
+    ev_range(e, k, o, &lo, &hi, &parted);
+    for (int t = 0; t < NSTREAMS; t++) {
+        int w = -1, r = -1;
+        if (parted) {       /* a part conflicts with whole accesses and with itself */
+            w = e->acc[e->acc_at[k] + 1].w[t], r = e->acc[e->acc_at[k] + 1].r[t];
+            for (int a = lo; a < hi; a++) {
+                if (e->acc[a].w[t] > w) w = e->acc[a].w[t];
+                if (e->acc[a].r[t] > r) r = e->acc[a].r[t];
+            }
+        } else {
+            w = e->acc[lo].w[t], r = e->acc[lo].r[t];
+        }
+        if (w > need[t]) need[t] = w;
+        if (write && r > need[t]) need[t] = r;
+    }
+}
+
+/* Records an access of buffer k by new op n on stream st. */
+static void ev_record(Ev *e, int k, const Op *o, bool write, int st, int n)
+{
+    int lo, hi;
+    bool parted;
+    ev_range(e, k, o, &lo, &hi, &parted);
+    int at = e->acc_at[k];
+    if (parted) {
+        for (int a = lo; a < hi; a++) *(write ? &e->acc[a].w[st] : &e->acc[a].r[st]) = n;
+        *(write ? &e->acc[at].w[st] : &e->acc[at].r[st]) = n;
+    } else {
+        *(write ? &e->acc[at].w[st] : &e->acc[at].r[st]) = n;
+        if (e->s->bufs[k].nparts > 0) *(write ? &e->acc[at + 1].w[st] : &e->acc[at + 1].r[st]) = n;
+    }
+    e->lastuse[k][st] = n;
+    e->seen[k] |= (unsigned char)(1u << st);
+}
+
+/* A first use of buffer k on stream st must follow every use on another
+ * stream of a buffer that died before k was born (the arena may give k its
+ * bytes). */
+static void ev_fence(Ev *e, int k, int st, int *need)
+{
+    const Sched *s = e->s;
+    if (!ev_reused(s, k)) return;
+    if (!e->seen[k]) memcpy(e->birth[k], e->dead[s->bufs[k].space], sizeof(int) * NSTREAMS);
+    if (e->seen[k] & (1u << st)) return;
+    for (int t = 0; t < NSTREAMS; t++)
+        if (e->birth[k][t] > need[t]) need[t] = e->birth[k][t];
+}
+
+/* Numbers the next op of the new list (on stream st): its clock is st's now. */
+static int ev_append(Ev *e, int stream)
+{
+    int n = e->nnew++, *c = e->cur[stream];
+    if (n >= e->capclk) {
+        e->capclk = 2 * e->capclk + 64;
+        e->clk = realloc(e->clk, sizeof(int) * NSTREAMS * (size_t)e->capclk);
+        e->rmap = realloc(e->rmap, sizeof(int) * (size_t)e->capclk);
+        if (!e->clk || !e->rmap) die("sched: out of memory");
+    }
+    c[stream] = n;
+    memcpy(e->clk[n], c, sizeof(int) * NSTREAMS);
+    return n;
+}
+
+/* Stream st waits for new op target (old op `old`): its clock takes in the
+ * target's; the wait is recorded to be inserted. */
+static void ev_wait(Ev *e, int st, int target, int old)
+{
+    int *c = e->cur[st];
+    for (int u = 0; u < NSTREAMS; u++)
+        if (e->clk[target][u] > c[u]) c[u] = e->clk[target][u];
+    if (e->nins == e->capins) {
+        e->capins = 2 * e->capins + 64;
+        e->ins = realloc(e->ins, sizeof(Ins) * (size_t)e->capins);
+        if (!e->ins) die("sched: out of memory");
+    }
+    e->ins[e->nins++] = (Ins){ev_append(e, st), st, target, old};
+}
+
+/* The uses on each stream of the buffers whose lifetime ended at old op i. */
+static void ev_retire(Ev *e, int i)
+{
+    for (int j = e->ret_first[i]; j < e->ret_first[i + 1]; j++) {
+        int k = e->ret[j];
+        if (!ev_reused(e->s, k)) continue;
+        int *d = e->dead[e->s->bufs[k].space];
+        for (int t = 0; t < NSTREAMS; t++)
+            if (e->lastuse[k][t] > d[t]) d[t] = e->lastuse[k][t];
+    }
+}
+
+/* Numbers old op j in the new list after the waits it needs. */
+static void ev_op(Ev *e, int j)
+{
+    const Op *o = &e->old[j];
+    int st = o->stream;
+    if (o->kind == OP_WAIT) {
+        int target = o->aux >= 0 ? e->map[o->aux] : -1, *c = e->cur[st];
+        for (int u = 0; target >= 0 && u < NSTREAMS; u++)
+            if (e->clk[target][u] > c[u]) c[u] = e->clk[target][u];
+        e->map[j] = ev_append(e, st);
+        return;
+    }
+    int need[NSTREAMS];
+    ev_clear(need, NSTREAMS);
+    for (int k = 0; k < o->nrd; k++) ev_conflicts(e, o->rd[k], o, false, need), ev_fence(e, o->rd[k], st, need);
+    for (int k = 0; k < o->nwr; k++) ev_conflicts(e, o->wr[k], o, true, need), ev_fence(e, o->wr[k], st, need);
+    need[st] = -1;
+    for (;;) {      /* the wait that settles the most needs first: one often implies the others */
+        int best = -1, most = 0;
+        for (int t = 0; t < NSTREAMS; t++) {
+            if (need[t] <= e->cur[st][t]) continue;
+            int covers = 0;
+            for (int u = 0; u < NSTREAMS; u++) covers += need[u] > e->cur[st][u] && e->clk[need[t]][u] >= need[u];
+            if (covers > most) best = t, most = covers;
+        }
+        if (best < 0) break;
+        ev_wait(e, st, need[best], e->rmap[need[best]]);
+    }
+    int n = ev_append(e, st);
+    e->map[j] = n;
+    e->rmap[n] = j;
+    for (int k = 0; k < o->nrd; k++) ev_record(e, o->rd[k], o, false, st, n);
+    for (int k = 0; k < o->nwr; k++) ev_record(e, o->wr[k], o, true, st, n);
+}
+
+/* Writes the final list into the arena: the old ops at their new positions
+ * and the waits between them. */
+static void ev_expand(Ev *e)
+{
+    Sched *s = e->s;
+    Op *ops = arena_alloc(&g_arena, sizeof(Op) * (size_t)(e->nnew + 1));
+    for (int j = 0, k = 0; j < e->nold; j++) {
+        int to = e->map[j];
+        for (; k < e->nins && e->ins[k].at < to; k++) {
+            const Ins *w = &e->ins[k];
+            const Op *t = &e->old[w->old];
+            ops[w->at] = (Op){.kind = OP_WAIT, .stream = w->stream, .layer = t->layer, .mb = t->mb, .chunk = t->chunk,
+                              .aux = w->target, .unit = {-1, -1}, .sub = t->sub, .part_lo = -1, .part_hi = -1};
+        }
+        ops[to] = e->old[j];
+        if (ops[to].kind == OP_WAIT && ops[to].aux >= 0) ops[to].aux = e->map[ops[to].aux];
+    }
+    free(s->ops);
+    s->ops = ops, s->nops = s->capops = e->nnew;
+}
+
+/* Adds the OP_WAITs every cross-stream dependency of the list still lacks,
+ * each just before the op that needs it. */
+static void sched_events(Sched *s)
+{
+    Ev e = {.s = s, .old = s->ops, .nold = s->nops};
+    ev_init(&e, s);
+    e.capclk = e.nold + e.nold / 2 + 64;
+    e.clk = ev_alloc(sizeof(int) * NSTREAMS * (size_t)e.capclk);
+    e.rmap = ev_alloc(sizeof(int) * (size_t)e.capclk);
+    e.map = ev_alloc(sizeof(int) * (size_t)(e.nold + 1));
+    for (int j = 0; j < e.nold; j++) {
+        if (j > 0) ev_retire(&e, j - 1);
+        ev_op(&e, j);
+    }
+    ev_expand(&e);
+    ev_free(&e);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
+
+/* The MLP's share of a layer's FLOPs (its two or three linears; the rest is
+ * attention: qkv, the core, the output projection). */
+static double mlp_share(const Model *m)
+{
+    double mlp = 2.0 * (double)m->s * (double)m->h * (double)m->ffn * (m->gated ? 3 : 2);
+    double share = m->fl_layer_fwd > 0 ? mlp / m->fl_layer_fwd : 0.5;
+    return share < 1 ? share : 1;
+}
 
 /* Builds the ops and buffers of one training step of rank class c. */
 void sched_build(const Partition *p, const RankClass *c, Sched *s)
@@ -1093,6 +1940,9 @@ void sched_build(const Partition *p, const RankClass *c, Sched *s)
     b.pol = p->spec->checkpointing.activations;
     b.every = p->spec->checkpointing.every > 0 ? (int)p->spec->checkpointing.every : 1;
     b.overlap = p->spec->zero.overlap_comm;
+    b.tpx = p->tp > 1;
+    b.sp = b.tpx && p->T_sp < p->T;
+    b.mlp_share = mlp_share(p->model);
     build_keys(&b);
     build_layers(&b);
     opt_split(&b);
@@ -1102,10 +1952,15 @@ void sched_build(const Partition *p, const RankClass *c, Sched *s)
     persistent_workspace(&b);
     PipeUnit *order = arena_alloc(&g_arena, sizeof(PipeUnit) * (size_t)(2 * p->m * p->v));
     int n = sched_pipeline_order(p, c->stage, order);
+    build_p2p(&b, order, n);
     for (int i = 0; i < n; i++) {
+        wait_sends(&b, b.unit_start[i]);
+        emit_msgs(&b, b.unit_end[i]);
         if (order[i].bwd) backward_unit(&b, order[i].chunk, order[i].mb);
         else forward_unit(&b, order[i].chunk, order[i].mb);
     }
+    emit_msgs(&b, 1e300);
+    wait_sends(&b, 1e300);
     flush_waits(&b);
     reduce_whole(&b);
     grads_to_host(&b);
@@ -1115,6 +1970,8 @@ void sched_build(const Partition *p, const RankClass *c, Sched *s)
     param_gathers(&b);
     flush_waits(&b);
     if (p->zero == 3) zero3_gathers(&b);
+    sched_events(s);
+    bufs_to_arena(s);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */
@@ -1128,7 +1985,8 @@ static const char *const kind_names[NOPKINDS] = {
     [OP_GRAD_D2H] = "grad_d2h", [OP_TIED_REDUCE] = "tied_reduce", [OP_GRAD_NORM] = "grad_norm",
     [OP_OPT_READ] = "opt_read", [OP_OPT_STEP] = "opt_step", [OP_OPT_WRITE] = "opt_write",
     [OP_PARAM_H2D] = "param_h2d", [OP_PARAM_D2H] = "param_d2h", [OP_PARAM_GATHER] = "param_gather",
-    [OP_WAIT] = "wait",
+    [OP_WAIT] = "wait", [OP_TP_ALLREDUCE] = "tp_allreduce", [OP_TP_ALLGATHER] = "tp_allgather",
+    [OP_TP_REDUCE_SCATTER] = "tp_reduce_scatter", [OP_GRAD_SUMSQ] = "grad_sumsq",
 };
 
 /* The op kind's name ("fwd", "grad_reduce"). */
@@ -1144,23 +2002,36 @@ const char *sched_stream_name(int stream)
     return stream >= 0 && stream < NSTREAMS ? names[stream] : "?";
 }
 
-/* A short label of an op: "bwd L12 mb3", "wait(grad_reduce b2)". */
+/* Kinds whose layer -1 means the embedding (for the others it means none). */
+static bool embed_op(int kind)
+{
+    return kind == OP_GATHER || kind == OP_PARAM_FETCH || kind == OP_TP_ALLREDUCE || kind == OP_TP_ALLGATHER ||
+           kind == OP_TP_REDUCE_SCATTER;
+}
+
+/* A short label of an op: "bwd L12 mb3", "tp_allreduce L3 mb0 attn", "wait(grad_reduce bucket2)". */
 const char *sched_op_label(const Sched *s, int i)
 {
     const Op *o = &s->ops[i];
-    if (o->kind == OP_WAIT && o->aux >= 0) {
+    if (o->kind == OP_WAIT && o->aux >= 0 && o->aux < i) {
         const char *inner = sched_op_label(s, o->aux);
         return arena_printf(&g_arena, "wait(%s)", inner);
     }
+    static const char *const subs[] = {"", " attn", " mlp", " grads"};
     char layer[32] = "", mb[32] = "", aux[32] = "";
     int l = (int)s->part->model->l;
     bool named = o->kind == OP_HEAD || o->kind == OP_EMBED_FWD || o->kind == OP_EMBED_BWD;
     if (named) layer[0] = 0;
-    else if (o->layer == LAYER_PRE) snprintf(layer, sizeof layer, " embed");
+    else if (o->layer == LAYER_PRE && embed_op(o->kind)) snprintf(layer, sizeof layer, " embed");
     else if (o->layer == l) snprintf(layer, sizeof layer, " head");
     else if (o->layer >= 0) snprintf(layer, sizeof layer, " L%d", o->layer);
     if (o->mb >= 0) snprintf(mb, sizeof mb, " mb%d", o->mb);
     if (o->kind == OP_GRAD_REDUCE && o->aux >= 0) snprintf(aux, sizeof aux, " bucket%d", o->aux);
     if (o->kind == OP_OPT_STEP && o->aux >= 0) snprintf(aux, sizeof aux, " group%d", o->aux);
-    return arena_printf(&g_arena, "%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux);
+    if (o->kind == OP_GRAD_NORM && o->aux == 1) snprintf(aux, sizeof aux, " overflow");
+    if ((o->kind == OP_RECV_FWD || o->kind == OP_SEND_FWD || o->kind == OP_RECV_BWD || o->kind == OP_SEND_BWD) &&
+        s->part->v > 1 && o->chunk >= 0)
+        snprintf(aux, sizeof aux, " chunk%d", o->chunk);
+    const char *sub = o->sub > 0 && o->sub < 4 ? subs[o->sub] : "";
+    return arena_printf(&g_arena, "%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub);
 }

@@ -1,0 +1,118 @@
+/* sim.h — what the schedule costs and how it is inspected: the cost model
+ * (cost_), the discrete-event simulation of one step (sim_), the schedule
+ * verifier (verify_), and the trace / HTML views (trace_, html_).
+ *
+ * Input: a MemPlan (plan.h), whose classes each hold the ordered ops of one
+ * training step.  The schedule's conventions, which every module here relies on:
+ *  - ops on one stream run in list order, one at a time;
+ *  - an OP_WAIT on stream X with aux = T holds stream X until op T has ended
+ *    (an event recorded after T, waited on X); every cross-stream dependency is
+ *    such a wait;
+ *  - OP_SEND_FWD of stage i matches OP_RECV_FWD of stage i+1 with the same
+ *    microbatch and model chunk (OP_SEND_BWD / OP_RECV_BWD the other way); a
+ *    receive ends no earlier than its send's transfer;
+ *  - members of a tp or dp group share a rank class, so they issue the same
+ *    collectives in the same order at the same simulated times.
+ */
+#ifndef SHARDC_SIM_H
+#define SHARDC_SIM_H
+
+#include "plan.h"
+
+/* ---- cost.c: how long each op takes on the spec's cluster ---------------- */
+
+typedef enum CommGroup { GRP_NONE, GRP_TP, GRP_DP, GRP_PP, GRP_EMBED, NGROUPS } CommGroup;
+
+/* The group an op communicates in (GRP_NONE for compute and copies). */
+int cost_group(const Sched *s, int op);
+/* Seconds the op occupies its stream once it has started. */
+double cost_op_time(const MemPlan *mp, const Sched *s, int op);
+const char *cost_group_name(int group);
+
+/* The collectives of the alpha-beta model (NCCL's ring algorithms). */
+typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_SENDRECV } Collective;
+/* Dense peak FLOP/s of the spec's GPU at the training dtype (fp32 or bf16/fp16). */
+double cost_peak(const Spec *s);
+/* Fraction of peak an M×K by K×N GEMM reaches (the calibrated shape curve). */
+double cost_gemm_eff(double M, double N, double K);
+/* Fraction of peak of the attention core with head dimension hd. */
+double cost_attn_eff(double hd);
+/* Bytes/s of a group's link: NVLink inside a node, else per_node NICs
+ * (cluster.inter_node each), capped by NVLink. */
+double cost_link_bandwidth(const Spec *s, bool cross, int64_t per_node);
+/* Seconds of a Collective over n ranks of bytes (the full buffer): ring
+ * latency hop_s per hop and phase + bytes · bus factor / bandwidth. */
+double cost_collective(int coll, double bytes, int64_t n, double bandwidth, double hop_s);
+
+/* ---- sim.c: a discrete-event simulation of one step ---------------------- */
+
+typedef struct SimOp { double start, end; } SimOp;
+typedef struct SimRef { int cls, op; } SimRef;
+
+typedef struct SimClass {
+    SimOp *ops;                 /* [sched.nops], seconds from the step's start  */
+    double busy[NSTREAMS];      /* seconds each stream is busy                  */
+    double exposed[NGROUPS];    /* communication not overlapped by compute      */
+    double end;                 /* the class's last op ends                     */
+    double work;                /* seconds of pipeline compute: embedding, layer
+                                   forward / recompute / backward, head         */
+    double bubble;              /* seconds the compute stream idles for the
+                                   pipeline (receives, other stages, the tail)  */
+} SimClass;
+
+typedef struct Sim {
+    SimClass *classes;          /* [mp->nclasses]                               */
+    double step_time;           /* seconds                                      */
+    double tokens_per_s;        /* global batch tokens / step time              */
+    double mfu, hfu;            /* model / hardware FLOPs over peak             */
+    double bubble;              /* pipeline bubble: idle over ideal compute
+                                   (work), the paper's (p-1)/m; the average over
+                                   stages                                       */
+    double exposed[NGROUPS];    /* exposed communication, fraction of the step,
+                                   the average over rank classes                */
+    double copy_time, nvme_time;/* seconds on the copy stream, of it NVMe (the
+                                   worst class)                                 */
+    SimRef *critical;           /* the critical path, first op to last          */
+    int ncritical;
+} Sim;
+
+/* Simulates one step of every rank class of the plan; a deadlock (no op can
+ * progress: a schedule bug) is an internal error naming the stuck ops. */
+void sim_run(const MemPlan *mp, Sim *out);
+
+typedef struct SimOpts {
+    bool eager;                 /* sends never wait for their receive (as if it
+                                   were posted ahead or the message buffered);
+                                   default: rendezvous, as NCCL: a send starts
+                                   only once its receive is posted               */
+} SimOpts;
+/* sim_run with options; returns NULL, or on a deadlock a message naming the
+ * stuck ops (then *out holds what ran). */
+const char *sim_simulate(const MemPlan *mp, const SimOpts *opts, Sim *out);
+/* The schedule summary of `shardc plan`: per stream busy time, bubble,
+ * exposed communication, step time, tokens/s, MFU. */
+void sim_summary(FILE *out, const MemPlan *mp, const Sim *sim);
+
+/* ---- verify.c: the schedule verifier -------------------------------------- */
+
+/* Checks every class's schedule (collective order and sizes per group, sends
+ * matched by receives without deadlock, cross-stream uses ordered by events,
+ * no arena region reused while a use on another stream may be pending).
+ * Each failure is reported naming the ops; returns false on any. */
+bool verify_plan(const MemPlan *mp, FILE *report);
+
+/* ---- trace.c, html.c: inspection ----------------------------------------- */
+
+/* Chrome trace event JSON (Perfetto, chrome://tracing). */
+char *trace_json(const MemPlan *mp, const Sim *sim);
+/* One self-contained HTML page: memory bars, live-bytes curve, Gantt chart. */
+char *html_report(const MemPlan *mp, const Sim *sim);
+/* Bytes live in one space of rank class cls over the simulated step: a buffer
+ * is live from the start of its first user to the end of its last (on any
+ * stream), persistent ones throughout.  The points where the value changes,
+ * by time, from 0 to the class's end; op: the op whose start allocated there,
+ * or -1 (shared by the trace's counter track and the report's curve). */
+typedef struct LivePoint { double t; int64_t bytes; int op; } LivePoint;
+LivePoint *trace_live_curve(const MemPlan *mp, const Sim *sim, int cls, int space, int *npoints);
+
+#endif

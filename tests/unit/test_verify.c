@@ -1,0 +1,361 @@
+/* test_verify.c — the schedule verifier (verify.c).
+ *
+ *  - mutation tests on real plans: (a) turning one OP_WAIT into a no-op —
+ *    a dp-comm wait for the gradients' producer, a compute wait for a
+ *    received activation, a tp-comm wait for a layer part, and a wait that
+ *    exists only so an arena region is not reused too early; (b) swapping
+ *    two collectives of a group that spans classes in one class; (c)
+ *    dropping a pipeline receive; (d) moving a buffer's offset so that two
+ *    live buffers share bytes; each must be caught and named;
+ *  - a schedule stripped of its cross-stream events fails;
+ *  - the verifier passes on a matrix of 60 layouts (tp, pp, dp, ZeRO 0-3,
+ *    gpipe / 1f1b / interleaved, offload none / cpu / nvme, checkpointing
+ *    none / full / selective / partitioned / cpu, micro-batches, sequence
+ *    parallelism, fp16), each planned from spec text with overrides.
+ */
+#include "plan_text.h"
+
+/* ---- mutation helpers ---------------------------------------------------------------- */
+
+/* Turns op i of class c into a wait for nothing (a no-op). */
+static void mut_noop(MemPlan *mp, int c, int i)
+{
+    Op *o = &mp->classes[c].sched.ops[i];
+    o->kind = OP_WAIT, o->aux = -1, o->nrd = o->nwr = 0, o->bytes = 0, o->flops = 0;
+}
+
+/* Swaps ops i and j of class c (the waits naming them keep their indices). */
+static void mut_swap(MemPlan *mp, int c, int i, int j)
+{
+    Op *ops = mp->classes[c].sched.ops, t = ops[i];
+    ops[i] = ops[j], ops[j] = t;
+}
+
+/* The n-th OP_WAIT of class c on stream `stream` whose target has `kind`
+ * and whose next op on the same stream has `next_kind` (either -1: any). */
+static int find_wait(const MemPlan *mp, int c, int stream, int kind, int next_kind, int nth)
+{
+    const Sched *s = &mp->classes[c].sched;
+    for (int i = 0; i < s->nops; i++) {
+        const Op *o = &s->ops[i];
+        if (o->kind != OP_WAIT || o->stream != stream || o->aux < 0) continue;
+        if (kind >= 0 && s->ops[o->aux].kind != kind) continue;
+        int j = i + 1;
+        while (j < s->nops && s->ops[j].stream != stream) j++;
+        if (next_kind >= 0 && (j >= s->nops || s->ops[j].kind != next_kind)) continue;
+        if (nth-- == 0) return i;
+    }
+    return -1;
+}
+
+/* Verifies mp, expecting a failure whose report says `what`. */
+static void expect_caught(const MemPlan *mp, const char *what, const char *mutation)
+{
+    const char *rep;
+    bool ok = pt_verify(mp, &rep);
+    if (ok || !strstr(rep, "internal error: schedule of stage") || !strstr(rep, what)) {
+        fprintf(stderr, "%s: not caught as \"%s\"; the verifier said:\n%s", mutation, what, rep);
+        failures++;
+    }
+}
+
+/* ---- (a) deleting one event ----------------------------------------------------------- */
+
+static void test_drop_wait(void)
+{
+    const char *rep;
+    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "zero.stage=2",
+                           "zero.overlap_comm=on", "parallel.microbatches=4", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    CHECK(pt_verify(mp, &rep));
+    /* the dp stream waits for the op that completed a bucket (the backward,
+     * or with tp the all-reduce completing its replicated gradients) */
+    int w = find_wait(mp, 0, ST_DP_COMM, -1, OP_GRAD_REDUCE, 0);
+    CHECK(w >= 0);
+    if (w >= 0) {
+        int aux = mp->classes[0].sched.ops[w].aux;
+        mut_noop(mp, 0, w);
+        expect_caught(mp, "not ordered after its write by an event", "(a) dp-comm wait for the gradients' producer");
+        mp->classes[0].sched.ops[w] = (Op){.kind = OP_WAIT, .stream = ST_DP_COMM, .aux = aux, .part_lo = -1, .part_hi = -1};
+        CHECK(pt_verify(mp, &rep));
+    }
+    /* the compute stream waits for the received activation */
+    w = find_wait(mp, 1, ST_COMPUTE, OP_RECV_FWD, -1, 0);
+    CHECK(w >= 0);
+    if (w >= 0) {
+        Op keep = mp->classes[1].sched.ops[w];
+        mut_noop(mp, 1, w);
+        expect_caught(mp, "read of act.", "(a) compute wait for a receive");
+        mp->classes[1].sched.ops[w] = keep;
+    }
+    /* the tp stream waits for the attention part whose partial sums it reduces */
+    w = find_wait(mp, 0, ST_TP_COMM, OP_LAYER_FWD, OP_TP_ALLREDUCE, 0);
+    CHECK(w >= 0);
+    if (w >= 0) {
+        Op keep = mp->classes[0].sched.ops[w];
+        mut_noop(mp, 0, w);
+        expect_caught(mp, "not ordered after its write by an event", "(a) tp-comm wait for a layer part");
+        mp->classes[0].sched.ops[w] = keep;
+    }
+    CHECK(pt_verify(mp, &rep));
+}
+
+/* Some wait exists only so that an arena region is not handed on while a use
+ * on another stream may be pending: deleting it is caught by the arena check
+ * alone (no buffer of the op depends on the awaited one). */
+static void test_drop_fence(void)
+{
+    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=3", "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    int arena_only = 0, caught = 0, waits = 0;
+    for (int c = 0; c < mp->nclasses; c++) {
+        Sched *s = &mp->classes[c].sched;
+        for (int i = 0; i < s->nops; i++) {
+            if (s->ops[i].kind != OP_WAIT || s->ops[i].aux < 0) continue;
+            Op keep = s->ops[i];
+            const char *rep;
+            waits++;
+            mut_noop(mp, c, i);
+            if (!pt_verify(mp, &rep)) {
+                caught++;
+                if (strstr(rep, "arena bytes while a use on another stream may be pending") &&
+                    !strstr(rep, "by an event"))
+                    arena_only++;
+            }
+            s->ops[i] = keep;
+        }
+    }
+    CHECK(arena_only > 0);
+    CHECK(caught > waits / 4);   /* most waits are needed (others are implied by later ones) */
+}
+
+/* The builder's list with every event on the communication and copy
+ * streams deleted fails: the verifier is not vacuous. */
+static void test_no_events(void)
+{
+    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=1", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    Sched *s = &mp->classes[0].sched;
+    for (int i = 0; i < s->nops; i++)
+        if (s->ops[i].kind == OP_WAIT && s->ops[i].stream != ST_COMPUTE) s->ops[i].aux = -1;
+    expect_caught(mp, "not ordered after its write by an event", "events stripped");
+}
+
+/* ---- (b) two collectives of one group swapped in one class ----------------------------- */
+
+static void test_swap_collectives(void)
+{
+    /* fp16 with clipping: the overflow flag's and the norm's all-reduce over
+     * the world, a group spanning both stages */
+    MemPlan *mp = pt_planv("parallel.pp=2", "parallel.dp=2", "precision.dtype=fp16", "train.grad_clip=1.0",
+                           "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    const char *rep;
+    CHECK(pt_verify(mp, &rep));
+    int a = pt_find(mp, 1, OP_GRAD_NORM, ST_DP_COMM, 0), b = pt_find(mp, 1, OP_GRAD_NORM, ST_DP_COMM, 1);
+    CHECK(a >= 0 && b > a);
+    if (a < 0 || b < 0) return;
+    CHECK_EQ(mp->classes[1].sched.ops[a].aux, 1);       /* the overflow flag first, as Megatron */
+    mut_swap(mp, 1, a, b);
+    expect_caught(mp, "collectives in a different order or size across the world group", "(b) swapped collectives");
+    mut_swap(mp, 1, a, b);
+    CHECK(pt_verify(mp, &rep));
+    /* the same for the tied embedding's all-reduce: a size changed in one class */
+    mp = pt_planv("parallel.pp=2", "parallel.dp=2", "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    int t = pt_find(mp, 1, OP_TIED_REDUCE, -1, 0);
+    CHECK(t >= 0 && pt_find(mp, 0, OP_TIED_REDUCE, -1, 0) >= 0);
+    if (t < 0) return;
+    mp->classes[1].sched.ops[t].bytes /= 2;
+    expect_caught(mp, "the embed group", "(b) a collective of another size");
+    /* a collective of the tied group issued by a class outside it */
+    mp = pt_planv("parallel.pp=4", "parallel.microbatches=4", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    int w = pt_find(mp, 1, OP_GRAD_SUMSQ, -1, 0);
+    if (w < 0) w = pt_find(mp, 1, OP_OPT_STEP, -1, 0);
+    CHECK(w >= 0);
+    if (w < 0) return;
+    mp->classes[1].sched.ops[w].kind = OP_TIED_REDUCE;
+    mp->classes[1].sched.ops[w].stream = ST_PP_COMM;
+    expect_caught(mp, "issued outside it", "(b) a collective outside its group");
+}
+
+/* ---- (c) a pipeline receive dropped -------------------------------------------------- */
+
+static void test_drop_recv(void)
+{
+    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved"};
+    for (int k = 0; k < 3; k++) {
+        MemPlan *mp = pt_planv("parallel.pp=4", arena_printf(&g_arena, "parallel.schedule=%s", scheds[k]),
+                               "parallel.microbatches=8", NULL);
+        CHECK(mp != NULL);
+        if (!mp) continue;
+        const char *rep;
+        CHECK(pt_verify(mp, &rep));
+        int r = pt_find(mp, 2, OP_RECV_FWD, ST_PP_COMM, 3);
+        CHECK(r >= 0);
+        if (r < 0) continue;
+        mut_noop(mp, 2, r);
+        expect_caught(mp, "a send without its receive", "(c) dropped receive");
+        /* a receive moved behind the send that needs its data: a deadlock */
+        mp = pt_planv("parallel.pp=2", arena_printf(&g_arena, "parallel.schedule=%s", scheds[k]),
+                      "parallel.microbatches=4", NULL);
+        CHECK(mp != NULL);
+        if (!mp) continue;
+        int rb = pt_find(mp, 0, OP_RECV_BWD, ST_PP_COMM, 0), sf = -1;
+        const Sched *s = &mp->classes[0].sched;
+        for (int i = rb + 1; rb >= 0 && i < s->nops && sf < 0; i++)
+            if (s->ops[i].kind == OP_SEND_FWD) sf = i;
+        if (rb < 0 || sf < 0) continue;      /* gpipe sends every forward before it receives */
+        mut_swap(mp, 0, rb, sf);
+        const char *rep2;
+        bool ok = pt_verify(mp, &rep2);
+        (void)ok;       /* swapped ops may be caught as a hazard or a deadlock; either is a failure */
+        CHECK(!ok);
+    }
+}
+
+/* ---- (d) an arena offset moved so that two buffers overlap ------------------------------ */
+
+static void test_overlap(void)
+{
+    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=2", "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    Sched *s = &mp->classes[0].sched;
+    int a = -1, b = -1;
+    for (int i = 0; i < s->nbufs && b < 0; i++)
+        for (int j = 0; j < s->nbufs && b < 0; j++) {
+            const Buffer *x = &s->bufs[i], *y = &s->bufs[j];
+            if (x->space != SPACE_DEVICE || y->space != SPACE_DEVICE || x->persistent || y->persistent) continue;
+            if (x->offset + x->bytes <= y->offset && x->first <= y->last && y->first <= x->last && x->bytes > 512)
+                a = i, b = j;
+        }
+    CHECK(b >= 0);
+    if (b < 0) return;
+    int64_t keep = s->bufs[b].offset;
+    s->bufs[b].offset = s->bufs[a].offset + s->bufs[a].bytes / 2;     /* shrunk into a */
+    expect_caught(mp, "share device arena bytes while both are live", "(d) overlapping buffers");
+    s->bufs[b].offset = keep;
+    const char *rep;
+    CHECK(pt_verify(mp, &rep));
+}
+
+/* ---- the matrix ---------------------------------------------------------------------- */
+
+/* Layout n of the matrix as overrides (arena strings, NULL-terminated). */
+static const char **layout(int n)
+{
+    static const int tps[] = {1, 2, 4}, pps[] = {1, 2, 4}, dps[] = {1, 2, 4};
+    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved"};
+    const char **d = arena_alloc(&g_arena, sizeof(char *) * 32);
+    int k = 0, tp = tps[n % 3], pp = pps[(n / 3) % 3], dp = dps[(n / 9) % 3], zero = (n / 2) % 4;
+    int sch = (n / 5) % 3, off = (n / 7) % 3, ckpt = (n / 4) % 5, m = 1 + (n / 6) % 4;
+    bool sp = tp > 1 && (n / 11) % 2, fp16 = n % 7 == 3;
+    if (pp == 1 && sch == 2) sch = 1;
+    if (sch == 2) m = pp * (1 + m % 2);          /* interleaved: microbatches a multiple of pp */
+    if (dp == 1 && zero > 0 && n % 2) zero = 0;
+    if (off && zero == 0) zero = 1;
+    d[k++] = arena_printf(&g_arena, "parallel.tp=%d", tp);
+    d[k++] = arena_printf(&g_arena, "parallel.pp=%d", pp);
+    d[k++] = arena_printf(&g_arena, "parallel.dp=%d", dp);
+    d[k++] = arena_printf(&g_arena, "zero.stage=%d", zero);
+    d[k++] = arena_printf(&g_arena, "parallel.schedule=%s", scheds[sch]);
+    if (sch == 2) d[k++] = "parallel.virtual_stages=2";
+    d[k++] = arena_printf(&g_arena, "parallel.microbatches=%d", m);
+    d[k++] = sp ? "parallel.sequence_parallel=on" : "parallel.sequence_parallel=off";
+    d[k++] = n % 3 == 1 ? "zero.overlap_comm=off" : "zero.overlap_comm=on";
+    if (off == 1) d[k++] = "offload.optimizer=cpu";
+    if (off == 2) d[k++] = "offload.optimizer=nvme", d[k++] = "offload.optimizer.path=\"/nvme\"",
+                  d[k++] = "zero.sub_group_size=20000";
+    if (off && zero == 3) d[k++] = off == 1 ? "offload.params=cpu" : "offload.params=nvme";
+    if (off == 2 && zero == 3) d[k++] = "offload.params.path=\"/nvme\"";
+    static const char *const ckpts[] = {"none", "full", "selective", "full", "full"};
+    d[k++] = arena_printf(&g_arena, "checkpointing.activations=%s", ckpts[ckpt]);
+    if (ckpt == 3) d[k++] = "checkpointing.partition_activations=on";
+    if (ckpt == 4) d[k++] = "checkpointing.cpu=on";
+    if (ckpt == 1 && n % 2) d[k++] = "checkpointing.every=2";
+    if (fp16) d[k++] = "precision.dtype=fp16";
+    else if (n % 2) d[k++] = "precision.dtype=bf16";
+    if (n % 3 != 2) d[k++] = "train.grad_clip=1.0";
+    if (zero == 3 && n % 4 == 1) d[k++] = "zero.param_persistence_threshold=0", d[k++] = "zero.max_reuse_distance=0";
+    if (zero == 3 && pp > 1 && n % 2) d[k++] = "zero.gather_across_microbatches=on";
+    d[k] = NULL;
+    return d;
+}
+
+/* Every layout of the matrix plans and verifies. */
+static void test_matrix(void)
+{
+    int planned = 0;
+    long ops = 0;
+    for (int n = 0; n < 60; n++) {
+        const char **d = layout(n);
+        MemPlan *mp = pt_plan(d);
+        if (!mp) {
+            failures++;
+            continue;
+        }
+        planned++;
+        for (int c = 0; c < mp->nclasses; c++) ops += mp->classes[c].sched.nops;
+        const char *rep;
+        if (!pt_verify(mp, &rep)) {
+            fprintf(stderr, "layout %d:", n);
+            for (int i = 0; d[i]; i++) fprintf(stderr, " -D %s", d[i]);
+            fprintf(stderr, "\n%s", rep);
+            failures++;
+        }
+        for (int c = 0; c < mp->nclasses; c++) CHECK(mem_check_overlap(&mp->classes[c]));
+    }
+    CHECK(planned >= 50);
+    printf("test_verify: %d layouts planned and verified (%ld ops)\n", planned, ops);
+}
+
+/* The reference specs verify too. */
+static void test_specs(void)
+{
+    static const char *const specs[] = {"specs/gpt2-124m.tspec", "specs/llama2-7b.tspec", "specs/tiny-gpt.tspec",
+                                        "specs/llama2-13b-8xa100.tspec"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        size_t len;
+        char *text = util_read_file(specs[i], &len, SPEC_MAX_FILE_BYTES);
+        if (!text) continue;        /* run from elsewhere than the repository root */
+        capture();
+        sema_source = NULL;
+        Item *items = spec_parse_text(specs[i], text, len);
+        Spec *s = arena_alloc(&g_arena, sizeof *s);
+        MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
+        bool ok = diag_errors == 0 && sema_resolve(items, NULL, 0, s) && mem_plan(s, mp, true);
+        CHECK(ok);
+        const char *rep;
+        if (ok && !pt_verify(mp, &rep)) {
+            fprintf(stderr, "%s:\n%s", specs[i], rep);
+            failures++;
+        }
+    }
+}
+
+int main(void)
+{
+    test_drop_wait();
+    test_drop_fence();
+    test_no_events();
+    test_swap_collectives();
+    test_drop_recv();
+    test_overlap();
+    test_matrix();
+    test_specs();
+    arena_free(&g_arena);
+    if (failures) {
+        fprintf(stderr, "test_verify: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_verify: ok\n");
+    return 0;
+}
