@@ -1,0 +1,366 @@
+/* cost.c — how long each op of a schedule takes on the spec's cluster.
+ *
+ *  - GEMM-bearing compute (layer forward / backward / recompute, the head):
+ *    FLOPs against the GPU's dense peak times an efficiency that depends on
+ *    the shape of each GEMM the op runs (cost_gemm_eff), plus the
+ *    memory-bound kernels around them (norms, residual adds, activations,
+ *    cross-entropy) by bytes against HBM, plus a launch cost per kernel;
+ *  - memory-bound ops (embedding, the optimizer step, the gradient norm):
+ *    bytes against HBM (or the host's bandwidth for the host optimizer);
+ *  - collectives: latency + bytes · NCCL's bus factor / bandwidth of the link
+ *    the group spans (NVLink inside a node, the network across nodes);
+ *  - copies: PCIe, NVMe.
+ *
+ * The constants are calibrated once against Megatron-LM's published A100
+ * table (tests/bench/costmodel, docs/cost-model.md); no per-row fudge.
+ */
+#include "sim.h"
+
+#include <math.h>
+
+/* ---- the calibrated constants (docs/cost-model.md) ---------------------------- */
+
+/* Best fraction of peak a large GEMM sustains inside a training step. */
+#define COST_GEMM_EFF 0.72
+/* The GEMM dimension at which one factor of the shape curve is 1/2: a GEMM's
+ * efficiency is COST_GEMM_EFF · Π over (M, N, K) of x / (x + COST_GEMM_DIM). */
+#define COST_GEMM_DIM 128.0
+/* Best fraction of peak of the attention core (QK^T, softmax, ·V and their
+ * backward); its shape factor is the head dimension's, hd / (hd + COST_GEMM_DIM). */
+#define COST_ATTN_EFF 0.40
+/* Fraction of the HBM bandwidth a streaming elementwise kernel reaches. */
+#define COST_HBM_EFF 0.80
+/* Launch and tail of one kernel, seconds. */
+#define COST_KERNEL_S 4e-6
+/* Setup of one PCIe or NVMe transfer, seconds. */
+#define COST_COPY_S 10e-6
+
+/* ---- the op's class and the spec --------------------------------------------- */
+
+/* The dense peak the step computes at, FLOP/s: bf16 (fp16) or fp32. */
+double cost_peak(const Spec *s)
+{
+    double tf = s->precision.dtype == DT_FP32 ? s->cluster.fp32_tflops : s->cluster.bf16_tflops;
+    return tf * 1e12;
+}
+
+/* One factor of the shape curve. */
+static double dim_factor(double x) { return x > 0 ? x / (x + COST_GEMM_DIM) : 0; }
+
+/* Fraction of peak an M×K by K×N GEMM reaches. */
+double cost_gemm_eff(double M, double N, double K)
+{
+    return COST_GEMM_EFF * dim_factor(M) * dim_factor(N) * dim_factor(K);
+}
+
+/* Fraction of peak the attention core reaches with head dimension hd. */
+double cost_attn_eff(double hd) { return COST_ATTN_EFF * dim_factor(hd); }
+
+/* Seconds to stream bytes through HBM. */
+static double hbm_time(const Spec *s, double bytes) { return bytes / (s->cluster.hbm_bandwidth * COST_HBM_EFF); }
+
+/* The pieces of a transformer layer (bits of a mask). */
+enum { PC_QKV = 1, PC_PROJ = 2, PC_CORE = 4, PC_MLP_IN = 8, PC_MLP_OUT = 16,
+       PC_ATTN = PC_QKV | PC_PROJ | PC_CORE, PC_MLP = PC_MLP_IN | PC_MLP_OUT, PC_ALL = PC_ATTN | PC_MLP };
+
+/* The pieces an op runs: a whole layer, its attention or MLP half (tp > 1
+ * splits the layer around its collectives), or the attention core alone
+ * (selective recompute). */
+static int op_pieces(const Partition *p, const Op *o)
+{
+    if (o->kind == OP_RECOMPUTE && p->spec->checkpointing.activations == CKPT_SELECTIVE) return PC_CORE;
+    return o->sub == SUB_ATTN ? PC_ATTN : o->sub == SUB_MLP ? PC_MLP : PC_ALL;
+}
+
+/* Seconds per FLOP of the given pieces of one transformer layer's forward on
+ * this rank: its linears (qkv, attention output, MLP in, MLP out) and the
+ * attention core, each at its own efficiency, FLOP-weighted. */
+static double layer_sec_per_flop(const Partition *p, int pieces)
+{
+    const Model *m = p->model;
+    double T = (double)p->T, t = (double)p->tp, h = (double)m->h, hd = (double)m->hd;
+    double a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
+    double peak = cost_peak(p->spec);
+    struct { int piece; double M, N, K; } g[4] = {
+        {PC_QKV, T, (a + 2 * kv) * hd / t, h},          /* column-parallel            */
+        {PC_PROJ, T, h, a * hd / t},                    /* row-parallel               */
+        {PC_MLP_IN, T, (m->gated ? 2 : 1) * ffn / t, h}, /* gate and up, column-par.  */
+        {PC_MLP_OUT, T, h, ffn / t},                    /* row-parallel               */
+    };
+    double flops = 0, sec = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!(pieces & g[i].piece)) continue;
+        double f = 2 * g[i].M * g[i].N * g[i].K;
+        flops += f;
+        sec += f / (peak * cost_gemm_eff(g[i].M, g[i].N, g[i].K));
+    }
+    if (pieces & PC_CORE) {
+        double fa = 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
+        flops += fa;
+        sec += fa / (peak * cost_attn_eff(hd));
+    }
+    return sec / flops;
+}
+
+/* Bytes the memory-bound kernels of the pieces of one layer's forward (bwd:
+ * backward) move: per half a norm and a bias + residual add on [T_sp, h];
+ * the MLP's activation on [T, ffn/t] (GELU is a cuBLASLt epilogue that also
+ * writes its input; SwiGLU reads two and writes one). */
+static double layer_elementwise_bytes(const Partition *p, int pieces, bool bwd)
+{
+    const Model *m = p->model;
+    double rows = (double)p->T_sp * (double)m->h, act = (double)p->T * (double)m->ffn / (double)p->tp;
+    double norm = bwd ? 3 : 2, resid = 3, actf = m->gated ? (bwd ? 5 : 3) : (bwd ? 3 : 1);
+    double half = (norm + resid) * rows, bytes = 0;
+    if (pieces & PC_QKV) bytes += half;
+    if (pieces & PC_MLP_IN) bytes += half + actf * act;
+    return (double)p->wbytes * bytes;
+}
+
+/* A layer op (forward, backward or recompute; all or part of the layer). */
+static double layer_time(const Partition *p, const Op *o, bool bwd)
+{
+    int pieces = op_pieces(p, o);
+    double t = o->flops * layer_sec_per_flop(p, pieces);
+    if (pieces == PC_CORE) return t + COST_KERNEL_S;
+    int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
+    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) + (bwd ? 2 : 1) * kernels * COST_KERNEL_S;
+}
+
+/* The head: final norm, logits GEMM, fused cross-entropy and their backward. */
+static double head_time(const Partition *p, const Op *o)
+{
+    const Model *m = p->model;
+    double T = (double)p->T, h = (double)m->h, vt = (double)m->Vpad / (double)p->tp;
+    double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(T, vt, h));
+    double bytes = (double)p->wbytes * (5 * (double)p->T_sp * h + 3 * T * vt);
+    return t + hbm_time(p->spec, bytes) + 8 * COST_KERNEL_S;
+}
+
+/* Elements of the optimizer sub-group an OP_OPT_READ / OP_OPT_WRITE moves:
+ * the matching OP_OPT_STEP's (it does 16 FLOPs per element). */
+static double subgroup_elems(const Sched *s, int op)
+{
+    int g = s->ops[op].chunk;
+    for (int i = op + 1; i < s->nops; i++)
+        if (s->ops[i].kind == OP_OPT_STEP && s->ops[i].aux == g && s->ops[i].stream == ST_HOST)
+            return s->ops[i].flops / 16.0;
+    for (int i = op - 1; i >= 0; i--)
+        if (s->ops[i].kind == OP_OPT_STEP && s->ops[i].aux == g && s->ops[i].stream == ST_HOST)
+            return s->ops[i].flops / 16.0;
+    return 0;
+}
+
+/* Bytes an NVMe op reads or writes: the op's bytes when the schedule gives
+ * them, else the sub-group's optimizer state (plus its 16-bit parameters
+ * when they live on NVMe too). */
+static double nvme_bytes(const Sched *s, int op)
+{
+    const Op *o = &s->ops[op];
+    if (o->bytes > 0) return (double)o->bytes;
+    const Spec *sp = s->part->spec;
+    double per = (sp->precision.dtype == DT_FP32 ? 0 : 4) + (sp->train.optimizer == OPT_SGD ? 4 : 8);
+    bool params = false;
+    for (int i = 0; i < o->nwr; i++)
+        if (s->bufs[o->wr[i]].space == SPACE_NVME && s->bufs[o->wr[i]].cat == CAT_PARAMS) params = true;
+    return subgroup_elems(s, op) * (per + (params ? s->part->wbytes : 0));
+}
+
+/* Bytes of the device (or host) buffers an op reads: the gradient norm's input. */
+static double read_bytes(const Sched *s, const Op *o, int space)
+{
+    double b = 0;
+    for (int i = 0; i < o->nrd; i++)
+        if (s->bufs[o->rd[i]].space == space) b += (double)s->bufs[o->rd[i]].bytes;
+    return b;
+}
+
+/* ---- links ------------------------------------------------------------------- */
+
+/* How a group's members sit on nodes: the members, whether they span nodes,
+ * and how many share a node (those on the first member's node: the most for
+ * a group aligned to nodes, fewer, so conservative, otherwise). */
+typedef struct Span { int64_t n; bool cross; int64_t per_node; } Span;
+
+/* The span of the group of ranks r0 + i·stride, i < n (stride > 0). */
+static Span span_of(const Spec *s, int64_t r0, int64_t stride, int64_t n)
+{
+    int64_t G = s->cluster.gpus_per_node, k = 0;
+    while (k < n && (r0 + k * stride) / G == r0 / G) k++;
+    return (Span){n, k < n, k > 0 ? k : 1};
+}
+
+/* Whether the rank pairs (t, d, st) - (t, d, st2) of a class cross nodes:
+ * any one crossing paces the class (its members run in lock step). */
+static bool pair_crosses(const Partition *p, int64_t st, int64_t st2)
+{
+    int64_t G = p->spec->cluster.gpus_per_node, dmax = p->dp < G ? p->dp : G;
+    for (int64_t d = 0; d < dmax; d++)
+        for (int64_t t = 0; t < p->tp; t += p->tp > 1 ? p->tp - 1 : 1)
+            if (part_rank(p, t, d, st) / G != part_rank(p, t, d, st2) / G) return true;
+    return false;
+}
+
+/* The span of the op's group, for the rank class of pipeline stage `stage`. */
+static Span group_span(const Partition *p, int stage, int group, int op_kind)
+{
+    int64_t r0 = part_rank(p, 0, 0, stage);
+    switch (group) {
+    case GRP_TP:
+        return span_of(p->spec, r0, p->tp > 1 ? part_rank(p, 1, 0, stage) - r0 : 1, p->tp);
+    case GRP_DP:
+        return span_of(p->spec, r0, p->dp > 1 ? part_rank(p, 0, 1, stage) - r0 : 1, p->dp);
+    case GRP_EMBED:
+        return (Span){2, pair_crosses(p, 0, p->pp - 1), 1};
+    case GRP_PP: {
+        /* the neighbour a send or receive talks to (the interleaved
+         * schedule wraps from the last stage to the first) */
+        bool next = op_kind == OP_SEND_FWD || op_kind == OP_RECV_BWD;
+        int64_t st2 = ((int64_t)stage + (next ? 1 : p->pp - 1)) % p->pp;
+        return (Span){2, pair_crosses(p, stage, st2), 1};
+    }
+    default:
+        return (Span){1, false, 1};
+    }
+}
+
+/* Seconds of one ring hop's latency on the link a span uses. */
+static double hop_latency(const Spec *s, const Span *sp)
+{
+    return sp->cross ? s->cluster.network_latency_us * 1e-6 : cluster_nets[NET_NVLINK].latency_us * 1e-6;
+}
+
+/* Bytes/s of the link a span uses: NVLink inside a node; across nodes each GPU
+ * brings its own NIC (cluster.inter_node is per GPU), so a group with k
+ * members per node moves k NICs' worth, never more than NVLink feeds them. */
+double cost_link_bandwidth(const Spec *s, bool cross, int64_t per_node)
+{
+    if (!cross) return s->cluster.intra_node;
+    double bw = (double)per_node * s->cluster.inter_node;
+    return bw < s->cluster.intra_node ? bw : s->cluster.intra_node;
+}
+
+/* NCCL's collective time: latency + bytes · bus factor / bandwidth. */
+double cost_collective(int kind, double bytes, int64_t n, double bandwidth, double hop_s)
+{
+    if (n <= 1 && kind != COLL_SENDRECV) return 0;
+    double nn = (double)n;
+    switch (kind) {
+    case COLL_ALLREDUCE: return 2 * (nn - 1) * hop_s + bytes * 2 * (nn - 1) / nn / bandwidth;
+    case COLL_ALLGATHER:
+    case COLL_REDUCE_SCATTER: return (nn - 1) * hop_s + bytes * (nn - 1) / nn / bandwidth;
+    default: return hop_s + bytes / bandwidth;
+    }
+}
+
+/* The collective an op performs (COLL_NONE for compute and copies). */
+static int coll_of(const Sched *s, const Op *o)
+{
+    const Partition *p = s->part;
+    switch (o->kind) {
+    case OP_TP_ALLREDUCE: case OP_TIED_REDUCE: return COLL_ALLREDUCE;
+    case OP_TP_ALLGATHER: case OP_GATHER: case OP_PARAM_GATHER: return COLL_ALLGATHER;
+    case OP_TP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
+    case OP_GRAD_REDUCE:
+        return p->zero >= 2 && p->spec->zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE;
+    case OP_SEND_FWD: case OP_SEND_BWD: case OP_RECV_FWD: case OP_RECV_BWD: return COLL_SENDRECV;
+    default: return COLL_NONE;
+    }
+}
+
+/* ---- the entry points -------------------------------------------------------- */
+
+/* The group an op communicates in (GRP_NONE for compute and copies). */
+int cost_group(const Sched *s, int op)
+{
+    switch (s->ops[op].kind) {
+    case OP_TP_ALLREDUCE: case OP_TP_ALLGATHER: case OP_TP_REDUCE_SCATTER: return GRP_TP;
+    case OP_GATHER: case OP_GRAD_REDUCE: case OP_PARAM_GATHER: return GRP_DP;
+    case OP_SEND_FWD: case OP_SEND_BWD: case OP_RECV_FWD: case OP_RECV_BWD: return GRP_PP;
+    case OP_TIED_REDUCE: return GRP_EMBED;
+    case OP_GRAD_NORM: return s->ops[op].stream == ST_DP_COMM ? GRP_DP : GRP_NONE;
+    default: return GRP_NONE;
+    }
+}
+
+/* The group's name as the reports print it. */
+const char *cost_group_name(int group)
+{
+    static const char *const names[NGROUPS] = {"none", "tp", "dp", "pp", "embed"};
+    return group >= 0 && group < NGROUPS ? names[group] : "?";
+}
+
+/* Seconds a collective or point-to-point op of class stage takes. */
+static double comm_time(const Sched *s, const Op *o, int group)
+{
+    const Partition *p = s->part;
+    Span sp = group_span(p, s->cls->stage, group, o->kind);
+    double bw = cost_link_bandwidth(p->spec, sp.cross, sp.per_node);
+    return cost_collective(coll_of(s, o), (double)o->bytes, sp.n, bw, hop_latency(p->spec, &sp));
+}
+
+/* Seconds of a scalar all-reduce over every rank (the gradient norm, fp16's
+ * overflow flag): latency only, NCCL's tree, 2·log2(world) hops. */
+static double world_scalar_time(const Partition *p)
+{
+    const Spec *sp = p->spec;
+    if (p->world <= 1) return 0;
+    Span all = {p->world, p->world > sp->cluster.gpus_per_node, 1};
+    return 2 * ceil(log2((double)p->world)) * hop_latency(sp, &all);
+}
+
+/* Seconds of this rank's squared gradient norm: read its gradients. */
+static double sumsq_time(const Sched *s, const Op *o)
+{
+    const Spec *sp = s->part->spec;
+    if (o->stream == ST_HOST) return read_bytes(s, o, SPACE_HOST) / sp->cluster.host_bandwidth;
+    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + COST_KERNEL_S;
+}
+
+/* Seconds of one optimizer sub-group's AdamW step: on the device fp32 master,
+ * m, v read and written, the gradient read, the 16-bit parameters written; on
+ * the host params, grads, m, v read and written in fp32 (32 bytes per element). */
+static double opt_time(const Sched *s, const Op *o)
+{
+    const Partition *p = s->part;
+    double n = o->flops / 16.0;
+    if (o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
+    double per = 24.0 + (p->gbytes < 4 && p->spec->precision.dtype != DT_FP32 ? 4 : p->gbytes) + p->wbytes;
+    return hbm_time(p->spec, n * per) + 2 * COST_KERNEL_S;
+}
+
+/* Seconds the op occupies its stream once it has started. */
+double cost_op_time(const MemPlan *mp, const Sched *s, int op)
+{
+    (void)mp;
+    const Op *o = &s->ops[op];
+    const Partition *p = s->part;
+    const Spec *sp = p->spec;
+    double pcie = sp->cluster.pcie, bytes = (double)o->bytes;
+    int group = cost_group(s, op);
+    if (group != GRP_NONE && o->kind != OP_GRAD_NORM) return comm_time(s, o, group);
+    switch (o->kind) {
+    case OP_WAIT: return 0;
+    case OP_LAYER_FWD: case OP_RECOMPUTE: return layer_time(p, o, false);
+    case OP_LAYER_BWD: return layer_time(p, o, true);
+    case OP_HEAD: return head_time(p, o);
+    case OP_EMBED_FWD: case OP_EMBED_BWD:
+        /* a row gather (or scatter-add) of [T, h] plus the positions */
+        return hbm_time(sp, 3.0 * (double)p->T * (double)p->model->h * p->wbytes) + 2 * COST_KERNEL_S;
+    case OP_OPT_STEP: return opt_time(s, o);
+    case OP_GRAD_SUMSQ: return sumsq_time(s, o);
+    case OP_GRAD_NORM:
+        /* the all-reduce of the partial sums; an older schedule also summed here */
+        return world_scalar_time(p) + (o->stream == ST_DP_COMM ? 0 : sumsq_time(s, o));
+    case OP_LOAD_BATCH: case OP_CKPT_D2H: case OP_CKPT_H2D: case OP_GRAD_D2H:
+    case OP_PARAM_H2D: case OP_PARAM_D2H:
+        return COST_COPY_S + bytes / pcie;
+    case OP_PARAM_FETCH: {
+        /* NVMe -> pinned host -> device is pipelined: the slower link paces it */
+        double bw = sp->offload.params == OFF_NVME && sp->cluster.nvme < pcie ? sp->cluster.nvme : pcie;
+        return COST_COPY_S + bytes / bw;
+    }
+    case OP_OPT_READ: case OP_OPT_WRITE: return COST_COPY_S + nvme_bytes(s, op) / sp->cluster.nvme;
+    default: die("cost: no model for op kind %d (%s)", o->kind, sched_op_kind_name(o->kind));
+    }
+}

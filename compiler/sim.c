@@ -1,0 +1,631 @@
+/* sim.c — a discrete-event simulation of one training step of every rank
+ * class at once (one class per pipeline stage), on the schedule's streams.
+ *
+ * The rules (sim.h states the schedule's conventions):
+ *  - each stream of each class runs its ops in list order, one at a time;
+ *  - an op starts once the previous op of its stream has ended and its
+ *    dependencies have: the op an OP_WAIT names, and — whether or not the
+ *    schedule spells it as a wait — the last op of another stream that wrote a
+ *    buffer it reads (data cannot move before it exists; a correct schedule
+ *    orders these by events anyway, and the verifier checks that it does);
+ *  - point-to-point transfers block like NCCL's (rendezvous): a send starts
+ *    once its stream reaches it and its receive is posted (the receiving
+ *    stream has reached the receive), occupies the sender's stream for the
+ *    transfer, and the receive ends with it.  SimOpts.eager lets sends go
+ *    without waiting (a receive posted ahead, or a buffered message); the
+ *    receive still ends no earlier than the transfer;
+ *  - collectives spanning rank classes (the tied-embedding all-reduce of the
+ *    first and last stage, the global gradient norm) start when every member
+ *    has reached them; the members of a tp or dp group share a class, so they
+ *    are in step by construction.
+ * No op ever waits for a resource other than its stream, so the start of every
+ * op is fixed once its dependencies have ended: streams are advanced as far as
+ * they can go, a blocked stream is woken when the op it waits for ends, and if
+ * nothing can move while ops remain, that is a deadlock.
+ */
+#include "sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PENDING, ARRIVED, DONE };
+
+/* The simulation's state over all classes; ops are numbered globally. */
+typedef struct Ctx {
+    const MemPlan *mp;
+    bool rendezvous;
+    int nc, N;
+    int *base;                  /* [nc + 1]: first global op of each class      */
+    int *cls_of;                /* [N]                                          */
+    double *dur, *ready;        /* [N]: duration; time its dependencies allow   */
+    SimOp *t;                   /* [N]: start and end                           */
+    unsigned char *state;       /* [N]: PENDING, ARRIVED (at a rendezvous), DONE */
+    int *cause, *rcause;        /* [N]: the op whose end fixed its start / ready */
+    int *dep_first, *deps;      /* CSR: waited ops and cross-stream producers   */
+    int *partner;               /* [N]: a receive's send, a send's receive      */
+    int *sync;                  /* [N]: the cross-class collective it is in     */
+    int *sync_first, *sync_ops, *sync_arrived;
+    int nsync;
+    int ns;                     /* streams: nc · NSTREAMS                       */
+    int *st_first, *st_ops, *st_pos;
+    int *wait_head, *wait_next; /* streams blocked on an op, as linked lists    */
+    int *queue, qn;
+    bool *queued;
+} Ctx;
+
+/* The schedule of class c. */
+static const Sched *sched_of(const Ctx *x, int c) { return &x->mp->classes[c].sched; }
+
+/* The op behind a global number. */
+static const Op *op_of(const Ctx *x, int g) { return &sched_of(x, x->cls_of[g])->ops[g - x->base[x->cls_of[g]]]; }
+
+/* An op's label; a wait names its target unless that is a wait too (a broken
+ * schedule may chain waits into a cycle). */
+static const char *label(const Sched *s, int i)
+{
+    const Op *o = &s->ops[i];
+    if (o->kind != OP_WAIT) return sched_op_label(s, i);
+    if (o->aux >= 0 && o->aux < s->nops && s->ops[o->aux].kind != OP_WAIT)
+        return arena_printf(&g_arena, "wait(%s)", sched_op_label(s, o->aux));
+    return arena_printf(&g_arena, "wait(op %d)", o->aux);
+}
+
+/* "stage 2 dp-comm op 41 grad_reduce bucket3" */
+static const char *describe(const Ctx *x, int g)
+{
+    int c = x->cls_of[g];
+    const Sched *s = sched_of(x, c);
+    int i = g - x->base[c];
+    return arena_printf(&g_arena, "stage %d %s op %d %s", s->cls->stage, sched_stream_name(s->ops[i].stream), i,
+                        label(s, i));
+}
+
+/* ---- building the graph --------------------------------------------------------- */
+
+/* Numbers the ops, prices them, and lays out each stream's ops in order. */
+static void build_ops(Ctx *x)
+{
+    x->base = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->nc + 1));
+    for (int c = 0; c < x->nc; c++) x->base[c + 1] = x->base[c] + sched_of(x, c)->nops;
+    int N = x->N = x->base[x->nc];
+    size_t n = (size_t)N + 1;
+    x->cls_of = arena_alloc(&g_arena, sizeof(int) * n);
+    x->dur = arena_alloc(&g_arena, sizeof(double) * n);
+    x->ready = arena_alloc(&g_arena, sizeof(double) * n);
+    x->t = arena_alloc(&g_arena, sizeof(SimOp) * n);
+    x->state = arena_alloc(&g_arena, n);
+    x->cause = arena_alloc(&g_arena, sizeof(int) * n);
+    x->rcause = arena_alloc(&g_arena, sizeof(int) * n);
+    x->partner = arena_alloc(&g_arena, sizeof(int) * n);
+    x->sync = arena_alloc(&g_arena, sizeof(int) * n);
+    x->wait_head = arena_alloc(&g_arena, sizeof(int) * n);
+    x->ns = x->nc * NSTREAMS;
+    x->st_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->ns + 1));
+    x->st_pos = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
+    x->st_ops = arena_alloc(&g_arena, sizeof(int) * n);
+    x->wait_next = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
+    x->queue = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
+    x->queued = arena_alloc(&g_arena, sizeof(bool) * (size_t)x->ns);
+    for (int c = 0; c < x->nc; c++) {
+        const Sched *s = sched_of(x, c);
+        for (int i = 0; i < s->nops; i++) {
+            int g = x->base[c] + i;
+            if (s->ops[i].stream < 0 || s->ops[i].stream >= NSTREAMS)
+                die("sim: %s is on no stream (%d)", describe(x, g), s->ops[i].stream);
+            x->cls_of[g] = c;
+            x->dur[g] = cost_op_time(x->mp, s, i);
+            x->cause[g] = x->rcause[g] = x->partner[g] = x->sync[g] = x->wait_head[g] = -1;
+            x->st_first[c * NSTREAMS + s->ops[i].stream + 1]++;
+        }
+    }
+    for (int k = 0; k < x->ns; k++) x->st_first[k + 1] += x->st_first[k];
+    for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k], x->wait_next[k] = -1;
+    for (int c = 0; c < x->nc; c++) {
+        const Sched *s = sched_of(x, c);
+        for (int i = 0; i < s->nops; i++) x->st_ops[x->st_pos[c * NSTREAMS + s->ops[i].stream]++] = x->base[c] + i;
+    }
+    for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k];
+}
+
+/* Dependencies: the op a wait names; the last writer, on another stream, of
+ * each buffer an op reads. */
+static void build_deps(Ctx *x)
+{
+    x->dep_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->N + 1));
+    int cap = x->N + 16, n = 0;
+    x->deps = malloc(sizeof(int) * (size_t)cap);
+    for (int c = 0; c < x->nc; c++) {
+        const Sched *s = sched_of(x, c);
+        int *last = malloc(sizeof(int) * (size_t)(s->nbufs + 1));
+        for (int b = 0; b < s->nbufs; b++) last[b] = -1;
+        for (int i = 0; i < s->nops; i++) {
+            const Op *o = &s->ops[i];
+            int g = x->base[c] + i, first = n;
+            x->dep_first[g] = n;
+            if (n + OP_MAX_RD + 1 > cap) cap *= 2, x->deps = realloc(x->deps, sizeof(int) * (size_t)cap);
+            if (!x->deps) die("sim: out of memory");
+            if (o->kind == OP_WAIT) {
+                if (o->aux < 0 || o->aux >= s->nops) die("sim: %s waits for op %d, not in the schedule", describe(x, g), o->aux);
+                x->deps[n++] = x->base[c] + o->aux;
+            } else {
+                for (int k = 0; k < o->nrd; k++) {
+                    int w = last[o->rd[k]];
+                    if (w < 0 || s->ops[w].stream == o->stream) continue;
+                    bool dup = false;
+                    for (int j = first; j < n; j++) dup |= x->deps[j] == x->base[c] + w;
+                    if (!dup) x->deps[n++] = x->base[c] + w;
+                }
+                for (int k = 0; k < o->nwr; k++) last[o->wr[k]] = i;
+            }
+        }
+        free(last);
+    }
+    x->dep_first[x->N] = n;
+}
+
+/* Pairs each receive with its send: the same microbatch, from the stage
+ * holding the neighbouring model chunk. */
+static void build_pairs(Ctx *x)
+{
+    const Partition *p = &x->mp->part;
+    int64_t nmc = p->pp * p->v, m = p->m;
+    int *send = arena_alloc(&g_arena, sizeof(int) * (size_t)(2 * nmc * m));
+    for (int64_t k = 0; k < 2 * nmc * m; k++) send[k] = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int c = 0; c < x->nc; c++) {
+            const Sched *s = sched_of(x, c);
+            for (int i = 0; i < s->nops; i++) {
+                const Op *o = &s->ops[i];
+                bool isend = o->kind == OP_SEND_FWD || o->kind == OP_SEND_BWD;
+                bool irecv = o->kind == OP_RECV_FWD || o->kind == OP_RECV_BWD;
+                if (!(pass == 0 ? isend : irecv)) continue;
+                if (o->chunk < 0 || o->chunk >= s->cls->nchunks || o->mb < 0 || o->mb >= m)
+                    die("sim: %s has no chunk or microbatch", describe(x, x->base[c] + i));
+                int64_t mc = s->cls->chunks[o->chunk].model_chunk;
+                bool fwd = o->kind == OP_SEND_FWD || o->kind == OP_RECV_FWD;
+                if (irecv) mc += fwd ? -1 : 1;      /* the sender's model chunk */
+                if (mc < 0 || mc >= nmc) continue;  /* no sender: never completes */
+                int *slot = &send[((fwd ? 0 : 1) * nmc + mc) * m + o->mb];
+                int g = x->base[c] + i;
+                if (isend) {
+                    if (*slot >= 0) die("sim: %s and %s send the same microbatch", describe(x, *slot), describe(x, g));
+                    *slot = g;
+                } else if (*slot >= 0) {
+                    if (x->partner[*slot] >= 0) die("sim: %s and %s receive the same send", describe(x, x->partner[*slot]), describe(x, g));
+                    x->partner[g] = *slot;
+                    x->partner[*slot] = g;
+                }
+            }
+        }
+}
+
+/* Collectives spanning classes: the k-th op of a kind in each class that has
+ * one is one collective. */
+static void build_syncs(Ctx *x)
+{
+    static const int kinds[] = {OP_TIED_REDUCE, OP_GRAD_NORM};
+    int *cnt = arena_alloc(&g_arena, sizeof(int) * (size_t)x->nc);
+    int nk = (int)(sizeof kinds / sizeof kinds[0]);
+    int *first = arena_alloc(&g_arena, sizeof(int) * (size_t)(nk + 1));
+    /* groups per kind: the most occurrences in any class */
+    for (int k = 0; k < nk; k++) {
+        int most = 0;
+        for (int c = 0; c < x->nc; c++) {
+            const Sched *s = sched_of(x, c);
+            int n = 0;
+            for (int i = 0; i < s->nops; i++) n += s->ops[i].kind == kinds[k];
+            if (n > most) most = n;
+        }
+        first[k + 1] = first[k] + most;
+    }
+    x->nsync = first[nk];
+    x->sync_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->nsync + 2));
+    x->sync_arrived = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->nsync + 1));
+    x->sync_ops = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->N + 1));
+    int *size = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->nsync + 1));
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < nk; k++)
+            for (int c = 0; c < x->nc; c++) {
+                const Sched *s = sched_of(x, c);
+                cnt[c] = 0;
+                for (int i = 0; i < s->nops; i++) {
+                    if (s->ops[i].kind != kinds[k]) continue;
+                    int grp = first[k] + cnt[c]++;
+                    if (pass == 0) size[grp]++;
+                    else x->sync_ops[x->sync_first[grp] + x->sync_arrived[grp]++] = x->base[c] + i;
+                }
+            }
+        if (pass == 0)
+            for (int k = 0; k < x->nsync; k++) x->sync_first[k + 1] = x->sync_first[k] + size[k];
+    }
+    for (int k = 0; k < x->nsync; k++) {
+        x->sync_arrived[k] = 0;
+        if (size[k] < 2) continue;      /* a class alone: nothing to wait for */
+        for (int j = x->sync_first[k]; j < x->sync_first[k + 1]; j++) x->sync[x->sync_ops[j]] = k;
+    }
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+/* Stream sid waits until op g ends (or arrives at its rendezvous). */
+static void block(Ctx *x, int sid, int g)
+{
+    x->wait_next[sid] = x->wait_head[g];
+    x->wait_head[g] = sid;
+}
+
+/* Queues the streams waiting on op g. */
+static void wake(Ctx *x, int g)
+{
+    for (int sid = x->wait_head[g], nx; sid >= 0; sid = nx) {
+        nx = x->wait_next[sid];
+        x->wait_next[sid] = -1;
+        if (!x->queued[sid]) x->queued[sid] = true, x->queue[x->qn++] = sid;
+    }
+    x->wait_head[g] = -1;
+}
+
+/* Marks op g done from start to end, the op `cause` having fixed its start. */
+static void finish(Ctx *x, int g, double start, double end, int cause)
+{
+    x->t[g] = (SimOp){start, end};
+    x->cause[g] = cause;
+    x->state[g] = DONE;
+    wake(x, g);
+}
+
+/* A cross-class collective: waits for every member, then all run together. */
+static bool start_sync(Ctx *x, int sid, int g)
+{
+    int k = x->sync[g];
+    if (x->state[g] == PENDING) x->state[g] = ARRIVED, x->sync_arrived[k]++;
+    if (x->sync_arrived[k] < x->sync_first[k + 1] - x->sync_first[k]) {
+        block(x, sid, g);
+        return false;
+    }
+    int best = g;
+    for (int j = x->sync_first[k]; j < x->sync_first[k + 1]; j++)
+        if (x->ready[x->sync_ops[j]] > x->ready[best]) best = x->sync_ops[j];
+    double start = x->ready[best];
+    for (int j = x->sync_first[k]; j < x->sync_first[k + 1]; j++) {
+        int m = x->sync_ops[j];
+        finish(x, m, start, start + x->dur[m], x->rcause[best]);
+    }
+    return true;
+}
+
+/* Starts op g (its stream and dependencies allow it from ready[g]); false if
+ * it must wait for another class. */
+static bool start_op(Ctx *x, int sid, int g)
+{
+    int kind = op_of(x, g)->kind, p = x->partner[g];
+    double r = x->ready[g];
+    if (x->sync[g] >= 0) return start_sync(x, sid, g);
+    if (kind == OP_RECV_FWD || kind == OP_RECV_BWD) {
+        if (x->state[g] == PENDING) x->state[g] = ARRIVED, wake(x, g);     /* posted */
+        if (p < 0) return false;                                            /* never sent */
+        if (x->state[p] != DONE) {
+            block(x, sid, p);
+            return false;
+        }
+        double end = fmax(r, x->t[p].end), start = fmin(end, fmax(r, x->t[p].start));
+        finish(x, g, start, end, x->t[p].end > r ? p : x->rcause[g]);
+        return true;
+    }
+    if (x->rendezvous && (kind == OP_SEND_FWD || kind == OP_SEND_BWD)) {
+        if (p < 0) return false;                                            /* never received */
+        if (x->state[p] == PENDING) {
+            block(x, sid, p);
+            return false;
+        }
+        bool later = x->ready[p] > r;
+        double start = later ? x->ready[p] : r;
+        finish(x, g, start, start + x->dur[g], later ? x->rcause[p] : x->rcause[g]);
+        return true;
+    }
+    finish(x, g, r, r + x->dur[g], x->rcause[g]);
+    return true;
+}
+
+/* Advances stream sid as far as its ops' dependencies allow. */
+static void run_stream(Ctx *x, int sid)
+{
+    int first = x->st_first[sid], end = x->st_first[sid + 1];
+    while (x->st_pos[sid] < end) {
+        int pos = x->st_pos[sid], g = x->st_ops[pos];
+        if (x->state[g] == DONE) {
+            x->st_pos[sid]++;
+            continue;
+        }
+        double r = 0;
+        int cause = -1;
+        if (pos > first) cause = x->st_ops[pos - 1], r = x->t[cause].end;
+        for (int k = x->dep_first[g]; k < x->dep_first[g + 1]; k++) {
+            int d = x->deps[k];
+            if (x->state[d] != DONE) {
+                block(x, sid, d);
+                return;
+            }
+            if (x->t[d].end > r) r = x->t[d].end, cause = d;
+        }
+        x->ready[g] = r;
+        x->rcause[g] = cause;
+        if (!start_op(x, sid, g)) return;
+        x->st_pos[sid]++;
+    }
+}
+
+/* What a stuck op waits for, in words. */
+static const char *stuck_reason(const Ctx *x, int g)
+{
+    for (int k = x->dep_first[g]; k < x->dep_first[g + 1]; k++)
+        if (x->state[x->deps[k]] != DONE) return arena_printf(&g_arena, "waits for %s", describe(x, x->deps[k]));
+    int kind = op_of(x, g)->kind, p = x->partner[g];
+    if (x->sync[g] >= 0) return "waits for the other stages to reach this collective";
+    if (kind == OP_RECV_FWD || kind == OP_RECV_BWD)
+        return p < 0 ? "no stage sends it" : arena_printf(&g_arena, "waits for %s", describe(x, p));
+    if (kind == OP_SEND_FWD || kind == OP_SEND_BWD)
+        return p < 0 ? "no stage receives it" : arena_printf(&g_arena, "waits for %s to be posted", describe(x, p));
+    return "waits";
+}
+
+/* The deadlock report: every stream that cannot finish, at its stuck op. */
+static const char *deadlock(const Ctx *x)
+{
+    const char *msg = "deadlock: no op can progress; the stuck ops:";
+    int shown = 0, stuck = 0;
+    for (int sid = 0; sid < x->ns; sid++) {
+        if (x->st_pos[sid] >= x->st_first[sid + 1]) continue;
+        int g = x->st_ops[x->st_pos[sid]];
+        if (shown < 12) msg = arena_printf(&g_arena, "%s\n  %s %s", msg, describe(x, g), stuck_reason(x, g)), shown++;
+        stuck++;
+    }
+    if (stuck > shown) msg = arena_printf(&g_arena, "%s\n  ... and %d more streams", msg, stuck - shown);
+    return msg;
+}
+
+/* ---- what the step costs -------------------------------------------------------- */
+
+/* Whether op kind is pipeline compute (the ideal time the bubble is measured against). */
+static bool is_work(int kind)
+{
+    return kind == OP_EMBED_FWD || kind == OP_EMBED_BWD || kind == OP_LAYER_FWD || kind == OP_LAYER_BWD ||
+           kind == OP_RECOMPUTE || kind == OP_HEAD;
+}
+
+typedef struct Span2 { double a, b; } Span2;
+
+/* Orders intervals by start. */
+static int span_cmp(const void *pa, const void *pb)
+{
+    const Span2 *a = pa, *b = pb;
+    return a->a < b->a ? -1 : a->a > b->a;
+}
+
+/* Length of the intersection of two sorted lists of disjoint intervals. */
+static double overlap(const Span2 *u, int nu, const Span2 *v, int nv)
+{
+    double tot = 0;
+    for (int i = 0, j = 0; i < nu && j < nv;) {
+        double lo = fmax(u[i].a, v[j].a), hi = fmin(u[i].b, v[j].b);
+        if (hi > lo) tot += hi - lo;
+        if (u[i].b < v[j].b) i++;
+        else j++;
+    }
+    return tot;
+}
+
+/* Merges sorted intervals in place; returns the new count. */
+static int merge_spans(Span2 *v, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (k > 0 && v[i].a <= v[k - 1].b) v[k - 1].b = fmax(v[k - 1].b, v[i].b);
+        else v[k++] = v[i];
+    }
+    return k;
+}
+
+/* Whether the compute stream of class c idled from `from` until op g for the
+ * pipeline: the chain of dependencies that held g, followed through the ops
+ * that ended in the gap, reaches a receive or another stage. */
+static bool pipeline_wait(const Ctx *x, int c, int g, double from)
+{
+    for (int z = x->cause[g]; z >= 0 && x->t[z].end > from; z = x->cause[z]) {
+        int k = op_of(x, z)->kind;
+        if (x->cls_of[z] != c || k == OP_RECV_FWD || k == OP_RECV_BWD) return true;
+    }
+    return false;
+}
+
+/* Busy time, pipeline work and bubble, and exposed communication of class c. */
+static void class_metrics(const Ctx *x, int c, double step, SimClass *sc)
+{
+    const Sched *s = sched_of(x, c);
+    int b = x->base[c];
+    sc->ops = x->t + b;
+    sc->end = 0;
+    for (int i = 0; i < s->nops; i++) {
+        const SimOp *t = &x->t[b + i];
+        sc->busy[s->ops[i].stream] += t->end - t->start;
+        if (t->end > sc->end) sc->end = t->end;
+        if (s->ops[i].stream == ST_COMPUTE && is_work(s->ops[i].kind)) sc->work += t->end - t->start;
+    }
+    /* the compute stream's idle intervals, and which of them the pipeline caused */
+    Span2 *idle = malloc(sizeof(Span2) * (size_t)(s->nops + 2));
+    int ni = 0;
+    double prev = 0;
+    for (int k = x->st_first[c * NSTREAMS + ST_COMPUTE]; k < x->st_first[c * NSTREAMS + ST_COMPUTE + 1]; k++) {
+        int g = x->st_ops[k];
+        if (x->t[g].start > prev) {
+            idle[ni++] = (Span2){prev, x->t[g].start};
+            if (pipeline_wait(x, c, g, prev)) sc->bubble += x->t[g].start - prev;
+        }
+        if (x->t[g].end > prev) prev = x->t[g].end;
+    }
+    if (step > prev) idle[ni++] = (Span2){prev, step};
+    if (x->nc > 1 && step > fmax(prev, sc->end)) sc->bubble += step - fmax(prev, sc->end);
+    /* exposed: a group's ops running while the compute stream idles */
+    Span2 *busy = malloc(sizeof(Span2) * (size_t)(s->nops + 1));
+    for (int grp = GRP_NONE + 1; grp < NGROUPS; grp++) {
+        int nb = 0;
+        for (int i = 0; i < s->nops; i++)
+            if (cost_group(s, i) == grp && x->t[b + i].end > x->t[b + i].start) busy[nb++] = (Span2){x->t[b + i].start, x->t[b + i].end};
+        qsort(busy, (size_t)nb, sizeof *busy, span_cmp);
+        nb = merge_spans(busy, nb);
+        sc->exposed[grp] = overlap(idle, ni, busy, nb);
+    }
+    free(busy);
+    free(idle);
+}
+
+/* Seconds class c spends on NVMe transfers. */
+static double nvme_seconds(const Ctx *x, int c)
+{
+    const Sched *s = sched_of(x, c);
+    bool params = x->mp->spec->offload.params == OFF_NVME;
+    double t = 0;
+    for (int i = 0; i < s->nops; i++) {
+        int k = s->ops[i].kind;
+        if (k == OP_OPT_READ || k == OP_OPT_WRITE || (params && k == OP_PARAM_FETCH))
+            t += x->t[x->base[c] + i].end - x->t[x->base[c] + i].start;
+    }
+    return t;
+}
+
+/* The critical path: from the op that ends last, back through the dependency
+ * that fixed each op's start. */
+static void critical_path(const Ctx *x, Sim *out)
+{
+    int last = -1;
+    for (int g = 0; g < x->N; g++)
+        if (last < 0 || x->t[g].end > x->t[last].end) last = g;
+    int n = 0;
+    for (int g = last; g >= 0; g = x->cause[g]) n++;
+    out->critical = arena_alloc(&g_arena, sizeof(SimRef) * (size_t)(n + 1));
+    out->ncritical = n;
+    for (int g = last; g >= 0; g = x->cause[g]) {
+        int c = x->cls_of[g];
+        out->critical[--n] = (SimRef){c, g - x->base[c]};
+    }
+}
+
+/* Step time, throughput, utilisation, bubble, exposure, copies, critical path. */
+static void metrics(const Ctx *x, Sim *out)
+{
+    const MemPlan *mp = x->mp;
+    out->step_time = 0;
+    for (int g = 0; g < x->N; g++) out->step_time = fmax(out->step_time, x->t[g].end);
+    double step = out->step_time, nb = 0;
+    for (int c = 0; c < x->nc; c++) {
+        SimClass *sc = &out->classes[c];
+        class_metrics(x, c, step, sc);
+        if (sc->work > 0) out->bubble += sc->bubble / sc->work, nb++;
+        for (int g = 0; g < NGROUPS; g++) out->exposed[g] += sc->exposed[g] / x->nc;
+        out->copy_time = fmax(out->copy_time, sc->busy[ST_COPY]);
+        out->nvme_time = fmax(out->nvme_time, nvme_seconds(x, c));
+    }
+    if (nb > 0) out->bubble /= nb;
+    for (int g = 0; g < NGROUPS; g++) out->exposed[g] = step > 0 ? out->exposed[g] / step : 0;
+    const Spec *s = mp->spec;
+    double denom = step * (double)mp->part.world * cost_peak(s);
+    out->tokens_per_s = step > 0 ? (double)s->train.global_batch * (double)mp->model.s / step : 0;
+    out->mfu = denom > 0 ? mp->model.flops_model_step / denom : 0;
+    out->hfu = denom > 0 ? mp->model.flops_hw_step / denom : 0;
+    critical_path(x, out);
+}
+
+/* ---- entry points ------------------------------------------------------------------ */
+
+/* sim_run with options; NULL, or the deadlock naming the stuck ops. */
+const char *sim_simulate(const MemPlan *mp, const SimOpts *opts, Sim *out)
+{
+    memset(out, 0, sizeof *out);
+    Ctx x = {.mp = mp, .rendezvous = !(opts && opts->eager), .nc = mp->nclasses};
+    out->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)(x.nc + 1));
+    build_ops(&x);
+    build_deps(&x);
+    build_pairs(&x);
+    build_syncs(&x);
+    for (int sid = 0; sid < x.ns; sid++) x.queue[x.qn++] = sid, x.queued[sid] = true;
+    while (x.qn > 0) {
+        int sid = x.queue[--x.qn];
+        x.queued[sid] = false;
+        run_stream(&x, sid);
+    }
+    const char *err = NULL;
+    for (int sid = 0; sid < x.ns && !err; sid++)
+        if (x.st_pos[sid] < x.st_first[sid + 1]) err = deadlock(&x);
+    metrics(&x, out);
+    free(x.deps);
+    return err;
+}
+
+/* Simulates one step of every rank class; a deadlock is an internal error. */
+void sim_run(const MemPlan *mp, Sim *out)
+{
+    const char *err = sim_simulate(mp, NULL, out);
+    if (err) die("sim: %s", err);
+}
+
+/* ---- the report --------------------------------------------------------------------- */
+
+typedef struct Contrib { int kind; double sec; } Contrib;
+
+/* Orders contributions, largest first. */
+static int contrib_cmp(const void *pa, const void *pb)
+{
+    const Contrib *a = pa, *b = pb;
+    return a->sec > b->sec ? -1 : a->sec < b->sec;
+}
+
+/* The critical path's time by op kind: each op adds the time from its cause's
+ * end to its own. */
+static void print_critical(FILE *f, const MemPlan *mp, const Sim *sim)
+{
+    Contrib by[NOPKINDS];
+    for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, 0};
+    double prev = 0;
+    for (int i = 0; i < sim->ncritical; i++) {
+        const SimRef *r = &sim->critical[i];
+        const SimOp *t = &sim->classes[r->cls].ops[r->op];
+        by[mp->classes[r->cls].sched.ops[r->op].kind].sec += t->end - prev;
+        prev = t->end;
+    }
+    qsort(by, NOPKINDS, sizeof by[0], contrib_cmp);
+    fprintf(f, "critical  path of %d ops:", sim->ncritical);
+    for (int k = 0; k < 6 && by[k].sec > 0; k++)
+        fprintf(f, "%s %s %.1f%%", k ? "," : "", sched_op_kind_name(by[k].kind), 100 * by[k].sec / sim->step_time);
+    fputc('\n', f);
+}
+
+/* The schedule summary of `shardc plan`. */
+void sim_summary(FILE *f, const MemPlan *mp, const Sim *sim)
+{
+    int nc = mp->nclasses;
+    fprintf(f, "schedule summary (simulated step; seconds busy per stream, by rank class)\n");
+    fprintf(f, "class stage ");
+    for (int st = 0; st < NSTREAMS; st++) fprintf(f, "%9s", sched_stream_name(st));
+    fprintf(f, " |    idle  bubble\n");
+    for (int c = 0; c < nc; c++) {
+        if (nc > 9 && c == 4) fprintf(f, "  ...\n");
+        if (nc > 9 && c >= 4 && c < nc - 4) continue;
+        const SimClass *sc = &sim->classes[c];
+        fprintf(f, "%5d %5d ", c, mp->classes[c].cls->stage);
+        for (int st = 0; st < NSTREAMS; st++) fprintf(f, "%9.4f", sc->busy[st]);
+        double idle = sim->step_time - sc->busy[ST_COMPUTE];
+        fprintf(f, " | %7.4f %6.1f%%\n", idle, sc->work > 0 ? 100 * sc->bubble / sc->work : 0);
+    }
+    fprintf(f, "\nstep      %.4f s predicted; %.4g tokens/s; MFU %.1f%%, HFU %.1f%% of %.3g TFLOP/s per GPU\n",
+            sim->step_time, sim->tokens_per_s, 100 * sim->mfu, 100 * sim->hfu, cost_peak(mp->spec) / 1e12);
+    fprintf(f, "bubble    %.1f%% of the ideal compute time (the average over stages; (p-1)/m for 1F1B)\n",
+            100 * sim->bubble);
+    fprintf(f, "exposed   ");
+    for (int g = GRP_NONE + 1; g < NGROUPS; g++)
+        fprintf(f, "%s %.1f%%%s", cost_group_name(g), 100 * sim->exposed[g], g + 1 < NGROUPS ? ", " : "");
+    fprintf(f, " of the step (communication while the compute stream waits; average over rank classes)\n");
+    fprintf(f, "copies    %.4f s on the copy stream, of it NVMe %.4f s (the busiest rank class)\n", sim->copy_time,
+            sim->nvme_time);
+    print_critical(f, mp, sim);
+}
