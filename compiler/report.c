@@ -4,7 +4,7 @@
  * the whole plan as JSON (--json FILE, written atomically; the schema is in
  * docs/plan-json.md).
  */
-#include "plan.h"
+#include "sim.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,11 +14,13 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static const char help_text[] =
-    "usage: shardc plan FILE [-D key.path=value ...] [--rank R] [--json FILE]\n"
+    "usage: shardc plan FILE [-D key.path=value ...] [--rank R] [--json FILE] [--trace FILE] [--html FILE]\n"
     "\n"
     "Plans the partition and the memory of every rank and says whether it fits.\n"
     "  --rank R      also list rank R's buffers: offset, size, lifetime, category\n"
     "  --json FILE   write the whole plan as JSON (schema: docs/plan-json.md)\n"
+    "  --trace FILE  write the simulated step as Chrome trace JSON (Perfetto, chrome://tracing)\n"
+    "  --html FILE   write a self-contained HTML report: memory plan, live bytes, timeline\n"
     "  --help        this text\n"
     "\n"
     "Exit 0 with a plan (whether it fits or not), 1 for a spec that cannot be\n"
@@ -449,12 +451,12 @@ char *report_json(const MemPlan *mp, int64_t rank)
 
 /* ---- the command ------------------------------------------------------------------------- */
 
-typedef struct PlanOpts { const char *json; int64_t rank; bool help; } PlanOpts;
+typedef struct PlanOpts { const char *json, *trace, *html; int64_t rank; bool help; } PlanOpts;
 
 /* Parses the options after FILE; false (after a message) on a bad one. */
 static bool parse_opts(int argc, char **argv, PlanOpts *o)
 {
-    *o = (PlanOpts){NULL, -1, false};
+    *o = (PlanOpts){NULL, NULL, NULL, -1, false};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -464,6 +466,14 @@ static bool parse_opts(int argc, char **argv, PlanOpts *o)
             o->json = v, i++;
         } else if (strncmp(a, "--json=", 7) == 0) {
             o->json = a + 7;
+        } else if (strcmp(a, "--trace") == 0 && v) {
+            o->trace = v, i++;
+        } else if (strncmp(a, "--trace=", 8) == 0) {
+            o->trace = a + 8;
+        } else if (strcmp(a, "--html") == 0 && v) {
+            o->html = v, i++;
+        } else if (strncmp(a, "--html=", 7) == 0) {
+            o->html = a + 7;
         } else if ((strcmp(a, "--rank") == 0 && v) || strncmp(a, "--rank=", 7) == 0) {
             const char *num = a[6] == '=' ? a + 7 : v;
             char *end;
@@ -502,13 +512,22 @@ int report_plan_main(const Spec *spec, int argc, char **argv)
                    (long long)mp->part.world - 1);
         return EXIT_USAGE;
     }
+    /* A schedule that fails verification is a compiler bug, not a user error. */
+    if (!verify_plan(mp, stderr)) return EXIT_INTERNAL;
     mem_fixes(mp);
+    Sim sim;
+    sim_run(mp, &sim);
     report_text(stdout, mp);
+    sim_summary(stdout, mp, &sim);
     if (o.rank >= 0) report_rank(stdout, mp, o.rank);
-    if (o.json) {
-        const char *text = report_json(mp, o.rank);
-        if (!util_write_atomic(o.json, text, strlen(text))) {
-            diag_plain("plan: cannot write %s: %s", o.json, strerror(errno));
+    const char *outs[3][2] = {{o.json, NULL}, {o.trace, NULL}, {o.html, NULL}};
+    if (o.json) outs[0][1] = report_json(mp, o.rank);
+    if (o.trace) outs[1][1] = trace_json(mp, &sim);
+    if (o.html) outs[2][1] = html_report(mp, &sim);
+    for (int k = 0; k < 3; k++) {
+        if (!outs[k][0]) continue;
+        if (!util_write_atomic(outs[k][0], outs[k][1], strlen(outs[k][1]))) {
+            diag_plain("plan: cannot write %s: %s", outs[k][0], strerror(errno));
             return EXIT_USER;
         }
     }
