@@ -366,5 +366,8 @@ char *util_read_file(const char *path, size_t *len, size_t limit);
 const char *util_bytes(int64_t b);
 /* Writes `data` to `path` atomically (temporary file, fsync, rename). */
 bool util_write_atomic(const char *path, const char *data, size_t len);
+/* export.c: `shardc export CKPT_DIR -o FILE [--dtype fp32|bf16]`; argv holds
+ * the arguments after `export`.  Returns the exit code. */
+int export_main(int argc, char **argv);
 
 #endif

@@ -1,0 +1,1087 @@
+/* ckpt.c — safetensors rank files, the index, atomic saves, slice reads (see ckpt.h). */
+#define _GNU_SOURCE             /* renameat2 */
+#include "ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CKPT_FORMAT "shardc-checkpoint"
+#define CKPT_VERSION 1
+#define CKPT_MAX_HEADER (100u << 20)    /* safetensors' own limit on the JSON header */
+
+void (*ckpt_crash_hook)(const char *point);
+
+/* Calls the test seam, if any, at a named point of a save. */
+static void crash_point(const char *point)
+{
+    if (ckpt_crash_hook) ckpt_crash_hook(point);
+}
+
+/* Formats an error message into err and returns code. */
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---- small helpers: a string map, dtypes, conversions ---------------------- */
+
+/* Open-addressing map from borrowed strings to ints (tensor and key lookups). */
+typedef struct strmap { const char **keys; int *vals; size_t cap, n; } strmap;
+
+/* FNV-1a of a string. */
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The value of k, or -1. */
+static int strmap_get(const strmap *m, const char *k)
+{
+    if (!m->cap) return -1;
+    for (size_t i = hash_str(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->keys[i]) return -1;
+        if (strcmp(m->keys[i], k) == 0) return m->vals[i];
+    }
+}
+
+/* Inserts k -> v; false if k is present or memory ran out. */
+static bool strmap_put(strmap *m, const char *k, int v)
+{
+    if (2 * (m->n + 1) > m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 64;
+        strmap g = {calloc(cap, sizeof *g.keys), calloc(cap, sizeof *g.vals), cap, 0};
+        if (!g.keys || !g.vals) {
+            free(g.keys), free(g.vals);
+            return false;
+        }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->keys[i]) strmap_put(&g, m->keys[i], m->vals[i]);
+        free(m->keys), free(m->vals);
+        *m = g;
+    }
+    size_t i = hash_str(k) & (m->cap - 1);
+    for (; m->keys[i]; i = (i + 1) & (m->cap - 1))
+        if (strcmp(m->keys[i], k) == 0) return false;
+    m->keys[i] = k;
+    m->vals[i] = v;
+    m->n++;
+    return true;
+}
+
+/* Frees the map's tables (not the keys). */
+static void strmap_free(strmap *m)
+{
+    free(m->keys), free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+static const char *const dtype_names[] = {[CKPT_F32] = "F32", [CKPT_BF16] = "BF16", [CKPT_F16] = "F16"};
+
+/* Bytes per element of a dtype. */
+static int dtype_size(int dt) { return dt == CKPT_F32 ? 4 : 2; }
+
+/* The dtype named by a safetensors dtype string, or -1. */
+static int dtype_parse(const char *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (s && strcmp(s, dtype_names[i]) == 0) return i;
+    return -1;
+}
+
+/* fp32 -> bf16, rounding to nearest even. */
+uint16_t ckpt_bf16_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* bf16 -> fp32 (exact). */
+float ckpt_f32_from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE fp16 -> fp32 (exact, subnormals included). */
+float ckpt_f32_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else if (exp) {
+        u = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (!man) {
+        u = sign;
+    } else {                                /* subnormal: normalise the mantissa */
+        int e = 113;
+        while (!(man & 0x400)) man <<= 1, e--;
+        u = sign | ((uint32_t)e << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* n elements of dtype dt starting at element i of src, as fp32. */
+static void convert(float *out, const void *src, int dt, int64_t i, int64_t n)
+{
+    if (dt == CKPT_F32) {
+        memcpy(out, (const float *)src + i, (size_t)n * 4);
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)src + i;
+    for (int64_t j = 0; j < n; j++)
+        out[j] = dt == CKPT_BF16 ? ckpt_f32_from_bf16(h[j]) : ckpt_f32_from_f16(h[j]);
+}
+
+/* ---- file-system helpers ------------------------------------------------------ */
+
+/* write(2) until every byte is out. */
+static bool write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        p += w, n -= (size_t)w;
+    }
+    return true;
+}
+
+/* fsync a directory, making the renames and creations in it durable. */
+static bool fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool ok = fsync(fd) == 0 || errno == EINVAL;    /* some file systems cannot */
+    close(fd);
+    return ok;
+}
+
+/* Removes a directory of plain files (a checkpoint or its temporary). */
+static void rm_flat_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[PATH_MAX];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p)
+                unlink(p);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* mkdir -p. */
+static bool mkdir_p(const char *dir)
+{
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return false;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+        *s = '/';
+    }
+    return mkdir(p, 0755) == 0 || errno == EEXIST;
+}
+
+/* Whether path exists. */
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* DIR/step-N, DIR/step-N.tmp-TOKEN and friends; false if the path is too long. */
+static bool step_path(char *out, const char *dir, int64_t step, const char *suffix, uint64_t token)
+{
+    int n = suffix ? snprintf(out, PATH_MAX, "%s/step-%lld.%s-%016llx", dir, (long long)step, suffix,
+                              (unsigned long long)token)
+                   : snprintf(out, PATH_MAX, "%s/step-%lld", dir, (long long)step);
+    return n > 0 && n < PATH_MAX;
+}
+
+/* The unique safetensors key of a piece. */
+static void piece_key(char *out, size_t len, const char *kind, const char *tensor, int64_t r0,
+                      int64_t r1, int64_t c0, int64_t c1, int64_t f0, int64_t f1)
+{
+    snprintf(out, len, "%s/%s/%lld:%lld,%lld:%lld/%lld:%lld", kind, tensor, (long long)r0,
+             (long long)r1, (long long)c0, (long long)c1, (long long)f0, (long long)f1);
+}
+
+/* ---- saving ------------------------------------------------------------------ */
+
+/* A token for this save's temporary names: time and pid, mixed (splitmix64). */
+uint64_t ckpt_token(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Removes leftovers of crashed saves: temporaries, and restores a checkpoint
+ * moved aside (".old-") whose replacement never arrived. */
+static void clean_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[PATH_MAX], q[PATH_MAX];
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        if (snprintf(p, sizeof p, "%s/%s", dir, n) >= (int)sizeof p) continue;
+        if (strncmp(n, "latest.tmp-", 11) == 0) {
+            unlink(p);
+        } else if (strncmp(n, "step-", 5) == 0 && strstr(n, ".tmp-")) {
+            rm_flat_dir(p);
+        } else if (strncmp(n, "step-", 5) == 0 && strstr(n, ".old-")) {
+            snprintf(q, sizeof q, "%.*s", (int)(strstr(p, ".old-") - p), p);
+            if (exists(q)) rm_flat_dir(p);
+            else rename(p, q);
+        }
+    }
+    closedir(d);
+}
+
+/* Rank 0: the temporary directory of this save, after removing leftovers. */
+int ckpt_save_begin(const char *dir, int64_t step, uint64_t token, char *err, size_t errlen)
+{
+    char tmp[PATH_MAX];
+    if (step < 0 || !step_path(tmp, dir, step, "tmp", token))
+        return fail(err, errlen, CKPT_E_ARGS, "%s: bad checkpoint directory or step", dir);
+    if (!mkdir_p(dir))
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot create the checkpoint directory: %s", dir,
+                    strerror(errno));
+    clean_leftovers(dir);
+    if (mkdir(tmp, 0755) != 0)
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    return CKPT_OK;
+}
+
+/* Checks a piece's geometry; returns its element count or -1. */
+static int64_t piece_numel(const ckpt_piece *p, int64_t *f0, int64_t *f1)
+{
+    if (!p->kind || !*p->kind || !p->tensor || !*p->tensor || p->rows < 1 || p->cols < 0 ||
+        p->r0 < 0 || p->r1 <= p->r0 || p->c0 < 0 || p->c1 <= p->c0 ||
+        (p->cols == 0 && (p->c0 != 0 || p->c1 != 1)) || (int)p->dtype < 0 || p->dtype > CKPT_F16 ||
+        !p->data)
+        return -1;
+    int64_t area = (p->r1 - p->r0) * (p->c1 - p->c0);
+    *f0 = p->f0, *f1 = p->f1;
+    if (*f1 <= *f0) *f0 = 0, *f1 = area;
+    if (*f0 < 0 || *f1 > area) return -1;
+    return *f1 - *f0;
+}
+
+/* The safetensors header of a rank file: one entry per piece, and the pieces'
+ * geometry as JSON text in __metadata__.shardc.  Sets *data_bytes. */
+static char *rank_header(int rank, int64_t step, const ckpt_piece *pieces, int n, uint64_t *data_bytes,
+                         char *err, size_t errlen, int *rc)
+{
+    cJSON *hdr = cJSON_CreateObject(), *meta = cJSON_CreateObject(), *desc = cJSON_CreateArray();
+    cJSON *sh = cJSON_CreateObject();
+    strmap keys = {0};
+    char **names = calloc((size_t)n + 1, sizeof *names);
+    char *text = NULL;
+    uint64_t off = 0;
+    *rc = names ? CKPT_OK : fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    cJSON_AddItemToObject(hdr, "__metadata__", meta);
+    for (int i = 0; i < n && *rc == CKPT_OK; i++) {
+        const ckpt_piece *p = &pieces[i];
+        int64_t f0, f1, numel = piece_numel(p, &f0, &f1);
+        if (numel < 0) {
+            *rc = fail(err, errlen, CKPT_E_ARGS, "checkpoint: rank %d piece %d (%s of '%s'): bad geometry",
+                       rank, i, p->kind ? p->kind : "?", p->tensor ? p->tensor : "?");
+            break;
+        }
+        char key[1024];
+        piece_key(key, sizeof key, p->kind, p->tensor, p->r0, p->r1, p->c0, p->c1, f0, f1);
+        names[i] = strdup(key);
+        if (!names[i] || !strmap_put(&keys, names[i], i)) {
+            *rc = fail(err, errlen, CKPT_E_ARGS, "checkpoint: rank %d holds piece '%s' twice", rank, key);
+            break;
+        }
+        uint64_t bytes = (uint64_t)numel * (uint64_t)dtype_size(p->dtype);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "dtype", dtype_names[p->dtype]);
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        if (f1 - f0 < (p->r1 - p->r0) * (p->c1 - p->c0)) {
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)numel));
+        } else {
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)(p->r1 - p->r0)));
+            if (p->cols) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)(p->c1 - p->c0)));
+        }
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
+        cJSON_AddItemToObject(hdr, key, e);
+        off += bytes;
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "kind", p->kind);
+        cJSON_AddStringToObject(d, "tensor", p->tensor);
+        double g[8] = {(double)p->rows, (double)p->cols, (double)p->r0, (double)p->r1,
+                       (double)p->c0, (double)p->c1, (double)f0, (double)f1};
+        cJSON_AddItemToObject(d, "shape", cJSON_CreateDoubleArray(g, 2));
+        cJSON_AddItemToObject(d, "rect", cJSON_CreateDoubleArray(g + 2, 4));
+        cJSON_AddItemToObject(d, "flat", cJSON_CreateDoubleArray(g + 6, 2));
+        cJSON_AddStringToObject(d, "dtype", dtype_names[p->dtype]);
+        cJSON_AddItemToArray(desc, d);
+    }
+    if (*rc == CKPT_OK) {
+        cJSON_AddNumberToObject(sh, "rank", rank);
+        cJSON_AddNumberToObject(sh, "step", (double)step);
+        cJSON_AddItemToObject(sh, "pieces", desc);
+        desc = NULL;
+        char *shtext = cJSON_PrintUnformatted(sh);
+        cJSON_AddStringToObject(meta, "shardc", shtext ? shtext : "");
+        free(shtext);
+        text = cJSON_PrintUnformatted(hdr);
+        if (!text) *rc = fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    }
+    cJSON_Delete(desc);
+    cJSON_Delete(sh);
+    cJSON_Delete(hdr);
+    for (int i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+    strmap_free(&keys);
+    *data_bytes = off;
+    return text;
+}
+
+/* Writes the header (padded to 8 bytes) and the pieces' data to fd; the
+ * "rank-half" crash point falls after half of the data bytes. */
+static bool write_rank_file(int fd, const char *text, const ckpt_piece *pieces, int n, uint64_t total)
+{
+    size_t len = strlen(text), padded = (len + 7) & ~(size_t)7;
+    uint64_t hlen = padded;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hlen >> (8 * i));
+    if (!write_all(fd, le, 8) || !write_all(fd, text, len) || !write_all(fd, "       ", padded - len))
+        return false;
+    uint64_t done = 0, half = total / 2;
+    bool halfway = false;
+    for (int i = 0; i < n; i++) {
+        int64_t f0, f1, numel = piece_numel(&pieces[i], &f0, &f1);
+        uint64_t bytes = (uint64_t)numel * (uint64_t)dtype_size(pieces[i].dtype), first = bytes;
+        if (!halfway && done + bytes >= half) first = half - done;
+        if (!write_all(fd, pieces[i].data, first)) return false;
+        if (!halfway && done + bytes >= half) {
+            halfway = true;
+            crash_point("rank-half");
+        }
+        if (!write_all(fd, (const char *)pieces[i].data + first, bytes - first)) return false;
+        done += bytes;
+    }
+    if (!halfway) crash_point("rank-half");
+    return true;
+}
+
+/* Every rank: its safetensors file in the save's temporary directory, fsynced. */
+int ckpt_save_rank(const char *dir, int64_t step, uint64_t token, int rank,
+                   const ckpt_piece *pieces, int n, char *err, size_t errlen)
+{
+    char tmp[PATH_MAX], path[PATH_MAX + 32];
+    if (!step_path(tmp, dir, step, "tmp", token) || rank < 0 || n < 0)
+        return fail(err, errlen, CKPT_E_ARGS, "%s: bad checkpoint directory, step or rank", dir);
+    snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, rank);
+    uint64_t total;
+    int rc;
+    char *text = rank_header(rank, step, pieces, n, &total, err, errlen, &rc);
+    if (!text) return rc;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        free(text);
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    bool ok = write_rank_file(fd, text, pieces, n, total) && fsync(fd) == 0;
+    int e = errno;
+    ok = close(fd) == 0 && ok;
+    free(text);
+    if (!ok) return fail(err, errlen, CKPT_E_IO, "%s: cannot write: %s", path, strerror(e ? e : errno));
+    crash_point("rank-written");
+    return CKPT_OK;
+}
+
+/* Reads a safetensors file's JSON header; sets *data_off (where the data
+ * starts) and *size.  NULL with a message on failure. */
+static cJSON *read_st_header(const char *path, uint64_t *data_off, uint64_t *size, char *err,
+                             size_t errlen, int *rc)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *rc = fail(err, errlen, errno == ENOENT ? CKPT_E_MISSING : CKPT_E_IO, "%s: cannot open: %s",
+                   path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    unsigned char le[8];
+    uint64_t hlen = 0;
+    cJSON *h = NULL;
+    *rc = CKPT_E_CORRUPT;
+    if (fstat(fd, &st) == 0 && pread(fd, le, 8, 0) == 8) {
+        for (int i = 0; i < 8; i++) hlen |= (uint64_t)le[i] << (8 * i);
+        if (hlen <= CKPT_MAX_HEADER && 8 + hlen <= (uint64_t)st.st_size) {
+            char *buf = malloc(hlen + 1);
+            if (buf && pread(fd, buf, hlen, 8) == (ssize_t)hlen) {
+                buf[hlen] = 0;
+                h = cJSON_Parse(buf);
+            }
+            free(buf);
+        }
+    }
+    close(fd);
+    if (!h || !cJSON_IsObject(h)) {
+        cJSON_Delete(h);
+        fail(err, errlen, CKPT_E_CORRUPT, "%s: not a safetensors file (unreadable header)", path);
+        return NULL;
+    }
+    *data_off = 8 + hlen;
+    *size = (uint64_t)st.st_size;
+    *rc = CKPT_OK;
+    return h;
+}
+
+/* Number of a JSON array's element i (0 if absent). */
+static double num_at(const cJSON *a, int i)
+{
+    return cJSON_GetNumberValue(cJSON_GetArrayItem(a, i));
+}
+
+/* Adds a key/value list as a JSON object member. */
+static void add_kvs(cJSON *obj, const char *name, const ckpt_kv *kv, int n)
+{
+    cJSON *o = cJSON_AddObjectToObject(obj, name);
+    for (int i = 0; i < n; i++) cJSON_AddNumberToObject(o, kv[i].key, kv[i].value);
+}
+
+/* The index's tensor list while it is built: the JSON array, and by name. */
+typedef struct ixbuild { cJSON *tensors; strmap map; cJSON **t; int n, cap; } ixbuild;
+
+/* Appends a tensor object to the list and the map; false when out of memory. */
+static bool ix_add(ixbuild *b, cJSON *t)
+{
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 64;
+        cJSON **nt = realloc(b->t, (size_t)cap * sizeof *nt);
+        if (!nt) return false;
+        b->t = nt, b->cap = cap;
+    }
+    cJSON_AddItemToArray(b->tensors, t);
+    b->t[b->n] = t;
+    /* the key lives in the tensor object, which lives as long as the map */
+    return strmap_put(&b->map, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name")), b->n++);
+}
+
+/* Adds rank r's pieces (from its header's metadata) to the index's tensors. */
+static int index_rank(ixbuild *b, const char *tmp, int r, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, r);
+    uint64_t off, size;
+    int rc;
+    cJSON *h = read_st_header(path, &off, &size, err, errlen, &rc);
+    if (!h) return rc;
+    const char *meta = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(h, "__metadata__"), "shardc"));
+    cJSON *sh = meta ? cJSON_Parse(meta) : NULL;
+    cJSON *pieces = cJSON_GetObjectItemCaseSensitive(sh, "pieces");
+    rc = cJSON_IsArray(pieces) ? CKPT_OK
+                               : fail(err, errlen, CKPT_E_CORRUPT, "%s: no shardc piece list", path);
+    const cJSON *d;
+    cJSON_ArrayForEach(d, pieces) {
+        if (rc) break;
+        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "kind"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "tensor"));
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(d, "shape");
+        const cJSON *rect = cJSON_GetObjectItemCaseSensitive(d, "rect");
+        const cJSON *flat = cJSON_GetObjectItemCaseSensitive(d, "flat");
+        if (!kind || !name || cJSON_GetArraySize(shape) != 2 || cJSON_GetArraySize(rect) != 4 ||
+            cJSON_GetArraySize(flat) != 2) {
+            rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: a malformed piece", path);
+            break;
+        }
+        double rows = num_at(shape, 0), cols = num_at(shape, 1);
+        int ti = strmap_get(&b->map, name);
+        cJSON *t;
+        if (ti < 0) {
+            t = cJSON_CreateObject();
+            cJSON_AddStringToObject(t, "name", name);
+            cJSON *s = cJSON_AddArrayToObject(t, "shape");
+            cJSON_AddItemToArray(s, cJSON_CreateNumber(rows));
+            if (cols) cJSON_AddItemToArray(s, cJSON_CreateNumber(cols));
+            cJSON_AddObjectToObject(t, "pieces");
+            if (!ix_add(b, t)) {
+                rc = fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+                break;
+            }
+        } else {
+            t = b->t[ti];
+            const cJSON *s = cJSON_GetObjectItemCaseSensitive(t, "shape");
+            if (num_at(s, 0) != rows || (cJSON_GetArraySize(s) == 2 ? num_at(s, 1) : 0) != cols) {
+                rc = fail(err, errlen, CKPT_E_ARGS,
+                          "checkpoint: tensor '%s' is saved with two different shapes", name);
+                break;
+            }
+        }
+        cJSON *kinds = cJSON_GetObjectItemCaseSensitive(t, "pieces");
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(kinds, kind);
+        if (!list) list = cJSON_AddArrayToObject(kinds, kind);
+        double row[7] = {r, num_at(rect, 0), num_at(rect, 1), num_at(rect, 2), num_at(rect, 3),
+                         num_at(flat, 0), num_at(flat, 1)};
+        cJSON_AddItemToArray(list, cJSON_CreateDoubleArray(row, 7));
+    }
+    cJSON_Delete(sh);
+    cJSON_Delete(h);
+    return rc;
+}
+
+/* Writes text to path and fsyncs it. */
+static int write_synced(const char *path, const char *text, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(err, errlen, CKPT_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    bool ok = write_all(fd, text, strlen(text)) && fsync(fd) == 0;
+    int e = errno;
+    ok = close(fd) == 0 && ok;
+    return ok ? CKPT_OK : fail(err, errlen, CKPT_E_IO, "%s: cannot write: %s", path, strerror(e));
+}
+
+/* Builds index.json from the rank files and the metadata. */
+static int write_index(const char *tmp, int64_t step, int nranks, const ckpt_meta *m, char *err,
+                       size_t errlen)
+{
+    cJSON *ix = cJSON_CreateObject();
+    cJSON_AddStringToObject(ix, "format", CKPT_FORMAT);
+    cJSON_AddNumberToObject(ix, "version", CKPT_VERSION);
+    cJSON_AddNumberToObject(ix, "step", (double)step);
+    cJSON_AddStringToObject(ix, "model", m && m->model ? m->model : "");
+    cJSON_AddStringToObject(ix, "family", m && m->family ? m->family : "");
+    add_kvs(ix, "layout", m ? m->layout : NULL, m ? m->nlayout : 0);
+    add_kvs(ix, "state", m ? m->state : NULL, m ? m->nstate : 0);
+    cJSON *files = cJSON_AddArrayToObject(ix, "files");
+    ixbuild b = {cJSON_AddArrayToObject(ix, "tensors"), {0}, NULL, 0, 0};
+    int rc = CKPT_OK;
+    for (int r = 0; r < nranks && rc == CKPT_OK; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank-%05d.safetensors", r);
+        cJSON_AddItemToArray(files, cJSON_CreateString(name));
+        rc = index_rank(&b, tmp, r, err, errlen);
+    }
+    strmap_free(&b.map);
+    free(b.t);
+    cJSON_AddStringToObject(ix, "spec", m && m->spec_text ? m->spec_text : "");
+    char *text = rc == CKPT_OK ? cJSON_Print(ix) : NULL;
+    cJSON_Delete(ix);
+    if (rc) return rc;
+    if (!text) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/index.json", tmp);
+    rc = write_synced(path, text, err, errlen);
+    free(text);
+    return rc;
+}
+
+/* Moves the finished temporary directory to its final name, replacing an
+ * existing checkpoint of the same step atomically where the kernel can. */
+static int publish(const char *dir, const char *tmp, const char *final, int64_t step, uint64_t token,
+                   char *err, size_t errlen)
+{
+    if (rename(tmp, final) == 0) return CKPT_OK;
+    if (errno != ENOTEMPTY && errno != EEXIST)
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+        rm_flat_dir(tmp);       /* now the replaced checkpoint */
+        return CKPT_OK;
+    }
+    char old[PATH_MAX];         /* no RENAME_EXCHANGE here: move the old one aside first */
+    if (!step_path(old, dir, step, "old", token) || rename(final, old) != 0 || rename(tmp, final) != 0)
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot replace %s: %s", tmp, final, strerror(errno));
+    rm_flat_dir(old);
+    return CKPT_OK;
+}
+
+/* Rank 0: index, fsyncs and the two renames that publish the checkpoint. */
+int ckpt_save_commit(const char *dir, int64_t step, uint64_t token, int nranks,
+                     const ckpt_meta *meta, char *err, size_t errlen)
+{
+    char tmp[PATH_MAX], final[PATH_MAX], latest[PATH_MAX + 32], ltmp[PATH_MAX + 32];
+    if (!step_path(tmp, dir, step, "tmp", token) || !step_path(final, dir, step, NULL, 0) || nranks < 1)
+        return fail(err, errlen, CKPT_E_ARGS, "%s: bad checkpoint directory, step or rank count", dir);
+    int rc = write_index(tmp, step, nranks, meta, err, errlen);
+    if (rc) return rc;
+    crash_point("index-written");
+    if (!fsync_dir(tmp)) return fail(err, errlen, CKPT_E_IO, "%s: cannot fsync: %s", tmp, strerror(errno));
+    if ((rc = publish(dir, tmp, final, step, token, err, errlen))) return rc;
+    if (!fsync_dir(dir)) return fail(err, errlen, CKPT_E_IO, "%s: cannot fsync: %s", dir, strerror(errno));
+    crash_point("renamed");
+    char line[64];
+    snprintf(line, sizeof line, "step-%lld\n", (long long)step);
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(ltmp, sizeof ltmp, "%s/latest.tmp-%016llx", dir, (unsigned long long)token);
+    if ((rc = write_synced(ltmp, line, err, errlen))) return rc;
+    crash_point("latest-written");
+    if (rename(ltmp, latest) != 0)
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot rename to %s: %s", ltmp, latest, strerror(errno));
+    if (!fsync_dir(dir)) return fail(err, errlen, CKPT_E_IO, "%s: cannot fsync: %s", dir, strerror(errno));
+    return CKPT_OK;
+}
+
+/* Rank 0 after a failure: the temporary directory goes, the previous checkpoint stays. */
+void ckpt_save_abort(const char *dir, int64_t step, uint64_t token)
+{
+    char tmp[PATH_MAX], ltmp[PATH_MAX + 32];
+    if (step_path(tmp, dir, step, "tmp", token)) rm_flat_dir(tmp);
+    snprintf(ltmp, sizeof ltmp, "%s/latest.tmp-%016llx", dir, (unsigned long long)token);
+    unlink(ltmp);
+}
+
+/* One process, one rank file: the three phases in a row. */
+int ckpt_save(const char *dir, int64_t step, const ckpt_piece *pieces, int n,
+              const ckpt_meta *meta, char *err, size_t errlen)
+{
+    uint64_t token = ckpt_token();
+    int rc = ckpt_save_begin(dir, step, token, err, errlen);
+    if (rc) return rc;
+    if ((rc = ckpt_save_rank(dir, step, token, 0, pieces, n, err, errlen)) ||
+        (rc = ckpt_save_commit(dir, step, token, 1, meta, err, errlen)))
+        ckpt_save_abort(dir, step, token);
+    return rc;
+}
+
+/* ---- finding and opening -------------------------------------------------------- */
+
+/* Whether dir/index.json exists. */
+static bool has_index(const char *dir)
+{
+    char p[2 * PATH_MAX];
+    snprintf(p, sizeof p, "%s/index.json", dir);
+    return exists(p);
+}
+
+/* The newest complete checkpoint under dir: latest, else the highest step-N. */
+int ckpt_find(const char *dir, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    char p[PATH_MAX + 300], name[256] = "";
+    if (has_index(dir)) {
+        snprintf(path, pathlen, "%s", dir);
+        return CKPT_OK;
+    }
+    snprintf(p, sizeof p, "%s/latest", dir);
+    FILE *f = fopen(p, "r");
+    if (f) {
+        if (fgets(name, sizeof name, f)) name[strcspn(name, " \t\r\n")] = 0;
+        fclose(f);
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        if (name[0] && !strchr(name, '/') && strcmp(name, "..") && has_index(p)) {
+            snprintf(path, pathlen, "%s", p);
+            return CKPT_OK;
+        }
+    }
+    DIR *d = opendir(dir);
+    if (!d) return fail(err, errlen, CKPT_E_MISSING, "%s: no checkpoint: %s", dir, strerror(errno));
+    long long best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "step-", 5) != 0) continue;
+        long long s = strtoll(e->d_name + 5, &end, 10);
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (end != e->d_name + 5 && !*end && s > best && has_index(p)) best = s;
+    }
+    closedir(d);
+    if (best < 0) return fail(err, errlen, CKPT_E_MISSING, "%s: no checkpoint in this directory", dir);
+    snprintf(path, pathlen, "%s/step-%lld", dir, best);
+    return CKPT_OK;
+}
+
+/* One piece as the reader holds it, in internal geometry (a vector is one row). */
+typedef struct rpiece {
+    int file;
+    int64_t r0, r1, c0, c1, f0, f1;
+    int dtype;
+    const void *data;
+} rpiece;
+
+typedef struct rkind { const char *kind; rpiece *p; int n; int last; } rkind;
+
+typedef struct rtensor {
+    const char *name;
+    int64_t rows, cols;         /* logical, as saved (cols 0: a vector)      */
+    int64_t irows, icols;       /* internal: a vector is [1, rows]           */
+    rkind *k;
+    int nk;
+} rtensor;
+
+typedef struct rfile { char *path; void *map; size_t bytes; } rfile;
+
+struct ckpt_reader {
+    char *path;
+    cJSON *ix;
+    int64_t step;
+    rtensor *t;
+    int nt;
+    strmap tmap;
+    rfile *f;
+    int nf;
+};
+
+/* Maps one rank file and points its pieces at their data, checking each entry. */
+static int load_file(ckpt_reader *r, int fi, char *err, size_t errlen)
+{
+    rfile *f = &r->f[fi];
+    uint64_t off, size;
+    int rc;
+    cJSON *h = read_st_header(f->path, &off, &size, err, errlen, &rc);
+    if (!h) return rc;
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    f->bytes = (size_t)size;
+    f->map = fd >= 0 && size ? mmap(NULL, f->bytes, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    if (fd >= 0) close(fd);
+    if (f->map == MAP_FAILED) f->map = NULL;
+    strmap entries = {0};       /* key -> index into ents: the header's members */
+    int nents = cJSON_GetArraySize(h), ei = 0;
+    const cJSON **ents = calloc((size_t)nents + 1, sizeof *ents);
+    for (const cJSON *e = h->child; e && ents; e = e->next, ei++) {
+        ents[ei] = e;
+        strmap_put(&entries, e->string, ei);
+    }
+    rc = ents ? CKPT_OK : fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    for (int ti = 0; ti < r->nt && rc == CKPT_OK; ti++) {
+        rtensor *t = &r->t[ti];
+        for (int ki = 0; ki < t->nk && rc == CKPT_OK; ki++) {
+            for (int pi = 0; pi < t->k[ki].n; pi++) {
+                rpiece *p = &t->k[ki].p[pi];
+                if (p->file != fi) continue;
+                char key[1024];
+                if (t->cols) piece_key(key, sizeof key, t->k[ki].kind, t->name, p->r0, p->r1, p->c0, p->c1, p->f0, p->f1);
+                else piece_key(key, sizeof key, t->k[ki].kind, t->name, p->c0, p->c1, 0, 1, p->f0, p->f1);
+                int at = strmap_get(&entries, key);
+                const cJSON *e = at >= 0 ? ents[at] : NULL;
+                const cJSON *o = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+                int dt = dtype_parse(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "dtype")));
+                uint64_t b = (uint64_t)num_at(o, 0), end = (uint64_t)num_at(o, 1);
+                uint64_t want = (uint64_t)(p->f1 - p->f0) * (uint64_t)(dt < 0 ? 4 : dtype_size(dt));
+                if (!e || dt < 0 || end < b || end - b != want || off + end > size || !f->map) {
+                    rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: piece '%s' is missing or damaged",
+                              f->path, key);
+                    break;
+                }
+                p->dtype = dt;
+                p->data = (const char *)f->map + off + b;
+            }
+        }
+    }
+    strmap_free(&entries);
+    free(ents);
+    cJSON_Delete(h);
+    return rc;
+}
+
+/* Reads the index's tensor list into the reader. */
+static int load_tensors(ckpt_reader *r, const char *ixpath, char *err, size_t errlen)
+{
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(r->ix, "tensors");
+    r->nt = cJSON_GetArraySize(ts);
+    r->t = calloc((size_t)r->nt + 1, sizeof *r->t);
+    if (!r->t) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    int i = 0;
+    const cJSON *tj;
+    cJSON_ArrayForEach(tj, ts) {
+        rtensor *t = &r->t[i];
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(tj, "shape");
+        const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(tj, "pieces");
+        t->name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tj, "name"));
+        int ns = cJSON_GetArraySize(shape);
+        if (!t->name || ns < 1 || ns > 2 || !cJSON_IsObject(kinds) || !strmap_put(&r->tmap, t->name, i))
+            return fail(err, errlen, CKPT_E_CORRUPT, "%s: a malformed or repeated tensor entry", ixpath);
+        t->rows = (int64_t)num_at(shape, 0);
+        t->cols = ns == 2 ? (int64_t)num_at(shape, 1) : 0;
+        t->irows = t->cols ? t->rows : 1;
+        t->icols = t->cols ? t->cols : t->rows;
+        t->nk = cJSON_GetArraySize(kinds);
+        t->k = calloc((size_t)t->nk + 1, sizeof *t->k);
+        if (!t->k) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+        int ki = 0;
+        const cJSON *kj;
+        cJSON_ArrayForEach(kj, kinds) {
+            rkind *k = &t->k[ki++];
+            k->kind = kj->string;
+            k->n = cJSON_GetArraySize(kj);
+            k->p = calloc((size_t)k->n + 1, sizeof *k->p);
+            if (!k->p) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+            for (int pi = 0; pi < k->n; pi++) {
+                const cJSON *a = cJSON_GetArrayItem(kj, pi);
+                rpiece *p = &k->p[pi];
+                p->file = (int)num_at(a, 0);
+                int64_t g[6];
+                for (int j = 0; j < 6; j++) g[j] = (int64_t)num_at(a, j + 1);
+                if (t->cols) p->r0 = g[0], p->r1 = g[1], p->c0 = g[2], p->c1 = g[3];
+                else p->r0 = 0, p->r1 = 1, p->c0 = g[0], p->c1 = g[1];
+                p->f0 = g[4], p->f1 = g[5];
+                if (cJSON_GetArraySize(a) != 7 || p->file < 0 || p->file >= r->nf || p->r1 <= p->r0 ||
+                    p->c1 <= p->c0 || p->f0 < 0 || p->f1 <= p->f0 ||
+                    p->f1 > (p->r1 - p->r0) * (p->c1 - p->c0))
+                    return fail(err, errlen, CKPT_E_CORRUPT, "%s: a malformed piece of '%s'", ixpath,
+                                t->name);
+            }
+        }
+        i++;
+    }
+    return CKPT_OK;
+}
+
+/* Opens a checkpoint: parses the index, maps every rank file, resolves every piece. */
+int ckpt_open(ckpt_reader **out, const char *path, char *err, size_t errlen)
+{
+    *out = NULL;
+    char dir[PATH_MAX], ixpath[PATH_MAX + 16];
+    int rc = ckpt_find(path, dir, sizeof dir, err, errlen);
+    if (rc) return rc;
+    snprintf(ixpath, sizeof ixpath, "%s/index.json", dir);
+    FILE *f = fopen(ixpath, "rb");
+    if (!f) return fail(err, errlen, CKPT_E_MISSING, "%s: cannot open: %s", ixpath, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    size_t got = text ? fread(text, 1, (size_t)len, f) : 0;
+    fclose(f);
+    if (text) text[got] = 0;
+    ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r || !text) {
+        free(text), free(r);
+        return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    }
+    r->ix = cJSON_Parse(text);
+    free(text);
+    r->path = strdup(dir);
+    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r->ix, "format"));
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(r->ix, "files");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0 || !cJSON_IsArray(files) ||
+        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r->ix, "version")) != CKPT_VERSION) {
+        ckpt_close(r);
+        return fail(err, errlen, CKPT_E_CORRUPT, "%s: not a shardc checkpoint index (format %s version %d)",
+                    ixpath, CKPT_FORMAT, CKPT_VERSION);
+    }
+    r->step = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r->ix, "step"));
+    r->nf = cJSON_GetArraySize(files);
+    r->f = calloc((size_t)r->nf + 1, sizeof *r->f);
+    for (int i = 0; r->f && i < r->nf; i++) {
+        const char *n = cJSON_GetStringValue(cJSON_GetArrayItem(files, i));
+        char p[PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", dir, n && !strchr(n, '/') ? n : "?");
+        r->f[i].path = strdup(p);
+    }
+    rc = r->f ? load_tensors(r, ixpath, err, errlen) : fail(err, errlen, CKPT_E_IO, "out of memory");
+    for (int i = 0; i < r->nf && rc == CKPT_OK; i++) rc = load_file(r, i, err, errlen);
+    if (rc) {
+        ckpt_close(r);
+        return rc;
+    }
+    *out = r;
+    return CKPT_OK;
+}
+
+/* Unmaps and frees everything (NULL is fine). */
+void ckpt_close(ckpt_reader *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->nf; i++) {
+        if (r->f[i].map) munmap(r->f[i].map, r->f[i].bytes);
+        free(r->f[i].path);
+    }
+    for (int i = 0; i < r->nt; i++) {
+        for (int k = 0; k < r->t[i].nk; k++) free(r->t[i].k[k].p);
+        free(r->t[i].k);
+    }
+    free(r->f);
+    free(r->t);
+    strmap_free(&r->tmap);
+    cJSON_Delete(r->ix);
+    free(r->path);
+    free(r);
+}
+
+/* ---- the reader's questions --------------------------------------------------------- */
+
+/* A string member of the index ("" if absent). */
+static const char *ix_str(const ckpt_reader *r, const char *key)
+{
+    const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r->ix, key));
+    return s ? s : "";
+}
+
+/* A number in one of the index's key/value objects. */
+static bool ix_kv(const ckpt_reader *r, const char *obj, const char *key, double *v)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r->ix, obj), key);
+    if (!cJSON_IsNumber(x)) return false;
+    *v = x->valuedouble;
+    return true;
+}
+
+/* Accessors of the index. */
+int64_t ckpt_step(const ckpt_reader *r) { return r->step; }
+const char *ckpt_path(const ckpt_reader *r) { return r->path; }
+const char *ckpt_model(const ckpt_reader *r) { return ix_str(r, "model"); }
+const char *ckpt_family(const ckpt_reader *r) { return ix_str(r, "family"); }
+const char *ckpt_spec_text(const ckpt_reader *r) { return ix_str(r, "spec"); }
+int ckpt_nranks(const ckpt_reader *r) { return r->nf; }
+bool ckpt_layout(const ckpt_reader *r, const char *key, double *v) { return ix_kv(r, "layout", key, v); }
+bool ckpt_state(const ckpt_reader *r, const char *key, double *v) { return ix_kv(r, "state", key, v); }
+int ckpt_ntensors(const ckpt_reader *r) { return r->nt; }
+
+/* Tensor i's name and logical shape. */
+const char *ckpt_tensor(const ckpt_reader *r, int i, int64_t *rows, int64_t *cols)
+{
+    if (i < 0 || i >= r->nt) return NULL;
+    if (rows) *rows = r->t[i].rows;
+    if (cols) *cols = r->t[i].cols;
+    return r->t[i].name;
+}
+
+/* The pieces of state `kind` of tensor `name`, or NULL. */
+static rkind *find_kind(const ckpt_reader *r, const char *kind, const char *name, rtensor **tp)
+{
+    int ti = strmap_get(&r->tmap, name);
+    if (ti < 0) return NULL;
+    *tp = &r->t[ti];
+    for (int k = 0; k < r->t[ti].nk; k++)
+        if (strcmp(r->t[ti].k[k].kind, kind) == 0) return &r->t[ti].k[k];
+    return NULL;
+}
+
+/* Whether any rank file holds state `kind` of `name`. */
+bool ckpt_has(const ckpt_reader *r, const char *kind, const char *name)
+{
+    rtensor *t;
+    return find_kind(r, kind, name, &t) != NULL;
+}
+
+/* "[rows, cols]" or "[rows]" into buf. */
+static const char *shape_str(char *buf, size_t len, int64_t rows, int64_t cols)
+{
+    if (cols) snprintf(buf, len, "[%lld, %lld]", (long long)rows, (long long)cols);
+    else snprintf(buf, len, "[%lld]", (long long)rows);
+    return buf;
+}
+
+/* The identity check: every tensor of the model, with its shape, and nothing else. */
+int ckpt_check_model(const ckpt_reader *r, const ckpt_tensor_desc *t, int n, char *err, size_t errlen)
+{
+    strmap want = {0};
+    int rc = CKPT_OK;
+    char a[64], b[64];
+    for (int i = 0; i < n && rc == CKPT_OK; i++) {
+        strmap_put(&want, t[i].name, i);
+        int ti = strmap_get(&r->tmap, t[i].name);
+        if (ti < 0)
+            rc = fail(err, errlen, CKPT_E_MODEL,
+                      "%s: the checkpoint is of another model (written for '%s'): it has no tensor '%s'",
+                      r->path, ckpt_model(r), t[i].name);
+        else if (r->t[ti].rows != t[i].rows || r->t[ti].cols != t[i].cols)
+            rc = fail(err, errlen, CKPT_E_MODEL,
+                      "%s: the checkpoint is of another model (written for '%s'): tensor '%s' is %s "
+                      "there but %s in this model",
+                      r->path, ckpt_model(r), t[i].name, shape_str(a, sizeof a, r->t[ti].rows, r->t[ti].cols),
+                      shape_str(b, sizeof b, t[i].rows, t[i].cols));
+    }
+    for (int i = 0; i < r->nt && rc == CKPT_OK; i++)
+        if (strmap_get(&want, r->t[i].name) < 0)
+            rc = fail(err, errlen, CKPT_E_MODEL,
+                      "%s: the checkpoint is of another model (written for '%s'): it has a tensor '%s' "
+                      "this model does not",
+                      r->path, ckpt_model(r), r->t[i].name);
+    strmap_free(&want);
+    return rc;
+}
+
+/* Fills out[0, b - a) with columns [a, b) of row `row` from the pieces that hold them. */
+static int read_row(rtensor *t, rkind *k, int64_t row, int64_t a, int64_t b, float *out, char *err,
+                    size_t errlen)
+{
+    for (int64_t c = a; c < b;) {
+        rpiece *hit = NULL;
+        int64_t fi = 0;
+        for (int j = 0; j < k->n && !hit; j++) {
+            rpiece *p = &k->p[(k->last + j) % k->n];    /* the last piece used first */
+            if (row < p->r0 || row >= p->r1 || c < p->c0 || c >= p->c1) continue;
+            fi = (row - p->r0) * (p->c1 - p->c0) + (c - p->c0);
+            if (fi >= p->f0 && fi < p->f1) {
+                hit = p;
+                k->last = (int)(p - k->p);
+            }
+        }
+        if (!hit)
+            return fail(err, errlen, CKPT_E_COVER,
+                        "checkpoint: no rank file holds %s of '%s' at element (%lld, %lld)", k->kind,
+                        t->name, (long long)(t->cols ? row : c), (long long)(t->cols ? c : 0));
+        int64_t n = b - c;
+        if (hit->c1 - c < n) n = hit->c1 - c;
+        if (hit->f1 - fi < n) n = hit->f1 - fi;
+        convert(out + (c - a), hit->data, hit->dtype, fi - hit->f0, n);
+        c += n;
+    }
+    return CKPT_OK;
+}
+
+/* Any logical slice of any tensor, assembled from the rank files (see ckpt.h). */
+int ckpt_read(ckpt_reader *r, const char *kind, const char *name, int64_t r0, int64_t r1,
+              int64_t c0, int64_t c1, int64_t f0, int64_t f1, float *out, char *err, size_t errlen)
+{
+    rtensor *t = NULL;
+    rkind *k = find_kind(r, kind, name, &t);
+    if (!k)
+        return fail(err, errlen, t ? CKPT_E_COVER : CKPT_E_MODEL, "%s: the checkpoint has no %s of tensor '%s'",
+                    r->path, kind, name);
+    if (r0 < 0 || r1 <= r0 || c0 < 0 || c1 <= c0 || (!t->cols && (c0 != 0 || c1 != 1)))
+        return fail(err, errlen, CKPT_E_ARGS, "checkpoint: bad slice of '%s'", name);
+    if (!t->cols) c0 = r0, c1 = r1, r0 = 0, r1 = 1;     /* a vector is one row internally */
+    int64_t w = c1 - c0, area = (r1 - r0) * w;
+    if (f1 <= f0) f0 = 0, f1 = area;
+    if (f0 < 0 || f1 > area) return fail(err, errlen, CKPT_E_ARGS, "checkpoint: bad flat range of '%s'", name);
+    for (int64_t e = f0; e < f1;) {
+        int64_t row = r0 + e / w, col = c0 + e % w, end = col + (f1 - e);
+        if (end > c1) end = c1;
+        float *o = out + (e - f0);
+        int64_t in = row < t->irows ? (end < t->icols ? end : t->icols) : col;   /* logical part */
+        if (in > col) {
+            int rc = read_row(t, k, row, col, in, o, err, errlen);
+            if (rc) return rc;
+        }
+        for (int64_t c = in > col ? in : col; c < end; c++) o[c - col] = 0.0f;   /* padding */
+        e += end - col;
+    }
+    return CKPT_OK;
+}
