@@ -7,6 +7,7 @@
  */
 #include "shardc.h"
 #include "plan.h"
+#include "emit.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -19,8 +20,11 @@ static const char usage_text[] =
     "commands:\n"
     "  check FILE [-D key=value ...]    check a spec; print it resolved, in canonical form\n"
     "  plan  FILE [-D ...] [options]    partition and memory plan (see `shardc plan --help`)\n"
+    "  build FILE -o TRAINER [options]  generate the trainer's C and compile it (see `shardc build --help`)\n"
     "  import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-o OUT]\n"
     "                                   convert a DeepSpeed config (+ HF model config) to a spec\n"
+    "  export CKPT_DIR -o FILE [--dtype fp32|bf16]\n"
+    "                                   a checkpoint as one safetensors file with Hugging Face names\n"
     "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n"
     "\n"
     "options for every command that reads a spec:\n"
@@ -169,8 +173,10 @@ int main(int argc, char **argv)
     int rc;
     if (strcmp(cmd, "check") == 0) rc = cmd_check(argc - 2, argv + 2);
     else if (strcmp(cmd, "plan") == 0) rc = cmd_plan(argc - 2, argv + 2);
+    else if (strcmp(cmd, "build") == 0) rc = emit_build_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "import") == 0) rc = cmd_import(argc - 2, argv + 2);
     else if (strcmp(cmd, "docs") == 0) rc = cmd_docs(argc - 2, argv + 2);
+    else if (strcmp(cmd, "export") == 0) rc = export_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
         rc = EXIT_OK;

@@ -1,0 +1,2366 @@
+/* emit.c — the code generator: `shardc build`.
+ *
+ * From the memory plan (plan.h: per rank class the schedule's ops in order,
+ * every buffer at its arena offset) it writes one C file that calls
+ * runtime/include/shardrt.h, and compiles and links it with the system C
+ * compiler into a trainer.  The generated file, per pipeline stage:
+ *
+ *  - const tables: the parameters (srt_param), the buffers (srt_buffer), the
+ *    flat segments, where each layer's parameters and gradients are, and one
+ *    table per kind of step call (its arguments: arena offsets, event ids);
+ *  - one function per kind of call (a layer's forward, its backward, the
+ *    head, a gather, a reduction, ...) whose body is straight calls into
+ *    shardrt.h with the shapes written out;
+ *  - the step: the schedule's ops in order, each a call of its kind's
+ *    function on its table row, with runs that repeat (layers, microbatches)
+ *    folded into loops so a 96-layer model stays small;
+ *  - for every OP_WAIT, srt_event_record right after the op waited for and
+ *    srt_event_wait at the wait.
+ *
+ * Every runtime call goes through rt_call(), which checks the op's name and
+ * arity against the SRT_OPS X-macro list of shardrt.h: an op the runtime does
+ * not declare cannot be emitted.  Activation buffers are carved into the
+ * layer's tensors from model_layer_graph() exactly as part.c sized them; any
+ * disagreement about a size is an internal error naming both numbers.
+ */
+#include "emit.h"
+#include "sim.h"
+
+#include "../runtime/include/shardrt.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- the runtime's ops, from the one X-macro list -------------------------- */
+
+typedef struct RtOp { const char *name; int arity; } RtOp;
+
+static const RtOp rt_ops[] = {
+#define SRT_OP(name, arity, kind) {#name, arity},
+    SRT_OPS(SRT_OP)
+#undef SRT_OP
+};
+
+/* The runtime op called name, or NULL. */
+static const RtOp *rt_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof rt_ops / sizeof rt_ops[0]; i++)
+        if (strcmp(rt_ops[i].name, name) == 0) return &rt_ops[i];
+    return NULL;
+}
+
+/* ---- text ------------------------------------------------------------------------ */
+
+/* A growing string (the generated file can be megabytes). */
+typedef struct Str { char *p; size_t n, cap; } Str;
+
+/* Appends formatted text (a va_list). */
+static void vsf(Str *s, const char *fmt, va_list ap)
+{
+    for (;;) {
+        size_t room = s->cap - s->n;
+        va_list aq;
+        va_copy(aq, ap);
+        int k = vsnprintf(s->p ? s->p + s->n : NULL, room, fmt, aq);
+        va_end(aq);
+        if (k < 0) die("emit: vsnprintf failed");
+        if ((size_t)k < room) {
+            s->n += (size_t)k;
+            return;
+        }
+        size_t cap = s->cap ? s->cap * 2 : 1 << 16;
+        while (cap - s->n <= (size_t)k) cap *= 2;
+        s->p = realloc(s->p, cap);
+        if (!s->p) die("emit: out of memory");
+        s->cap = cap;
+    }
+}
+
+/* Appends formatted text. */
+static void __attribute__((format(printf, 2, 3))) sf(Str *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsf(s, fmt, ap);
+    va_end(ap);
+}
+
+/* Appends raw text. */
+static void sput(Str *s, const char *t)
+{
+    sf(s, "%s", t);
+}
+
+/* Text as a C string literal (arena). */
+static const char *c_string(const char *t)
+{
+    if (!t) return "NULL";
+    Str s = {0};
+    sput(&s, "\"");
+    for (const unsigned char *q = (const unsigned char *)t; *q; q++) {
+        if (*q == '\\' || *q == '"') sf(&s, "\\%c", *q);
+        else if (*q == '\n') sput(&s, "\\n\"\n    \"");
+        else if (*q == '\t') sput(&s, "\\t");
+        else if (*q < 32 || *q >= 127) sf(&s, "\\%03o", *q);
+        else sf(&s, "%c", *q);
+    }
+    sput(&s, "\"");
+    const char *r = arena_strndup(&g_arena, s.p, s.n);
+    free(s.p);
+    return r;
+}
+
+/* Text safe inside a C comment: no comment ends, no trailing spaces. */
+static void comment_text(Str *s, const char *prefix, const char *t)
+{
+    const char *line = t;
+    while (*line) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t')) len--;
+        sput(s, len ? prefix : " *");
+        if (len) sput(s, " ");
+        for (size_t i = 0; i < len; i++) {
+            if (line[i] == '*' && i + 1 < len && line[i + 1] == '/') sput(s, "* ");
+            else if (line[i] == '/' && i + 1 < len && line[i + 1] == '*') sput(s, "/ ");
+            else sf(s, "%c", line[i]);
+        }
+        sput(s, "\n");
+        if (!end) break;
+        line = end + 1;
+    }
+}
+
+/* A float literal that C reads back as the same float ("0.0f", "1e-05f"). */
+static const char *flt(double v)
+{
+    char *t = arena_printf(&g_arena, "%.9g", v);
+    if (!strpbrk(t, ".en")) t = arena_printf(&g_arena, "%s.0", t);
+    return arena_printf(&g_arena, "%sf", t);
+}
+
+/* Everything fprintf'd to a memory stream by fn(out, arg), as a string. */
+static char *capture_text(void (*fn)(FILE *, const void *), const void *arg)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) die("emit: open_memstream failed");
+    fn(f, arg);
+    fclose(f);
+    char *r = arena_strndup(&g_arena, buf ? buf : "", len);
+    free(buf);
+    return r;
+}
+
+/* The resolved spec's canonical text, for capture_text. */
+static void canon_fn(FILE *f, const void *spec) { canon_print(f, spec); }
+/* The plan's report, for capture_text. */
+static void report_fn(FILE *f, const void *mp) { report_text(f, mp); }
+
+/* Writes `srt_OP(c, STREAM, args...);` (indented, with a comment), checking OP
+ * and the number of arguments against the SRT_OPS list. */
+static void rt_call(Str *s, const char *ind, const char *op, const char *stream, const char *comment, ...)
+{
+    const RtOp *r = rt_find(op);
+    if (!r) die("emit: srt_%s is not an op of shardrt.h's SRT_OPS", op);
+    va_list ap;
+    va_start(ap, comment);
+    int n = 0;
+    sf(s, "%ssrt_%s(c, %s", ind, op, stream);
+    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) sf(s, ", %s", a);
+    va_end(ap);
+    if (n != r->arity) die("emit: srt_%s takes %d arguments after the stream, %d emitted", op, r->arity, n);
+    sput(s, ");");
+    if (comment) sf(s, "  /* %s */", comment);
+    sput(s, "\n");
+}
+
+/* ---- what the generator supports ------------------------------------------------- */
+
+/* The location of a key the user (or -D) set, or none. */
+static Loc key_loc(const Spec *s, const char *path)
+{
+    const SchemaKey *k = schema_find(path);
+    if (!k) return (Loc){0};
+    int i = schema_index(k);
+    return s->set[i] ? s->loc[i] : (Loc){0};
+}
+
+/* Reports one unsupported feature. */
+static bool refuse(bool report, const Spec *s, const char *key, const char *what, const char *hint)
+{
+    if (report) {
+        diag_error(key_loc(s, key), "shardc build: %s is not supported by the code generator yet: it comes with issue 6",
+                   what);
+        if (hint) diag_hint("%s", hint);
+    }
+    return false;
+}
+
+/* Whether the code generator handles the spec (issue 5: the GPT family, data
+ * parallelism with ZeRO 0-3, gradient accumulation, fp32 and bf16). */
+bool emit_supported(const Spec *s, bool report)
+{
+    bool ok = true;
+    if (s->parallel.tp > 1)
+        ok = refuse(report, s, "parallel.tp", "tensor parallelism (tp > 1)", "build with -D parallel.tp=1");
+    if (s->parallel.pp > 1)
+        ok = refuse(report, s, "parallel.pp", "pipeline parallelism (pp > 1)", "build with -D parallel.pp=1");
+    if (s->offload.optimizer != OFF_NONE)
+        ok = refuse(report, s, "offload.optimizer", "optimizer offload", "build with -D offload.optimizer=none");
+    if (s->offload.params != OFF_NONE)
+        ok = refuse(report, s, "offload.params", "parameter offload", "build with -D offload.params=none");
+    if (s->checkpointing.activations != CKPT_NONE)
+        ok = refuse(report, s, "checkpointing.activations", "activation checkpointing",
+                    "build with -D checkpointing.activations=none");
+    if (s->model.activation != ACT_GELU && s->model.activation != ACT_SWIGLU)
+        ok = refuse(report, s, "model.activation", "an activation other than GELU and SwiGLU", NULL);
+    if (s->model.family == FAM_GPT && !s->model.bias)
+        ok = refuse(report, s, "model.bias", "a GPT without biases (LayerNorm without a bias)", NULL);
+    if (s->precision.dtype == DT_FP16)
+        ok = refuse(report, s, "precision.dtype", "fp16 with loss scaling", "use dtype = bf16");
+    return ok;
+}
+
+/* ---- buffers: what each of a class's buffers is, from its name ---------------------- */
+
+typedef enum BufKind {
+    BK_OTHER, BK_PARAMS, BK_PSHARD, BK_PERSIST, BK_GATHERED, BK_GRADS, BK_GSHARD, BK_GWHOLE, BK_BUCKET,
+    BK_MASTER, BK_MOM1, BK_MOM2, BK_STAGE32, BK_MISC, BK_SCRATCH, BK_TOKENS, BK_TARGETS, BK_X, BK_SAVED,
+    BK_Y, BK_DY, BK_DX, BK_LOGITS,
+} BufKind;
+
+/* Does t end with suffix? */
+static bool ends_with(const char *t, const char *suffix)
+{
+    size_t a = strlen(t), b = strlen(suffix);
+    return a >= b && strcmp(t + a - b, suffix) == 0;
+}
+
+/* The kind of a buffer, from the names sched.c gives them. */
+static int buf_kind(const Buffer *b)
+{
+    const char *n = b->name;
+    static const struct { const char *name; int kind; } exact[] = {
+        {"params", BK_PARAMS}, {"params.shard", BK_PSHARD}, {"params.persistent", BK_PERSIST},
+        {"grads", BK_GRADS}, {"grads.shard", BK_GSHARD}, {"grads.whole", BK_GWHOLE},
+        {"optimizer.master", BK_MASTER}, {"optimizer.exp_avg", BK_MOM1}, {"optimizer.momentum", BK_MOM1},
+        {"optimizer.exp_avg_sq", BK_MOM2}, {"optimizer.grads_fp32", BK_STAGE32}, {"step.scalars", BK_MISC},
+        {"scratch", BK_SCRATCH},
+    };
+    if (b->space != SPACE_DEVICE) return BK_OTHER;
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strcmp(n, exact[i].name) == 0) return exact[i].kind;
+    if (strncmp(n, "params.gathered.", 16) == 0) return BK_GATHERED;
+    if (strncmp(n, "grads.bucket", 12) == 0) return BK_BUCKET;
+    if (strncmp(n, "batch.tokens.", 13) == 0) return BK_TOKENS;
+    if (strncmp(n, "batch.targets.", 14) == 0) return BK_TARGETS;
+    if (strncmp(n, "logits.", 7) == 0) return BK_LOGITS;
+    /* "act.y.mb3" and "act.dy.mb3", not their tp variants ("act.dy.mb3.partial") */
+    if (strncmp(n, "act.y.", 6) == 0) return strchr(n + 6, '.') ? BK_OTHER : BK_Y;
+    if (strncmp(n, "act.dy.", 7) == 0) return strchr(n + 7, '.') ? BK_OTHER : BK_DY;
+    if (strncmp(n, "act.", 4) == 0) {
+        if (ends_with(n, ".saved")) return BK_SAVED;
+        if (ends_with(n, ".dx")) return BK_DX;
+        if (ends_with(n, ".x")) return BK_X;
+    }
+    return BK_OTHER;
+}
+
+/* ---- carving a buffer into tensors ------------------------------------------------ */
+
+enum { MAX_PIECES = 32 };
+
+/* A named tensor inside a buffer: bytes at an offset, live over [born, dies]
+ * (steps of the emitted sequence, for the backward scratch's packing). */
+typedef struct Piece { const char *name; int64_t off, bytes; int born, dies; } Piece;
+typedef struct Carve { Piece p[MAX_PIECES]; int n; int64_t total; } Carve;
+
+/* Appends a piece after the others. */
+static void carve_add(Carve *cv, const char *name, int64_t bytes)
+{
+    if (cv->n == MAX_PIECES) die("emit: too many pieces in one buffer");
+    cv->p[cv->n++] = (Piece){name, cv->total, bytes, 0, 0};
+    cv->total += bytes;
+}
+
+/* Declares a piece with a lifetime, placed later by carve_pack. */
+static void carve_live(Carve *cv, const char *name, int64_t bytes, int born, int dies)
+{
+    if (cv->n == MAX_PIECES) die("emit: too many pieces in one buffer");
+    cv->p[cv->n++] = (Piece){name, -1, bytes, born, dies};
+}
+
+/* The offset of the piece called name. */
+static int64_t carve_off(const Carve *cv, const char *name)
+{
+    for (int i = 0; i < cv->n; i++)
+        if (strcmp(cv->p[i].name, name) == 0) return cv->p[i].off;
+    die("emit: no tensor %s in the carved buffer", name);
+}
+
+/* First fit of the pieces in the order given; returns the top. */
+static int64_t pack_in_order(Carve *cv, const int *order)
+{
+    int64_t top = 0;
+    for (int k = 0; k < cv->n; k++) {
+        Piece *a = &cv->p[order[k]];
+        int64_t at = 0;
+        for (bool moved = true; moved;) {   /* bump past every placed piece it meets */
+            moved = false;
+            for (int j = 0; j < k; j++) {
+                const Piece *b = &cv->p[order[j]];
+                bool together = a->born <= b->dies && b->born <= a->dies;
+                if (together && at < b->off + b->bytes && b->off < at + a->bytes) at = b->off + b->bytes, moved = true;
+            }
+        }
+        a->off = at;
+        if (at + a->bytes > top) top = at + a->bytes;
+    }
+    return top;
+}
+
+/* Places pieces with lifetimes so that live ones never overlap, within limit
+ * bytes: first fit, largest first, else in birth order.  The planner sized the
+ * buffer as the peak of the live pieces; if no order fits, the two disagree. */
+static void carve_pack(Carve *cv, int64_t limit, const char *what)
+{
+    int order[MAX_PIECES];
+    for (int i = 0; i < cv->n; i++) order[i] = i;
+    for (int i = 1; i < cv->n; i++)     /* largest first, then born first (stable) */
+        for (int j = i; j > 0; j--) {
+            const Piece *a = &cv->p[order[j]], *b = &cv->p[order[j - 1]];
+            if (a->bytes > b->bytes || (a->bytes == b->bytes && a->born < b->born)) {
+                int t = order[j];
+                order[j] = order[j - 1], order[j - 1] = t;
+            }
+        }
+    int64_t top = pack_in_order(cv, order);
+    if (top > limit) {
+        for (int i = 0; i < cv->n; i++) order[i] = i;
+        top = pack_in_order(cv, order);
+    }
+    if (top > limit) die("emit: %s needs %lld bytes, the plan gives it %lld", what, (long long)top, (long long)limit);
+    cv->total = top;
+}
+
+/* ---- the class being emitted ------------------------------------------------------- */
+
+/* The kinds of step calls, each one function of the generated file and one table. */
+typedef enum Fn {
+    FN_LOAD, FN_EMBF, FN_FWD, FN_HEAD, FN_BWD, FN_EMBB, FN_GATHER, FN_REDUCE, FN_PGATHER, FN_ZERO,
+    FN_REC, FN_WAIT, FN_HEAD_EVAL, NFN,
+    FN_INLINE = NFN,            /* a statement with its own code (once per step)   */
+} Fn;
+
+static const char *const fn_names[NFN] = {
+    "load", "embed_fwd", "fwd", "head", "bwd", "embed_bwd", "gather", "reduce", "param_gather", "zero",
+    "record", "wait", "head_eval",
+};
+/* The table each kind's rows live in (head_eval reads the head's). */
+static const int fn_table[NFN] = {
+    FN_LOAD, FN_EMBF, FN_FWD, FN_HEAD, FN_BWD, FN_EMBB, FN_GATHER, FN_REDUCE, FN_PGATHER, FN_ZERO,
+    FN_REC, FN_WAIT, FN_HEAD,
+};
+
+/* One statement of a step: a call of a kind's function on a row, or code. */
+typedef struct Stmt {
+    int fn;                     /* Fn                                              */
+    int row;                    /* in the kind's table                             */
+    const char *label;          /* "fwd L3 mb0"                                    */
+    const char *code;           /* FN_INLINE                                       */
+} Stmt;
+
+enum { MAX_UNITS = 2, MAX_SLOTS = R_NROLES, MAX_EVENTS = 4096 };
+enum { ROW_COMMENTS_MAX = 1024 };   /* a table's rows carry comments up to this many */
+
+/* The parameters of one part of the model (embeddings, a layer, the head):
+ * for each role its class tensor and where its parameter and gradient are.
+ * Offsets are bytes: absolute in the device arena (slot 0) or relative to
+ * the call's gathered unit / gradient bucket (slot k + 1). */
+typedef struct Group {
+    int ct[R_NROLES];
+    int64_t woff[R_NROLES], goff[R_NROLES];
+    int wslot[R_NROLES], gslot[R_NROLES];
+    int unit_seg[MAX_UNITS], nunits;        /* ZeRO 3: the segments gathered for it */
+    int slot_bucket[MAX_SLOTS], nslots;     /* ZeRO 2-3: the buckets its gradients go to */
+} Group;
+
+typedef struct CE {
+    const Spec *spec;
+    MemPlan *mp;
+    const Model *m;
+    const Partition *p;
+    const ClassMem *cm;
+    const Sched *s;
+    const RankClass *rc;
+    int ci;
+    char px[16], PX[16];        /* "s0", "S0"                                      */
+    int wb, gb;                 /* bytes of a working / gradient element           */
+    /* the persistent buffers (-1 none) */
+    int b_params, b_pshard, b_persist, b_grads, b_gshard, b_gwhole, b_master, b_mom1, b_mom2;
+    int64_t *whole_rel;         /* per segment: element offset in grads.whole, or -1 */
+    int64_t *persist_rel;       /* per segment: element offset in params.persistent  */
+    int *seg_bucket;
+    int *ct_of_tensor;          /* model tensor -> class tensor (not the head copy) */
+    /* the model's parts */
+    int nl;                     /* layers on this class                            */
+    int first_layer;
+    Group *layer, pre, post;
+    int nu, ng;                 /* unit and gradient slots in a row                */
+    /* carved buffers */
+    Carve saved, fscr, bscr, hscr;
+    /* the step */
+    Stmt *st;
+    int nst, capst;
+    Str rows[NFN];              /* each kind's rows, one a line, without comments */
+    int nrows[NFN];
+    const char **row_label[NFN];    /* each row's op, for the rows' comments */
+    int row_cap[NFN];
+    int head_stmt;              /* the first head's statement (eval), or -1       */
+    int64_t S_dev;              /* optimizer elements on the device               */
+    bool has_sumsq_op, has_norm_op;
+    int *gbuf;                  /* per segment: the gathered buffer now, or -1     */
+    bool *reduced;              /* per segment: reduce-scattered once this step    */
+    int prev_pgather;           /* the last segment of the previous param gather   */
+    bool uses_owned;            /* the step calls the owned-range helper           */
+    bool has_eval;              /* an evaluation function is emitted               */
+} CE;
+
+/* The buffer's arena offset. */
+static int64_t boff(const CE *e, int id)
+{
+    if (id < 0 || id >= e->s->nbufs) die("emit: buffer %d out of range", id);
+    return e->s->bufs[id].offset;
+}
+
+/* The one buffer of kind k among an op's reads (rd) or writes, or -1. */
+static int op_buf(const CE *e, const Op *o, bool rd, int k)
+{
+    const int *ids = rd ? o->rd : o->wr;
+    int n = rd ? o->nrd : o->nwr, found = -1;
+    for (int i = 0; i < n; i++)
+        if (buf_kind(&e->s->bufs[ids[i]]) == k) {
+            if (found >= 0 && found != ids[i])
+                die("emit: op %s has two buffers of one kind: %s and %s", sched_op_label(e->s, (int)(o - e->s->ops)),
+                    e->s->bufs[found].name, e->s->bufs[ids[i]].name);
+            found = ids[i];
+        }
+    return found;
+}
+
+/* Like op_buf, but the buffer must be there. */
+static int op_need(const CE *e, const Op *o, bool rd, int k, const char *what)
+{
+    int id = op_buf(e, o, rd, k);
+    if (id < 0) die("emit: op %s has no %s buffer", sched_op_label(e->s, (int)(o - e->s->ops)), what);
+    return id;
+}
+
+/* The first buffer of a class with kind k, or -1. */
+static int class_buf(const CE *e, int k)
+{
+    for (int i = 0; i < e->s->nbufs; i++)
+        if (e->s->bufs[i].persistent && buf_kind(&e->s->bufs[i]) == k) return i;
+    return -1;
+}
+
+/* Dies unless buffer id holds exactly bytes (a planner/emitter disagreement). */
+static void expect_bytes(const CE *e, int id, int64_t bytes, const char *what)
+{
+    if (e->s->bufs[id].bytes != bytes)
+        die("emit: %s needs %lld bytes, the plan's %s has %lld", what, (long long)bytes, e->s->bufs[id].name,
+            (long long)e->s->bufs[id].bytes);
+}
+
+/* ---- the layer's tensors ----------------------------------------------------------- */
+
+/* Bytes of a layer-graph tensor for one microbatch (as part.c counts them). */
+static int64_t graph_bytes(const CE *e, const ActTensor *t)
+{
+    int64_t rows = t->shard == AS_SEQ ? e->p->T_sp : e->p->T;
+    int64_t w = t->shard == AS_TP ? t->width / e->p->tp : t->width;
+    return rows * w * (t->fp32 ? 4 : e->wb);
+}
+
+/* The saved buffer: the graph's kept tensors, fp32 statistics first (so they
+ * stay 4-byte aligned), each a piece named after the graph. */
+static void carve_saved(CE *e)
+{
+    LayerGraph g;
+    model_layer_graph(e->m, false, &g);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g.nt; i++) {
+            const ActTensor *t = &g.t[i];
+            bool kept = t->kind == AK_SAVED || t->kind == AK_SAVED_ATTN;
+            if (kept && t->fp32 == (pass == 0)) carve_add(&e->saved, t->name, graph_bytes(e, t));
+        }
+    if (e->saved.total != e->p->act.saved[CKPT_NONE])
+        die("emit: the layer's saved tensors take %lld bytes, the plan keeps %lld", (long long)e->saved.total,
+            (long long)e->p->act.saved[CKPT_NONE]);
+}
+
+/* The backward's internal gradients with their lifetimes over the steps of
+ * the generated backward (gen_bwd_fn: the numbers are its steps), packed
+ * into the plan's scratch. */
+static void carve_bwd(CE *e, int64_t limit)
+{
+    const Model *m = e->m;
+    int64_t T = e->p->T, h = m->h, ff = m->ffn, w = e->wb, qkv = m->h + 2 * m->kv * m->hd;
+    Carve *cv = &e->bscr;
+    carve_live(cv, "dx2", T * h * w, 0, 6);
+    carve_live(cv, "dact", T * ff * w, 1, 2);
+    if (m->gated) {
+        carve_live(cv, "dgate", T * ff * w, 2, 3);
+        carve_live(cv, "dup", T * ff * w, 2, 3);
+    } else {
+        carve_live(cv, "dfc1", T * ff * w, 2, 3);
+    }
+    carve_live(cv, "dln2", T * h * w, 3, 4);
+    carve_live(cv, "datt", T * h * w, 6, 7);
+    carve_live(cv, "dqkv", T * qkv * w, 7, 8);
+    carve_live(cv, "dln1", T * h * w, 8, 9);
+    carve_pack(cv, limit, "a layer's backward");
+}
+
+/* The head's scratch: final-norm statistics, the losses, the normalised
+ * input and its gradient. */
+static void carve_head(CE *e, int64_t limit)
+{
+    int64_t T = e->p->T, x = T * e->m->h * e->wb;
+    Carve *cv = &e->hscr;
+    carve_add(cv, "lnf.stats", T * 4 * (e->m->layernorm ? 2 : 1));
+    carve_add(cv, "losses", T * 4);
+    carve_add(cv, "lnf", x);
+    carve_add(cv, "dlnf", x);
+    if (cv->total > limit)
+        die("emit: the head needs %lld bytes of scratch, the plan gives it %lld", (long long)cv->total, (long long)limit);
+}
+
+/* ---- where parameters and gradients are ----------------------------------------------- */
+
+/* Offsets of every segment inside grads.whole (ZeRO 2-3: tied and persistent
+ * segments, in flat order) and inside params.persistent (ZeRO 3). */
+static void plan_whole(CE *e)
+{
+    const RankClass *rc = e->rc;
+    e->whole_rel = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(rc->nsegs + 1));
+    e->persist_rel = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(rc->nsegs + 1));
+    e->seg_bucket = arena_alloc(&g_arena, sizeof(int) * (size_t)(rc->nsegs + 1));
+    int64_t w = 0, q = 0;
+    for (int i = 0; i < rc->nsegs; i++) {
+        const Segment *sg = &rc->segs[i];
+        e->whole_rel[i] = e->persist_rel[i] = -1;
+        if (sg->tied || sg->persistent) e->whole_rel[i] = w, w += sg->padded;
+        if (sg->persistent) e->persist_rel[i] = q, q += sg->padded;
+    }
+    for (int k = 0; k < rc->nbuckets; k++)
+        for (int i = rc->buckets[k].first_seg; i < rc->buckets[k].first_seg + rc->buckets[k].nseg; i++)
+            e->seg_bucket[i] = k;
+    if (e->b_gwhole >= 0) expect_bytes(e, e->b_gwhole, w * e->gb, "the tied and persistent gradients");
+    if (e->b_persist >= 0) expect_bytes(e, e->b_persist, q * e->wb, "the persistent parameters");
+}
+
+/* Fills role r of group g with class tensor i: where its parameter is when
+ * computing, and where its gradient goes. */
+static void group_role(CE *e, Group *g, int r, int i)
+{
+    const ClassTensor *ct = &e->rc->tensors[i];
+    const Segment *sg = &e->rc->segs[ct->seg];
+    int64_t rel = ct->offset - sg->offset;
+    g->ct[r] = i;
+    if (e->p->zero < 3) {
+        g->wslot[r] = 0, g->woff[r] = boff(e, e->b_params) + ct->offset * e->wb;
+    } else if (sg->persistent && e->p->dp == 1) {   /* one rank: the shard is the whole segment */
+        g->wslot[r] = 0, g->woff[r] = boff(e, e->b_pshard) + (sg->shard_offset + rel) * e->wb;
+    } else if (sg->persistent) {
+        g->wslot[r] = 0, g->woff[r] = boff(e, e->b_persist) + (e->persist_rel[ct->seg] + rel) * e->wb;
+    } else {
+        int k = 0;
+        while (k < g->nunits && g->unit_seg[k] != ct->seg) k++;
+        if (k == g->nunits) {
+            if (k == MAX_UNITS) die("emit: tensors of one part span more than %d fetch units", MAX_UNITS);
+            g->unit_seg[g->nunits++] = ct->seg;
+        }
+        g->wslot[r] = k + 1, g->woff[r] = rel * e->wb;
+    }
+    if (e->p->zero < 2) {
+        g->gslot[r] = 0, g->goff[r] = boff(e, e->b_grads) + ct->offset * e->gb;
+    } else if (sg->tied || sg->persistent) {
+        g->gslot[r] = 0, g->goff[r] = boff(e, e->b_gwhole) + (e->whole_rel[ct->seg] + rel) * e->gb;
+    } else {
+        int bk = e->seg_bucket[ct->seg], k = 0;
+        while (k < g->nslots && g->slot_bucket[k] != bk) k++;
+        if (k == g->nslots) g->slot_bucket[g->nslots++] = bk;
+        const Segment *first = &e->rc->segs[e->rc->buckets[bk].first_seg];
+        g->gslot[r] = k + 1, g->goff[r] = (ct->offset - first->offset) * e->gb;
+    }
+}
+
+/* An empty group. */
+static void group_init(Group *g)
+{
+    memset(g, 0, sizeof *g);
+    for (int r = 0; r < R_NROLES; r++) g->ct[r] = -1;
+}
+
+/* The groups: embeddings, each layer, the head (the tied embedding is its
+ * weight when the model ties them). */
+static void plan_groups(CE *e)
+{
+    const Model *m = e->m;
+    const RankClass *rc = e->rc;
+    e->ct_of_tensor = arena_alloc(&g_arena, sizeof(int) * (size_t)(m->nt + 1));
+    for (int i = 0; i < m->nt; i++) e->ct_of_tensor[i] = -1;
+    for (int i = 0; i < rc->ntensors; i++)
+        if (!rc->tensors[i].copy) e->ct_of_tensor[rc->tensors[i].tensor] = i;
+    e->first_layer = rc->chunks[0].first_layer;
+    e->nl = 0;
+    for (int k = 0; k < rc->nchunks; k++) e->nl += rc->chunks[k].nlayers;
+    e->layer = arena_alloc(&g_arena, sizeof(Group) * (size_t)(e->nl + 1));
+    group_init(&e->pre);
+    group_init(&e->post);
+    for (int li = 0; li < e->nl; li++) group_init(&e->layer[li]);
+    for (int i = 0; i < m->nt; i++) {
+        const Tensor *t = &m->t[i];
+        int ci = e->ct_of_tensor[i];
+        if (ci < 0) continue;
+        if (t->layer == LAYER_PRE) group_role(e, &e->pre, t->role, ci);
+        else if (t->layer == m->l) group_role(e, &e->post, t->role, ci);
+        else group_role(e, &e->layer[t->layer - e->first_layer], t->role, ci);
+    }
+    if (m->tied && e->pre.ct[R_TOK_EMBED] >= 0) group_role(e, &e->post, R_HEAD_W, e->pre.ct[R_TOK_EMBED]);
+    e->nu = e->ng = 1;
+    Group *all[3] = {&e->pre, &e->post, NULL};
+    for (int li = -2; li < e->nl; li++) {
+        const Group *g = li < 0 ? all[li + 2] : &e->layer[li];
+        if (g->nunits > e->nu) e->nu = g->nunits;
+        if (g->nslots > e->ng) e->ng = g->nslots;
+    }
+}
+
+/* ---- statements ---------------------------------------------------------------------- */
+
+/* Appends a statement. */
+static void stmt(CE *e, int fn, int row, const char *label, const char *code)
+{
+    if (e->nst == e->capst) {
+        int cap = e->capst ? 2 * e->capst : 1024;
+        Stmt *n = arena_alloc(&g_arena, sizeof(Stmt) * (size_t)cap);
+        if (e->nst) memcpy(n, e->st, sizeof(Stmt) * (size_t)e->nst);
+        e->st = n, e->capst = cap;
+    }
+    e->st[e->nst++] = (Stmt){fn, row, label, code};
+}
+
+/* Appends a row to kind fn's table (its text: "{...}, comment") and a
+ * statement calling fn on it. */
+static void __attribute__((format(printf, 4, 5))) row(CE *e, int fn, const char *label, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsf(&e->rows[fn], fmt, ap);
+    va_end(ap);
+    sput(&e->rows[fn], "\n");
+    if (e->nrows[fn] == e->row_cap[fn]) {
+        int cap = e->row_cap[fn] ? 2 * e->row_cap[fn] : 256;
+        const char **n = arena_alloc(&g_arena, sizeof(char *) * (size_t)cap);
+        if (e->nrows[fn]) memcpy(n, e->row_label[fn], sizeof(char *) * (size_t)e->nrows[fn]);
+        e->row_label[fn] = n, e->row_cap[fn] = cap;
+    }
+    e->row_label[fn][e->nrows[fn]] = label;
+    stmt(e, fn, e->nrows[fn]++, label, NULL);
+}
+
+/* The srt_stream constant of a schedule stream. */
+static const char *stream_name(int st)
+{
+    static const char *const names[NSTREAMS] = {"SRT_COMPUTE", "SRT_TP_COMM", "SRT_DP_COMM", "SRT_PP_COMM",
+                                                "SRT_COPY", "SRT_HOST"};
+    if (st < 0 || st >= NSTREAMS) die("emit: no stream %d", st);
+    return names[st];
+}
+
+/* "{a, b}": the offsets of a group's gathered units for op o. */
+static const char *units_of(CE *e, const Group *g, const Op *o)
+{
+    Str s = {0};
+    sput(&s, "{");
+    for (int k = 0; k < e->nu; k++) {
+        int64_t off = 0;
+        if (k < g->nunits) {
+            int seg = g->unit_seg[k];
+            if (o->unit[0] != seg && o->unit[1] != seg)
+                die("emit: op %s computes with segment %d but does not name it as a unit",
+                    sched_op_label(e->s, (int)(o - e->s->ops)), seg);
+            if (e->gbuf[seg] < 0)
+                die("emit: op %s uses unit %d before it is gathered", sched_op_label(e->s, (int)(o - e->s->ops)), seg);
+            off = boff(e, e->gbuf[seg]);
+        }
+        sf(&s, "%s%lld", k ? ", " : "", (long long)off);
+    }
+    sput(&s, "}");
+    const char *r = arena_strndup(&g_arena, s.p, s.n);
+    free(s.p);
+    return r;
+}
+
+/* "{a, b}": the offsets of the gradient buckets op o writes for group g. */
+static const char *buckets_of(CE *e, const Group *g, const Op *o)
+{
+    Str s = {0};
+    sput(&s, "{");
+    for (int k = 0; k < e->ng; k++) {
+        int64_t off = 0;
+        if (k < g->nslots) {
+            int found = -1;
+            for (int i = 0; i < o->nwr; i++) {
+                const Buffer *b = &e->s->bufs[o->wr[i]];
+                if (buf_kind(b) == BK_BUCKET && atoi(b->name + 12) == g->slot_bucket[k]) found = o->wr[i];
+            }
+            if (found < 0)
+                die("emit: op %s writes no buffer for gradient bucket %d", sched_op_label(e->s, (int)(o - e->s->ops)),
+                    g->slot_bucket[k]);
+            off = boff(e, found);
+        }
+        sf(&s, "%s%lld", k ? ", " : "", (long long)off);
+    }
+    sput(&s, "}");
+    const char *r = arena_strndup(&g_arena, s.p, s.n);
+    free(s.p);
+    return r;
+}
+
+/* ZeRO 2-3: zeroes each gradient bucket op o is the first to write (they
+ * accumulate over the layers that share them). */
+static void zero_buckets(CE *e, const Op *o, bool *zeroed, const char *label)
+{
+    for (int i = 0; i < o->nwr; i++) {
+        int id = o->wr[i];
+        const Buffer *b = &e->s->bufs[id];
+        if (buf_kind(b) != BK_BUCKET || zeroed[id]) continue;
+        zeroed[id] = true;
+        int k = atoi(b->name + 12);
+        expect_bytes(e, id, e->rc->buckets[k].padded * e->gb, "a gradient bucket");
+        row(e, FN_ZERO, arena_printf(&g_arena, "zero %s for %s", b->name, label), "{SRT_COMPUTE, %lld, %lld}",
+            (long long)b->offset, (long long)e->rc->buckets[k].padded);
+    }
+}
+
+/* The compute ops must be on the compute stream (their functions say so). */
+static void need_compute(const CE *e, const Op *o)
+{
+    if (o->stream != ST_COMPUTE)
+        die("emit: %s is on stream %s; the generated code runs it on compute", sched_op_label(e->s, (int)(o - e->s->ops)),
+            sched_stream_name(o->stream));
+}
+
+/* The group of a layer op. */
+static const Group *layer_group(const CE *e, const Op *o)
+{
+    int li = o->layer - e->first_layer;
+    if (li < 0 || li >= e->nl) die("emit: op of layer %d outside the class", o->layer);
+    return &e->layer[li];
+}
+
+/* One OP_GRAD_REDUCE: per segment of the bucket, an all-reduce in place
+ * (ZeRO 0-1), or a reduce-scatter into the shard (ZeRO 2-3; from the second
+ * microbatch on, in place and added to the shard, since gradients accumulate). */
+static void reduce_op(CE *e, const Op *o, const char *label)
+{
+    const RankClass *rc = e->rc;
+    if (o->aux < 0 || o->aux >= rc->nbuckets) die("emit: %s names no bucket", label);
+    const Bucket *bk = &rc->buckets[o->aux];
+    const Segment *first = &rc->segs[bk->first_seg];
+    const char *st = stream_name(o->stream);
+    if (e->p->zero < 2) {
+        row(e, FN_REDUCE, label, "{%s, 0, %lld, 0, %lld, 0}", st,
+            (long long)(boff(e, e->b_grads) + first->offset * e->gb), (long long)bk->padded);
+        return;
+    }
+    bool whole = first->tied || first->persistent;
+    int src = whole ? e->b_gwhole : op_need(e, o, true, BK_BUCKET, "gradient bucket");
+    if (!whole) expect_bytes(e, src, bk->padded * e->gb, "a gradient bucket");
+    for (int i = bk->first_seg; i < bk->first_seg + bk->nseg; i++) {
+        const Segment *sg = &rc->segs[i];
+        int64_t in = whole ? boff(e, src) + e->whole_rel[i] * e->gb : boff(e, src) + (sg->offset - first->offset) * e->gb;
+        int mode = e->reduced[i] ? 2 : 1;
+        e->reduced[i] = true;
+        row(e, FN_REDUCE, arena_printf(&g_arena, "%s seg%d", label, i), "{%s, %d, %lld, %lld, %lld, %lld}", st, mode,
+            (long long)in, (long long)(boff(e, e->b_gshard) + sg->shard_offset * e->gb), (long long)sg->padded,
+            (long long)sg->shard);
+    }
+}
+
+/* One OP_PARAM_GATHER: ZeRO 1-2 all-gather the updated shards of the
+ * segments since the previous one in place; ZeRO 3 gather the persistent
+ * segment into params.persistent. */
+static void param_gather_op(CE *e, const Op *o, const char *label)
+{
+    const RankClass *rc = e->rc;
+    int last = o->aux;
+    if (last < 0 || last >= rc->nsegs) die("emit: %s names no segment", label);
+    for (int i = e->prev_pgather + 1; i <= last; i++) {
+        const Segment *sg = &rc->segs[i];
+        if (e->p->zero == 3) {
+            if (!sg->persistent) continue;
+            row(e, FN_PGATHER, arena_printf(&g_arena, "%s seg%d", label, i), "{%s, %lld, %lld, %lld, %lld}",
+                stream_name(o->stream), (long long)(boff(e, e->b_persist) + e->persist_rel[i] * e->wb),
+                (long long)(boff(e, e->b_pshard) + sg->shard_offset * e->wb), (long long)sg->padded,
+                (long long)sg->shard);
+        } else {
+            row(e, FN_PGATHER, arena_printf(&g_arena, "%s seg%d", label, i), "{%s, %lld, -1, %lld, %lld}",
+                stream_name(o->stream), (long long)(boff(e, e->b_params) + sg->offset * e->wb), (long long)sg->padded,
+                (long long)sg->shard);
+        }
+    }
+    e->prev_pgather = last;
+}
+
+/* The inline code of the owned-range helper for shard space [lo, hi). */
+static const char *owned_call(CE *e, int stream, const char *what, int64_t lo, int64_t hi, int64_t staging)
+{
+    e->uses_owned = true;
+    return arena_printf(&g_arena, "%s_owned(c, %s, %s, %lld, %lld, %lld);", e->px, stream_name(stream), what,
+                        (long long)lo, (long long)hi, (long long)staging);
+}
+
+/* The statements of one op. */
+static void op_stmts(CE *e, int i, bool *zeroed)
+{
+    const Op *o = &e->s->ops[i];
+    const char *label = sched_op_label(e->s, i);
+    switch (o->kind) {
+    case OP_LOAD_BATCH: {
+        int tok = op_buf(e, o, false, BK_TOKENS), tgt = op_buf(e, o, false, BK_TARGETS);
+        if (tok >= 0) expect_bytes(e, tok, e->p->T * 4, "a microbatch's tokens");
+        if (tgt >= 0) expect_bytes(e, tgt, e->p->T * 4, "a microbatch's targets");
+        row(e, FN_LOAD, label, "{%s, %d, %lld, %lld}", stream_name(o->stream), o->mb,
+            (long long)(tok >= 0 ? boff(e, tok) : -1), (long long)(tgt >= 0 ? boff(e, tgt) : -1));
+        break;
+    }
+    case OP_EMBED_FWD: {
+        need_compute(e, o);
+        int x = op_need(e, o, false, BK_X, "output"), tok = op_need(e, o, true, BK_TOKENS, "tokens");
+        expect_bytes(e, x, e->p->act.x, "the embedding's output");
+        row(e, FN_EMBF, label, "{%lld, %lld, %s}", (long long)boff(e, x), (long long)boff(e, tok),
+            units_of(e, &e->pre, o));
+        break;
+    }
+    case OP_LAYER_FWD: {
+        need_compute(e, o);
+        int x = op_need(e, o, true, BK_X, "input"), saved = op_need(e, o, false, BK_SAVED, "saved");
+        int y = op_buf(e, o, false, BK_X);
+        if (y < 0) y = op_need(e, o, false, BK_Y, "output");
+        int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
+        expect_bytes(e, saved, e->saved.total, "a layer's saved tensors");
+        expect_bytes(e, y, e->p->act.x, "a layer's output");
+        if (e->s->bufs[scr].bytes < e->fscr.total)
+            die("emit: a layer's forward needs %lld bytes of scratch, the plan gives it %lld",
+                (long long)e->fscr.total, (long long)e->s->bufs[scr].bytes);
+        row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s}", o->layer - e->first_layer, (long long)boff(e, x),
+            (long long)boff(e, saved), (long long)boff(e, y), (long long)boff(e, scr),
+            units_of(e, layer_group(e, o), o));
+        break;
+    }
+    case OP_HEAD: {
+        need_compute(e, o);
+        int y = op_need(e, o, true, BK_Y, "input"), tgt = op_need(e, o, true, BK_TARGETS, "targets");
+        int lg = op_need(e, o, false, BK_LOGITS, "logits"), scr = op_need(e, o, false, BK_SCRATCH, "scratch");
+        int dy = op_need(e, o, false, BK_DY, "output gradient");
+        expect_bytes(e, lg, e->p->T * e->m->Vpad * e->wb, "the logits");
+        expect_bytes(e, dy, e->p->act.x, "the last layer's output gradient");
+        if (e->s->bufs[scr].bytes < e->hscr.total)
+            die("emit: the head needs %lld bytes of scratch, the plan gives it %lld", (long long)e->hscr.total,
+                (long long)e->s->bufs[scr].bytes);
+        zero_buckets(e, o, zeroed, label);
+        if (e->head_stmt < 0) e->head_stmt = e->nst;
+        row(e, FN_HEAD, label, "{%lld, %lld, %lld, %lld, %lld, %s, %s}", (long long)boff(e, y),
+            (long long)boff(e, tgt), (long long)boff(e, lg), (long long)boff(e, scr), (long long)boff(e, dy),
+            units_of(e, &e->post, o), buckets_of(e, &e->post, o));
+        break;
+    }
+    case OP_LAYER_BWD: {
+        need_compute(e, o);
+        int dy = op_buf(e, o, true, BK_DY);
+        if (dy < 0) dy = op_need(e, o, true, BK_DX, "output gradient");
+        int x = op_need(e, o, true, BK_X, "input"), saved = op_need(e, o, true, BK_SAVED, "saved");
+        int dx = op_need(e, o, false, BK_DX, "input gradient"), scr = op_need(e, o, false, BK_SCRATCH, "scratch");
+        expect_bytes(e, dx, e->p->act.x, "a layer's input gradient");
+        if (e->s->bufs[scr].bytes < e->bscr.total)
+            die("emit: a layer's backward needs %lld bytes of scratch, the plan gives it %lld",
+                (long long)e->bscr.total, (long long)e->s->bufs[scr].bytes);
+        const Group *g = layer_group(e, o);
+        zero_buckets(e, o, zeroed, label);
+        row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s}", o->layer - e->first_layer,
+            (long long)boff(e, dy), (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, dx),
+            (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o));
+        break;
+    }
+    case OP_EMBED_BWD: {
+        need_compute(e, o);
+        int dx = op_need(e, o, true, BK_DX, "gradient"), tok = op_need(e, o, true, BK_TOKENS, "tokens");
+        zero_buckets(e, o, zeroed, label);
+        row(e, FN_EMBB, label, "{%lld, %lld, %s}", (long long)boff(e, dx), (long long)boff(e, tok),
+            buckets_of(e, &e->pre, o));
+        break;
+    }
+    case OP_GATHER: {
+        const Segment *sg = &e->rc->segs[o->aux];
+        int out = op_need(e, o, false, BK_GATHERED, "gathered");
+        expect_bytes(e, out, sg->padded * e->wb, "a gathered fetch unit");
+        e->gbuf[o->aux] = out;
+        row(e, FN_GATHER, label, "{%s, %lld, %lld, %lld, %lld}", stream_name(o->stream), (long long)boff(e, out),
+            (long long)(boff(e, e->b_pshard) + sg->shard_offset * e->wb), (long long)sg->padded, (long long)sg->shard);
+        break;
+    }
+    case OP_GRAD_REDUCE: reduce_op(e, o, label); break;
+    case OP_PARAM_GATHER: param_gather_op(e, o, label); break;
+    case OP_GRAD_SUMSQ:
+        stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_SUMSQ", 0, e->S_dev, -1));
+        if (!e->has_norm_op)    /* one rank: no all-reduce, but the norm and the clipping scale */
+            stmt(e, FN_INLINE, 0, "grad_norm (this rank alone)",
+                 arena_printf(&g_arena, "srt_grad_norm_finish(c, %s, SRT_WORLD);", stream_name(o->stream)));
+        break;
+    case OP_GRAD_NORM:
+        if (o->aux == 1) die("emit: the fp16 overflow check has no code yet");
+        if (!e->has_sumsq_op) stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_SUMSQ", 0, e->S_dev, -1));
+        stmt(e, FN_INLINE, 0, label,
+             arena_printf(&g_arena, "srt_grad_norm_finish(c, %s, SRT_WORLD);", stream_name(o->stream)));
+        break;
+    case OP_OPT_STEP: {
+        if (o->stream != ST_COMPUTE) die("emit: %s: the host optimizer comes with offload", label);
+        int64_t sub = e->spec->zero.sub_group_size, lo = (int64_t)o->aux * sub;
+        int64_t hi = lo + sub < e->S_dev ? lo + sub : e->S_dev;
+        int stage = op_buf(e, o, false, BK_STAGE32);
+        if (stage >= 0) expect_bytes(e, stage, (hi - lo) * 4, "the fp32 gradients of an optimizer sub-group");
+        stmt(e, FN_INLINE, 0, label,
+             owned_call(e, o->stream, "OWN_OPT", lo, hi, stage >= 0 ? boff(e, stage) : -1));
+        break;
+    }
+    default:
+        die("emit: the code generator has no code for op %s (kind %s)", label, sched_op_kind_name(o->kind));
+    }
+}
+
+/* Every op of the class in schedule order, with the events of its waits. */
+static void build_stmts(CE *e)
+{
+    const Sched *s = e->s;
+    int *nwaits = arena_alloc(&g_arena, sizeof(int) * (size_t)(s->nops + 1));
+    int *ev = arena_alloc(&g_arena, sizeof(int) * (size_t)(s->nops + 1));
+    bool *used = arena_alloc(&g_arena, sizeof(bool) * MAX_EVENTS);
+    bool *zeroed = arena_alloc(&g_arena, sizeof(bool) * (size_t)(s->nbufs + 1));
+    e->gbuf = arena_alloc(&g_arena, sizeof(int) * (size_t)(e->rc->nsegs + 1));
+    e->reduced = arena_alloc(&g_arena, sizeof(bool) * (size_t)(e->rc->nsegs + 1));
+    for (int i = 0; i < e->rc->nsegs; i++) e->gbuf[i] = -1;
+    e->prev_pgather = -1;
+    e->head_stmt = -1;
+    for (int i = 0; i < s->nops; i++) {
+        ev[i] = -1;
+        const Op *o = &s->ops[i];
+        if (o->kind == OP_GRAD_SUMSQ) e->has_sumsq_op = true;
+        if (o->kind == OP_GRAD_NORM && o->aux == 0) e->has_norm_op = true;
+        if (o->kind != OP_WAIT) continue;
+        if (o->aux < 0 || o->aux >= i) die("emit: wait %d names op %d, not an earlier op", i, o->aux);
+        nwaits[o->aux]++;
+    }
+    /* gradients accumulate over microbatches: the step starts from zero */
+    if (e->b_grads >= 0)
+        stmt(e, FN_INLINE, 0, "zero the gradients",
+             arena_printf(&g_arena, "srt_zero(c, SRT_COMPUTE, DV(%lld, %lld, GDT));", (long long)boff(e, e->b_grads),
+                          (long long)(s->bufs[e->b_grads].bytes / e->gb)));
+    if (e->b_gwhole >= 0)
+        stmt(e, FN_INLINE, 0, "zero the tied and persistent gradients",
+             arena_printf(&g_arena, "srt_zero(c, SRT_COMPUTE, DV(%lld, %lld, GDT));", (long long)boff(e, e->b_gwhole),
+                          (long long)(s->bufs[e->b_gwhole].bytes / e->gb)));
+    for (int i = 0; i < s->nops; i++) {
+        const Op *o = &s->ops[i];
+        if (o->kind == OP_WAIT) {
+            int t = o->aux;
+            row(e, FN_WAIT, sched_op_label(s, i), "{%s, %d}", stream_name(o->stream), ev[t]);
+            if (--nwaits[t] == 0) used[ev[t]] = false;
+            continue;
+        }
+        op_stmts(e, i, zeroed);
+        if (nwaits[i] == 0) continue;
+        int k = 0;
+        while (k < MAX_EVENTS && used[k]) k++;
+        if (k == MAX_EVENTS) die("emit: more than %d events outstanding", MAX_EVENTS);
+        used[k] = true;
+        ev[i] = k;
+        row(e, FN_REC, arena_printf(&g_arena, "record %s", sched_op_label(s, i)), "{%s, %d}", stream_name(o->stream), k);
+    }
+}
+
+/* ---- loops ------------------------------------------------------------------------- */
+
+/* A statement sequence is folded bottom-up: a run of a block repeated r times
+ * becomes one loop node.  Symbols: a table-driven statement is its kind (two
+ * calls of one kind differ only in their row, and rows follow the statement
+ * order), an inline statement is unique, a loop is its hash-consed node. */
+enum { SYM_LOOP = 1 << 20, SYM_UNIQUE = 1 << 28, LOOP_MAX_PERIOD = 128, LOOP_MIN_SAVED = 12 };
+
+typedef struct LNode { int r, n, *body; int64_t len; } LNode;
+typedef struct Loops {
+    LNode *nodes;
+    int nnodes, cap;
+    int *hash;                  /* open addressing over node ids + 1 */
+    int hcap;
+} Loops;
+
+/* A node's hash. */
+static uint64_t lhash(int r, const int *body, int n)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)r;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)body[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The flattened statements of a symbol. */
+static int64_t sym_len(const Loops *L, int sym)
+{
+    return sym >= SYM_LOOP && sym < SYM_UNIQUE ? L->nodes[sym - SYM_LOOP].len : 1;
+}
+
+/* The node (r × body), made once. */
+static int lnode(Loops *L, int r, const int *body, int n)
+{
+    if (2 * (L->nnodes + 1) >= L->hcap) {     /* grow and rehash */
+        int hcap = L->hcap ? 2 * L->hcap : 1024;
+        int *h = arena_alloc(&g_arena, sizeof(int) * (size_t)hcap);
+        for (int id = 0; id < L->nnodes; id++) {
+            const LNode *x = &L->nodes[id];
+            uint64_t k = lhash(x->r, x->body, x->n) & (uint64_t)(hcap - 1);
+            while (h[k]) k = (k + 1) & (uint64_t)(hcap - 1);
+            h[k] = id + 1;
+        }
+        L->hash = h, L->hcap = hcap;
+    }
+    uint64_t k = lhash(r, body, n) & (uint64_t)(L->hcap - 1);
+    for (; L->hash[k]; k = (k + 1) & (uint64_t)(L->hcap - 1)) {
+        const LNode *x = &L->nodes[L->hash[k] - 1];
+        if (x->r == r && x->n == n && memcmp(x->body, body, sizeof(int) * (size_t)n) == 0) return SYM_LOOP + L->hash[k] - 1;
+    }
+    if (L->nnodes == L->cap) {
+        int cap = L->cap ? 2 * L->cap : 256;
+        LNode *nn = arena_alloc(&g_arena, sizeof(LNode) * (size_t)cap);
+        if (L->nnodes) memcpy(nn, L->nodes, sizeof(LNode) * (size_t)L->nnodes);
+        L->nodes = nn, L->cap = cap;
+    }
+    LNode *x = &L->nodes[L->nnodes];
+    x->r = r, x->n = n;
+    x->body = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1));
+    memcpy(x->body, body, sizeof(int) * (size_t)n);
+    x->len = 0;
+    for (int i = 0; i < n; i++) x->len += sym_len(L, body[i]);
+    x->len *= r;
+    L->hash[k] = ++L->nnodes;
+    return SYM_LOOP + L->nnodes - 1;
+}
+
+/* One folding pass: at each position the period whose repeats cover the most
+ * symbols; a loop must save at least LOOP_MIN_SAVED statements (short runs
+ * read better written out).  Returns the new length. */
+static int fold_pass(Loops *L, int *seq, int n)
+{
+    int *out = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1));
+    int m = 0;
+    for (int i = 0; i < n;) {
+        int bestP = 0, bestR = 0;
+        int64_t best = 0;
+        for (int P = 1; P <= LOOP_MAX_PERIOD && i + 2 * P <= n; P++) {
+            int r = 1;
+            while (i + (r + 1) * P <= n && memcmp(seq + i, seq + i + r * P, sizeof(int) * (size_t)P) == 0) r++;
+            if (r < 2) continue;
+            int64_t flat = 0;
+            for (int k = 0; k < P; k++) flat += sym_len(L, seq[i + k]);
+            if (flat * (r - 1) >= LOOP_MIN_SAVED && r * P > best) best = r * P, bestP = P, bestR = r;
+        }
+        if (bestR) {
+            out[m++] = lnode(L, bestR, seq + i, bestP);
+            i += bestR * bestP;
+        } else {
+            out[m++] = seq[i++];
+        }
+    }
+    memcpy(seq, out, sizeof(int) * (size_t)m);
+    return m;
+}
+
+/* Folds the symbols of statements [0, n) until nothing repeats. */
+static int fold(Loops *L, int *seq, int n, bool loops)
+{
+    if (!loops) return n;
+    for (;;) {
+        int m = fold_pass(L, seq, n);
+        if (m == n) return n;
+        n = m;
+    }
+}
+
+/* The emitter of a step's code from folded symbols. */
+typedef struct Gen {
+    CE *e;
+    const Loops *L;
+    const Stmt *st;             /* the flattened statements                       */
+    int64_t pos;                /* the next flattened statement                   */
+    int depth;
+    int64_t stride[16][NFN];    /* per enclosing loop: rows of each table per iteration */
+    int64_t last[16];           /* per enclosing loop: statements to its last iteration */
+    Str *out;
+} Gen;
+
+/* Rows of each table one symbol consumes. */
+static void sym_rows(const Gen *g, int sym, int64_t *cnt)
+{
+    if (sym >= SYM_LOOP && sym < SYM_UNIQUE) {
+        const LNode *x = &g->L->nodes[sym - SYM_LOOP];
+        int64_t inner[NFN] = {0};
+        for (int i = 0; i < x->n; i++) sym_rows(g, x->body[i], inner);
+        for (int f = 0; f < NFN; f++) cnt[f] += inner[f] * x->r;
+    } else if (sym < NFN) {
+        cnt[fn_table[sym]]++;
+    }
+}
+
+/* Indentation for the current depth. */
+static const char *indent(int depth)
+{
+    static const char sp[] = "                                                                ";
+    int n = 4 * (depth + 1);
+    return sp + (int)sizeof sp - 1 - (n < (int)sizeof sp - 1 ? n : (int)sizeof sp - 1);
+}
+
+static void gen_sym(Gen *g, int sym);
+
+/* A loop: checks that every iteration's rows follow the first's by the
+ * same stride (so the indices can be computed), then writes it. */
+static void gen_loop(Gen *g, const LNode *x)
+{
+    int64_t per[NFN] = {0}, len = x->len / x->r;
+    for (int i = 0; i < x->n; i++) sym_rows(g, x->body[i], per);
+    const Stmt *base = g->st + g->pos;
+    for (int64_t k = 1; k < x->r; k++)
+        for (int64_t j = 0; j < len; j++) {
+            const Stmt *a = &base[j], *b = &base[k * len + j];
+            if (a->fn != b->fn || a->fn == FN_INLINE || b->row != a->row + k * per[fn_table[a->fn]])
+                die("emit: a folded loop does not repeat (statement %lld)", (long long)(g->pos + k * len + j));
+        }
+    if (g->depth >= 16) die("emit: loops nested too deep");
+    const char *ind = indent(g->depth);
+    sf(g->out, "%sfor (int i%d = 0; i%d < %d; i%d++) {  /* %d×: %s … %s */\n", ind, g->depth, g->depth, x->r, g->depth,
+       x->r, base[0].label, base[x->len - 1].label);
+    for (int f = 0; f < NFN; f++) g->stride[g->depth][f] = per[f];
+    g->last[g->depth] = (int64_t)(x->r - 1) * len;
+    g->depth++;
+    int64_t start = g->pos;
+    for (int i = 0; i < x->n; i++) gen_sym(g, x->body[i]);
+    g->depth--;
+    g->pos = start + x->len;
+    sf(g->out, "%s}\n", ind);
+}
+
+/* One symbol: a call of a kind's function on its row (an index expression
+ * inside loops), inline code, or a loop. */
+static void gen_sym(Gen *g, int sym)
+{
+    if (sym >= SYM_LOOP && sym < SYM_UNIQUE) {
+        gen_loop(g, &g->L->nodes[sym - SYM_LOOP]);
+        return;
+    }
+    const Stmt *s = &g->st[g->pos++];
+    const char *ind = indent(g->depth);
+    /* in a loop: what the call touches in the first and the last iteration */
+    const char *label = g->depth ? arena_printf(&g_arena, "%s … %s", s->label, s[g->last[g->depth - 1]].label) : s->label;
+    if (s->fn == FN_INLINE) {
+        sf(g->out, "%s%s  /* %s */\n", ind, s->code, s->label);
+        return;
+    }
+    int t = fn_table[s->fn];
+    sf(g->out, "%s%s_%s(c, &%s_%s[%d", ind, g->e->px, fn_names[s->fn], g->e->PX, fn_names[t], s->row);
+    for (int d = 0; d < g->depth; d++)
+        if (g->stride[d][t]) sf(g->out, " + %lld * i%d", (long long)g->stride[d][t], d);
+    sf(g->out, "]);  /* %s */\n", label);
+}
+
+/* Writes statements [0, n) as code, folded into loops when asked. */
+static void gen_stmts(CE *e, Str *out, const Stmt *st, int n, bool loops)
+{
+    Loops L = {0};
+    int *seq = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) seq[i] = st[i].fn == FN_INLINE ? SYM_UNIQUE + i : st[i].fn;
+    int m = fold(&L, seq, n, loops);
+    Gen g = {.e = e, .L = &L, .st = st, .out = out};
+    for (int i = 0; i < m; i++) gen_sym(&g, seq[i]);
+    if (g.pos != n) die("emit: %lld of %d statements written", (long long)g.pos, n);
+}
+
+/* ---- the generated file: tables ------------------------------------------------------ */
+
+/* C names of the roles (the generated file's indices into the group tables). */
+static const char *const role_c[R_NROLES] = {
+    [R_TOK_EMBED] = "WTE", [R_POS_EMBED] = "WPE", [R_NORM1_W] = "LN1_W", [R_NORM1_B] = "LN1_B",
+    [R_QKV_W] = "QKV_W", [R_QKV_B] = "QKV_B", [R_Q_W] = "Q_W", [R_K_W] = "K_W", [R_V_W] = "V_W",
+    [R_Q_B] = "Q_B", [R_K_B] = "K_B", [R_V_B] = "V_B", [R_ATTN_OUT_W] = "PROJ_W", [R_ATTN_OUT_B] = "PROJ_B",
+    [R_NORM2_W] = "LN2_W", [R_NORM2_B] = "LN2_B", [R_FC1_W] = "FC1_W", [R_FC1_B] = "FC1_B",
+    [R_GATE_W] = "GATE_W", [R_UP_W] = "UP_W", [R_GATE_B] = "GATE_B", [R_UP_B] = "UP_B",
+    [R_FC2_W] = "FC2_W", [R_FC2_B] = "FC2_B", [R_NORMF_W] = "LNF_W", [R_NORMF_B] = "LNF_B", [R_HEAD_W] = "HEAD_W",
+};
+
+/* The initialisation of a parameter: N(0, std), ones or zeros (GPT-2's: the
+ * residual projections scaled by 1/sqrt(2·layers)). */
+static void param_init(const CE *e, const Tensor *t, double *std, bool *one)
+{
+    *one = t->role == R_NORM1_W || t->role == R_NORM2_W || t->role == R_NORMF_W;
+    *std = 0;
+    if (!t->cols) return;
+    *std = e->spec->model.init_std;
+    if (t->role == R_ATTN_OUT_W || t->role == R_FC2_W) *std /= sqrt(2.0 * (double)e->m->l);
+}
+
+static const char *const split_c[] = {"SRT_SPLIT_NONE", "SRT_SPLIT_ROWS", "SRT_SPLIT_COLS"};
+
+/* The class's srt_param, srt_buffer, segment and tensor tables. */
+static void gen_class_tables(CE *e, Str *o)
+{
+    const RankClass *rc = e->rc;
+    sf(o, "/* The parameter tensors of stage %d in flat order (flat: element offset in the\n"
+          " * stage's flat parameter space; ZeRO splits each segment below over dp). */\n", e->ci);
+    sf(o, "static const srt_param %s_params[%d] = {\n", e->px, rc->ntensors);
+    for (int i = 0; i < rc->ntensors; i++) {
+        const ClassTensor *ct = &rc->tensors[i];
+        const Tensor *t = &e->m->t[ct->tensor];
+        double std;
+        bool one;
+        param_init(e, t, &std, &one);
+        sf(o, "    {%s, %d, %lld, %lld, %lld, %s, %lld, %lld, %lld, %s, %s, %s},\n", c_string(t->name),
+           ct->copy ? (int)e->m->l : t->layer, (long long)t->rows, (long long)t->cols, (long long)t->rows_mem,
+           split_c[t->split], (long long)ct->rows, (long long)ct->cols, (long long)ct->offset,
+           t->decay ? "true" : "false", flt(std), one ? "true" : "false");
+    }
+    sput(o, "};\n\n");
+    sf(o, "/* Every buffer of stage %d's memory plan: name, space (0 device, 1 host,\n"
+          " * 2 NVMe), offset, bytes. */\n", e->ci);
+    sf(o, "static const srt_buffer %s_buffers[%d] = {\n", e->px, e->s->nbufs);
+    for (int i = 0; i < e->s->nbufs; i++) {
+        const Buffer *b = &e->s->bufs[i];
+        sf(o, "    {%s, %d, %lld, %lld},\n", c_string(b->name), b->space, (long long)b->offset, (long long)b->bytes);
+    }
+    sput(o, "};\n\n");
+    sf(o, "/* The flat segments (ZeRO-3 fetch units, ZeRO 0-2 buckets): each padded to a\n"
+          " * multiple of %lld elements and split into dp shards of `shard` elements; a\n"
+          " * rank's shard space is its shards one after the other. */\n", (long long)e->p->pad_unit);
+    sf(o, "static const trainer_seg %s_segs[%d] = {\n", e->px, rc->nsegs);
+    for (int i = 0; i < rc->nsegs; i++) {
+        const Segment *sg = &rc->segs[i];
+        sf(o, "    {%lld, %lld, %lld, %lld, %d, %d, %s},  /* seg%d: %s%s%s */\n", (long long)sg->offset,
+           (long long)sg->padded, (long long)sg->shard, (long long)sg->shard_offset, sg->first, sg->n, sg->persistent ? "true" : "false", i,
+           sg->layer == LAYER_PRE ? "embeddings" : sg->layer == e->m->l ? "head" : arena_printf(&g_arena, "from layer %d", sg->layer),
+           sg->persistent ? ", persistent" : "", sg->tied ? ", tied" : "");
+    }
+    sput(o, "};\n");
+    if (!e->uses_owned) return;
+    sf(o, "static const trainer_tensor %s_tensors[%d] = {\n", e->px, rc->ntensors);
+    for (int i = 0; i < rc->ntensors; i++) {
+        const ClassTensor *ct = &rc->tensors[i];
+        const Tensor *t = &e->m->t[ct->tensor];
+        sf(o, "    {%lld, %lld, %s, %s},  /* %s */\n", (long long)ct->offset, (long long)ct->numel,
+           t->decay ? "true" : "false", t->split == SPLIT_NONE && e->p->tp > 1 ? "true" : "false", t->name);
+    }
+    sput(o, "};\n\n");
+}
+
+/* One group's row: parameter and gradient offsets by role; end: what
+ * follows the closing brace (",\n" in a table, ";\n" alone). */
+static void gen_group_row(Str *o, const Group *g, const char *ind, const char *comment, const char *end)
+{
+    Str w = {0}, ws = {0}, gg = {0}, gs = {0};
+    for (int r = 0; r < R_NROLES; r++) {
+        if (g->ct[r] < 0) continue;
+        sf(&w, "%s[%s] = %lld", w.n ? ", " : "", role_c[r], (long long)g->woff[r]);
+        if (g->wslot[r]) sf(&ws, "%s[%s] = %d", ws.n ? ", " : "", role_c[r], g->wslot[r]);
+        sf(&gg, "%s[%s] = %lld", gg.n ? ", " : "", role_c[r], (long long)g->goff[r]);
+        if (g->gslot[r]) sf(&gs, "%s[%s] = %d", gs.n ? ", " : "", role_c[r], g->gslot[r]);
+    }
+    sf(o, "{  /* %s */\n%s    .w = {%s},\n", comment, ind, w.p ? w.p : "0");
+    if (ws.n) sf(o, "%s    .wu = {%s},\n", ind, ws.p);
+    sf(o, "%s    .g = {%s},\n", ind, gg.p ? gg.p : "0");
+    if (gs.n) sf(o, "%s    .gu = {%s},\n", ind, gs.p);
+    sf(o, "%s}%s", ind, end);
+    free(w.p), free(ws.p), free(gg.p), free(gs.p);
+}
+
+/* The row types and every table of the step's calls. */
+static void gen_step_tables(CE *e, Str *o)
+{
+    const char *px = e->px, *PX = e->PX;
+    sf(o, "/* Where the parameters (w) and gradients (g) of each part of stage %d are:\n"
+          " * byte offsets in the device arena, or, where wu / gu is k > 0, relative to\n"
+          " * the call's u[k-1] (a gathered ZeRO-3 fetch unit) / g[k-1] (a gradient bucket). */\n", e->ci);
+    sf(o, "typedef struct { int64_t w[NROLES], g[NROLES]; signed char wu[NROLES], gu[NROLES]; } %s_part_t;\n", px);
+    if (e->nrows[FN_EMBF] || e->nrows[FN_EMBB]) {
+        sf(o, "static const %s_part_t %s_PRE = ", px, PX);
+        gen_group_row(o, &e->pre, "", "the embeddings", ";\n");
+    }
+    if (e->nrows[FN_HEAD]) {
+        sf(o, "static const %s_part_t %s_POST = ", px, PX);
+        gen_group_row(o, &e->post, "", "the final norm and the head", ";\n");
+    }
+    if (e->nrows[FN_FWD] || e->nrows[FN_BWD]) {
+        sf(o, "static const %s_part_t %s_LAYER[%d] = {\n", px, PX, e->nl);
+        for (int li = 0; li < e->nl; li++) {
+            sput(o, "    ");
+            gen_group_row(o, &e->layer[li], "    ", arena_printf(&g_arena, "layer %d", e->first_layer + li), ",\n");
+        }
+        sput(o, "};\n");
+    }
+    sput(o, "\n");
+    sput(o, "/* The arguments of the step's calls, one table per kind, in step order\n"
+            " * (offsets are bytes in the device arena; -1: none). */\n");
+    sf(o, "typedef struct { srt_stream st; int mb; int64_t tok, tgt; } %s_load_t;\n", px);
+    sf(o, "typedef struct { int64_t x, tok, u[%d]; } %s_embed_fwd_t;\n", e->nu, px);
+    sf(o, "typedef struct { int layer; int64_t x, saved, y, scratch, u[%d]; } %s_fwd_t;\n", e->nu, px);
+    sf(o, "typedef struct { int64_t y, tgt, logits, scratch, dy, u[%d], g[%d]; } %s_head_t;\n", e->nu, e->ng, px);
+    sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d]; } %s_bwd_t;\n", e->nu, e->ng,
+       px);
+    sf(o, "typedef struct { int64_t dx, tok, g[%d]; } %s_embed_bwd_t;\n", e->ng, px);
+    sf(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } %s_gather_t;\n", px);
+    sf(o, "typedef struct { srt_stream st; int mode; int64_t in, out, n, shard; } %s_reduce_t;\n", px);
+    sf(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } %s_param_gather_t;\n", px);
+    sf(o, "typedef struct { srt_stream st; int64_t off, n; } %s_zero_t;\n", px);
+    sf(o, "typedef struct { srt_stream st; int ev; } %s_record_t;\n", px);
+    sf(o, "typedef struct { srt_stream st; int ev; } %s_wait_t;\n\n", px);
+    for (int f = 0; f < NFN; f++) {
+        if (fn_table[f] != f || e->nrows[f] == 0) continue;
+        bool big = e->nrows[f] > ROW_COMMENTS_MAX;   /* the calls' comments name the ops */
+        if (big) sf(o, "/* %d rows, in the order of the %s calls of the step. */\n", e->nrows[f], fn_names[f]);
+        sf(o, "static const %s_%s_t %s_%s[%d] = {\n", px, fn_names[f], PX, fn_names[f], e->nrows[f]);
+        const char *line = e->rows[f].p;
+        for (int r = 0; r < e->nrows[f]; r++) {
+            const char *end = strchr(line, '\n');
+            if (big) sf(o, "    %.*s,\n", (int)(end - line), line);
+            else sf(o, "    %.*s,  /* [%d] %s */\n", (int)(end - line), line, r, e->row_label[f][r]);
+            line = end + 1;
+        }
+        sput(o, "};\n");
+    }
+    sput(o, "\n");
+}
+
+/* ---- the generated file: the kinds' functions --------------------------------------------- */
+
+/* A view of a piece of a carved buffer: "DV(a->base + off + at, n, dt)". */
+static const char *piece(const Carve *cv, const char *base, const char *name, int64_t at, const char *n,
+                         const char *dt)
+{
+    return arena_printf(&g_arena, "DV(a->%s + %lld, %s, %s)", base, (long long)(carve_off(cv, name) + at), n, dt);
+}
+
+/* "PW(ROLE, n)" when the layers have the role (a bias), else "NONE". */
+static const char *opt_w(const CE *e, const Group *g, int role, const char *n, bool grad)
+{
+    if (g->ct[role] < 0) return "NONE";
+    return arena_printf(&g_arena, "%s(%s, %s)", grad ? "PG" : "PW", role_c[role], n);
+}
+
+/* Declares a norm's statistics from a carved piece: layernorm mean + rstd, or rmsnorm rstd. */
+static void norm_stats(const CE *e, Str *o, const Carve *cv, const char *base, const char *piece_name, const char *v)
+{
+    if (e->m->layernorm)
+        sf(o, "    srt_t %s_mean = %s, %s_rstd = %s;  /* (B,T) */\n", v, piece(cv, base, piece_name, 0, "N", "SRT_F32"),
+           v, piece(cv, base, piece_name, e->p->T * 4, "N", "SRT_F32"));
+    else
+        sf(o, "    srt_t %s_rstd = %s;  /* (B,T) */\n", v, piece(cv, base, piece_name, 0, "N", "SRT_F32"));
+}
+
+/* A norm's forward: out = norm(in) with weight role w (and bias role b). */
+static void norm_fwd(const CE *e, Str *o, const Group *g, const char *v, const char *out, const char *in, int w, int b,
+                     const char *comment)
+{
+    const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]);
+    if (e->m->layernorm)
+        rt_call(o, "    ", "layernorm_fwd", "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_mean", v),
+                arena_printf(&g_arena, "%s_rstd", v), in, pw, opt_w(e, g, b, "C", false), "N", "C", "EPS", NULL);
+    else
+        rt_call(o, "    ", "rmsnorm_fwd", "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_rstd", v), in, pw,
+                "N", "C", "EPS", NULL);
+}
+
+/* A norm's backward: din += ..., the weight's (and bias's) gradients. */
+static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const char *din, const char *dout,
+                     const char *in, int w, int b, const char *comment)
+{
+    const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]), *gw = arena_printf(&g_arena, "PG(%s, C)", role_c[w]);
+    if (e->m->layernorm)
+        rt_call(o, "    ", "layernorm_bwd", "SRT_COMPUTE", comment, din, gw, opt_w(e, g, b, "C", true), dout, in, pw,
+                arena_printf(&g_arena, "%s_mean", v), arena_printf(&g_arena, "%s_rstd", v), "N", "C", NULL);
+    else
+        rt_call(o, "    ", "rmsnorm_bwd", "SRT_COMPUTE", comment, din, gw, dout, in, pw,
+                arena_printf(&g_arena, "%s_rstd", v), "N", "C", NULL);
+}
+
+/* The saved tensors of a layer as views (forward and backward share them). */
+static void saved_views(const CE *e, Str *o)
+{
+    const Carve *sv = &e->saved;
+    const Model *m = e->m;
+    sput(o, "    srt_t x = DV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the layer's input */\n");
+    norm_stats(e, o, sv, "saved", "norm1.stats", "ln1");
+    sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(sv, "saved", "norm1.out", 0, "(int64_t)N * C", "WDT"));
+    if (m->family == FAM_GPT) {   /* one fused projection: q, k, v side by side in each row */
+        sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QKV", "WDT"));
+        sput(o, "    srt_t q = qkv, k = AT(qkv, QD), v = AT(qkv, QD + KVD);  /* rows QKV apart */\n");
+    } else {                      /* three projections, each its own (B,T,·) array */
+        int64_t T = e->p->T, w = e->wb, qd = m->h, kvd = m->kv * m->hd;
+        sf(o, "    srt_t q = %s;  /* (B,T,QD) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QD", "WDT"));
+        sf(o, "    srt_t k = %s;  /* (B,T,KVD) */\n", piece(sv, "saved", "qkv", T * qd * w, "(int64_t)N * KVD", "WDT"));
+        sf(o, "    srt_t v = %s;  /* (B,T,KVD) */\n",
+           piece(sv, "saved", "qkv", T * (qd + kvd) * w, "(int64_t)N * KVD", "WDT"));
+    }
+    sf(o, "    srt_t att = %s;  /* (B,T,QD) attention output */\n", piece(sv, "saved", "attn.out", 0, "(int64_t)N * QD", "WDT"));
+    sf(o, "    srt_t lse = %s;  /* (B,NH,T) */\n", piece(sv, "saved", "attn.lse", 0, "(int64_t)N * NH", "SRT_F32"));
+    sf(o, "    srt_t x2 = %s;  /* (B,T,C) after the attention residual */\n",
+       piece(sv, "saved", "x2", 0, "(int64_t)N * C", "WDT"));
+    norm_stats(e, o, sv, "saved", "norm2.stats", "ln2");
+    sf(o, "    srt_t ln2 = %s;  /* (B,T,C) */\n", piece(sv, "saved", "norm2.out", 0, "(int64_t)N * C", "WDT"));
+    if (m->gated) {
+        sf(o, "    srt_t gate = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "gate", 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t up = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "up", 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t act = %s;  /* (B,T,FF) silu(gate) * up */\n", piece(sv, "saved", "act", 0, "(int64_t)N * FF", "WDT"));
+    } else {
+        sf(o, "    srt_t fc1 = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "fc1", 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t act = %s;  /* (B,T,FF) gelu(fc1) */\n", piece(sv, "saved", "act", 0, "(int64_t)N * FF", "WDT"));
+    }
+}
+
+/* The attention's input projections, forward or backward. */
+static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd)
+{
+    const char *I = "    ";
+    if (e->m->family == FAM_GPT) {
+        if (!bwd)
+            rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "attn.c_attn: (B,T,C) -> (B,T,QKV)", "qkv", "ln1",
+                    "PW(QKV_W, (int64_t)QKV * C)", opt_w(e, g, R_QKV_B, "QKV", false), "N", "C", "QKV", NULL);
+        else
+            rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "8: attn.c_attn", "dln1", "PG(QKV_W, (int64_t)QKV * C)",
+                    opt_w(e, g, R_QKV_B, "QKV", true), "dqkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)", "N", "C", "QKV", NULL);
+        return;
+    }
+    static const struct { int w, b; const char *out, *dout, *dim, *name; } pr[3] = {
+        {R_Q_W, R_Q_B, "q", "dq", "QD", "q_proj"}, {R_K_W, R_K_B, "k", "dk", "KVD", "k_proj"},
+        {R_V_W, R_V_B, "v", "dv", "KVD", "v_proj"}};
+    for (int i = 0; i < 3; i++) {
+        const char *w = arena_printf(&g_arena, "%s(%s, (int64_t)%s * C)", "PW", role_c[pr[i].w], pr[i].dim);
+        if (!bwd)
+            rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", arena_printf(&g_arena, "self_attn.%s: (B,T,C) -> (B,T,%s)", pr[i].name, pr[i].dim),
+                    pr[i].out, "ln1", w, opt_w(e, g, pr[i].b, pr[i].dim, false), "N", "C", pr[i].dim, NULL);
+        else
+            rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", arena_printf(&g_arena, "8: self_attn.%s (dln1 +=)", pr[i].name), "dln1",
+                    arena_printf(&g_arena, "PG(%s, (int64_t)%s * C)", role_c[pr[i].w], pr[i].dim),
+                    opt_w(e, g, pr[i].b, pr[i].dim, true), pr[i].dout, "ln1", w, "N", "C", pr[i].dim, NULL);
+    }
+}
+
+/* The layer's forward. */
+static void gen_fwd_fn(const CE *e, Str *o)
+{
+    const Model *m = e->m;
+    const Group *g = &e->layer[0];
+    const char *px = e->px, *I = "    ";
+    sf(o, "/* One layer's forward for one microbatch: pre-%s attention%s and %s MLP,\n"
+          " * each with a residual.  In: x (B,T,C); out: y (B,T,C); what backward needs\n"
+          " * stays in the layer's saved buffer. */\n"
+          "static void %s_fwd(srt_ctx *c, const %s_fwd_t *a)\n{\n"
+          "    const %s_part_t *w = &%s_LAYER[a->layer];\n",
+       m->layernorm ? "LayerNorm" : "RMSNorm", m->family == FAM_LLAMA ? " (RoPE)" : "", m->gated ? "a SwiGLU" : "a GELU",
+       px, px, px, e->PX);
+    saved_views(e, o);
+    sput(o, "    srt_t y = DV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the layer's output */\n");
+    sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
+       piece(&e->fscr, "scratch", "tmp", 0, "(int64_t)N * C", "WDT"));
+    norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
+    qkv_proj(e, o, g, false);
+    if (m->family == FAM_LLAMA) {
+        rt_call(o, I, "rope_fwd", "SRT_COMPUTE", "rotate q in place", "q", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
+        rt_call(o, I, "rope_fwd", "SRT_COMPUTE", "rotate k in place", "k", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
+    }
+    rt_call(o, I, "attention_fwd", "SRT_COMPUTE", "causal self-attention", "att", "lse", "q", "k", "v", "B", "T", "NH",
+            "NKV", "HS", "LDQ", "LDKV", NULL);
+    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "attention output projection", "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)",
+            opt_w(e, g, R_ATTN_OUT_B, "C", false), "N", "QD", "C", NULL);
+    rt_call(o, I, "add_fwd", "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
+    norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
+    if (m->gated) {
+        rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2",
+                "PW(GATE_W, (int64_t)FF * C)", opt_w(e, g, R_GATE_B, "FF", false), "N", "C", "FF", NULL);
+        rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)",
+                opt_w(e, g, R_UP_B, "FF", false), "N", "C", "FF", NULL);
+        rt_call(o, I, "swiglu_fwd", "SRT_COMPUTE", "silu(gate) * up", "act", "gate", "up", "N", "FF", "FF", NULL);
+    } else {
+        rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2",
+                "PW(FC1_W, (int64_t)FF * C)", opt_w(e, g, R_FC1_B, "FF", false), "N", "C", "FF", NULL);
+        rt_call(o, I, "gelu_fwd", "SRT_COMPUTE", "gelu", "act", "fc1", NULL);
+    }
+    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "MLP down projection: (B,T,FF) -> (B,T,C)", "tmp", "act",
+            "PW(FC2_W, (int64_t)C * FF)", opt_w(e, g, R_FC2_B, "C", false), "N", "FF", "C", NULL);
+    rt_call(o, I, "add_fwd", "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);
+    sput(o, "}\n\n");
+}
+
+/* The layer's backward; its numbered steps are the lifetimes carve_bwd packs. */
+static void gen_bwd_fn(const CE *e, Str *o)
+{
+    const Model *m = e->m;
+    const Group *g = &e->layer[0];
+    const Carve *bs = &e->bscr;
+    const char *px = e->px, *I = "    ";
+    sf(o, "/* One layer's backward for one microbatch: dy (B,T,C) in, dx (B,T,C) out,\n"
+          " * weight gradients accumulated (+=) where the part table says. */\n"
+          "static void %s_bwd(srt_ctx *c, const %s_bwd_t *a)\n{\n"
+          "    const %s_part_t *w = &%s_LAYER[a->layer];\n", px, px, px, e->PX);
+    saved_views(e, o);
+    sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = DV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
+            "    /* the gradients inside the layer share the scratch by lifetime */\n");
+    sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dx2", 0, "(int64_t)N * C", "WDT"));
+    sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dact", 0, "(int64_t)N * FF", "WDT"));
+    if (m->gated)
+        sf(o, "    srt_t dgate = %s, dup = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dgate", 0, "(int64_t)N * FF", "WDT"),
+           piece(bs, "scratch", "dup", 0, "(int64_t)N * FF", "WDT"));
+    else
+        sf(o, "    srt_t dfc1 = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dfc1", 0, "(int64_t)N * FF", "WDT"));
+    sf(o, "    srt_t dln2 = %s, dln1 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dln2", 0, "(int64_t)N * C", "WDT"),
+       piece(bs, "scratch", "dln1", 0, "(int64_t)N * C", "WDT"));
+    sf(o, "    srt_t datt = %s;  /* (B,T,QD) */\n", piece(bs, "scratch", "datt", 0, "(int64_t)N * QD", "WDT"));
+    sf(o, "    srt_t dqkv = %s;  /* (B,T,QKV): dq, dk, dv laid out as q, k, v */\n",
+       piece(bs, "scratch", "dqkv", 0, "(int64_t)N * QKV", "WDT"));
+    if (m->family == FAM_GPT)
+        sput(o, "    srt_t dq = dqkv, dk = AT(dqkv, QD), dv = AT(dqkv, QD + KVD);\n");
+    else
+        sput(o, "    srt_t dq = AT(dqkv, 0), dk = AT(dqkv, (int64_t)N * QD), dv = AT(dqkv, (int64_t)N * (QD + KVD));\n"
+                "    dq.n = (int64_t)N * QD, dk.n = dv.n = (int64_t)N * KVD;\n");
+    rt_call(o, I, "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual)", "dx2", "dy", NULL);
+    rt_call(o, I, "zero", "SRT_COMPUTE", "1", "dact", NULL);
+    rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "1: MLP down projection", "dact", "PG(FC2_W, (int64_t)C * FF)",
+            opt_w(e, g, R_FC2_B, "C", true), "dy", "act", "PW(FC2_W, (int64_t)C * FF)", "N", "FF", "C", NULL);
+    if (m->gated) {
+        rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dgate", NULL);
+        rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dup", NULL);
+        rt_call(o, I, "swiglu_bwd", "SRT_COMPUTE", "2: swiglu", "dgate", "dup", "dact", "gate", "up", "N", "FF", "FF", NULL);
+        rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
+        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.up_proj", "dln2", "PG(UP_W, (int64_t)FF * C)",
+                opt_w(e, g, R_UP_B, "FF", true), "dup", "ln2", "PW(UP_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
+        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.gate_proj (dln2 +=)", "dln2", "PG(GATE_W, (int64_t)FF * C)",
+                opt_w(e, g, R_GATE_B, "FF", true), "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
+    } else {
+        rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dfc1", NULL);
+        rt_call(o, I, "gelu_bwd", "SRT_COMPUTE", "2: gelu", "dfc1", "fc1", "dact", NULL);
+        rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
+        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.c_fc", "dln2", "PG(FC1_W, (int64_t)FF * C)",
+                opt_w(e, g, R_FC1_B, "FF", true), "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
+    }
+    norm_bwd(e, o, g, "ln2", "dx2", "dln2", "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
+    rt_call(o, I, "convert", "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
+    rt_call(o, I, "zero", "SRT_COMPUTE", "6", "datt", NULL);
+    rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "6: attention output projection", "datt", "PG(PROJ_W, (int64_t)C * QD)",
+            opt_w(e, g, R_ATTN_OUT_B, "C", true), "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", "N", "QD", "C", NULL);
+    rt_call(o, I, "zero", "SRT_COMPUTE", "7", "dqkv", NULL);
+    rt_call(o, I, "attention_bwd", "SRT_COMPUTE", "7: attention", "dq", "dk", "dv", "datt", "att", "lse", "q", "k", "v",
+            "B", "T", "NH", "NKV", "HS", "LDQ", "LDKV", NULL);
+    if (m->family == FAM_LLAMA) {
+        rt_call(o, I, "rope_bwd", "SRT_COMPUTE", "7: un-rotate dq", "dq", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
+        rt_call(o, I, "rope_bwd", "SRT_COMPUTE", "7: un-rotate dk", "dk", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
+    }
+    rt_call(o, I, "zero", "SRT_COMPUTE", "8", "dln1", NULL);
+    qkv_proj(e, o, g, true);
+    norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
+    sput(o, "}\n\n");
+}
+
+/* The head for one microbatch (train: with its backward; eval: the loss only). */
+static void gen_head_fn(const CE *e, Str *o, bool eval)
+{
+    const Carve *hs = &e->hscr;
+    const Group *g = &e->post;
+    const char *px = e->px, *I = "    ";
+    if (!eval)
+        sf(o, "/* The head for one microbatch: the final norm, logits against the %s,\n"
+              " * the fused cross-entropy (the loss, and the logits' gradient in place),\n"
+              " * then its backward at once, leaving dy (B,T,C) for the last layer. */\n"
+              "static void %s_head(srt_ctx *c, const %s_head_t *a)\n{\n",
+           e->m->tied ? "tied token embedding" : "output embedding", px, px);
+    else
+        sf(o, "/* The head's forward only (evaluation): the loss of the microbatch. */\n"
+              "static void %s_head_eval(srt_ctx *c, const %s_head_t *a)\n{\n", px, px);
+    sf(o, "    const %s_part_t *w = &%s_POST;\n", px, e->PX);
+    sput(o, "    srt_t y = DV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the last layer's output */\n");
+    norm_stats(e, o, hs, "scratch", "lnf.stats", "lnf");
+    sf(o, "    srt_t lnf = %s;  /* (B,T,C) */\n", piece(hs, "scratch", "lnf", 0, "(int64_t)N * C", "WDT"));
+    sf(o, "    srt_t losses = %s;  /* (B,T) */\n", piece(hs, "scratch", "losses", 0, "N", "SRT_F32"));
+    sput(o, "    srt_t logits = DV(a->logits, (int64_t)N * VP, WDT);  /* (B,T,VP), then their gradient */\n");
+    norm_fwd(e, o, g, "lnf", "lnf", "y", R_NORMF_W, R_NORMF_B, "final norm");
+    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "logits = lnf · head^T", "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)",
+            "NONE", "N", "C", "VP", NULL);
+    rt_call(o, I, "xent_fwd_bwd", "SRT_COMPUTE", "losses; logits := dloss · (softmax - onehot)", "losses", "logits",
+            "DV(a->tgt, N, SRT_I32)", "N", "VP", "0", "V", "DLOSS", NULL);
+    rt_call(o, I, "loss_add", "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
+    if (!eval) {
+        sf(o, "    srt_t dlnf = %s;  /* (B,T,C) */\n", piece(hs, "scratch", "dlnf", 0, "(int64_t)N * C", "WDT"));
+        sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT);  /* (B,T,C) */\n");
+        rt_call(o, I, "zero", "SRT_COMPUTE", NULL, "dlnf", NULL);
+        rt_call(o, I, "zero", "SRT_COMPUTE", NULL, "dy", NULL);
+        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "dlnf, dhead", "dlnf", "PG(HEAD_W, (int64_t)VP * C)", "NONE",
+                "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)", "N", "C", "VP", NULL);
+        norm_bwd(e, o, g, "lnf", "dy", "dlnf", "y", R_NORMF_W, R_NORMF_B, "dy, the final norm's gradients");
+    }
+    sput(o, "}\n\n");
+}
+
+/* The embedding's forward and backward. */
+static void gen_embed_fns(const CE *e, Str *o)
+{
+    const char *px = e->px, *I = "    ";
+    bool wpe = e->pre.ct[R_POS_EMBED] >= 0;
+    if (e->nrows[FN_EMBF]) {
+        sf(o, "/* The embedding: x (B,T,C) = wte[tokens]%s. */\n"
+              "static void %s_embed_fwd(srt_ctx *c, const %s_embed_fwd_t *a)\n{\n"
+              "    const %s_part_t *w = &%s_PRE;\n", wpe ? " + wpe[t]" : "", px, px, px, e->PX);
+        rt_call(o, I, "embed_fwd", "SRT_COMPUTE", "(B,T,C)", "DV(a->x, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)",
+                "PW(WTE, (int64_t)VP * C)", wpe ? "PW(WPE, (int64_t)T * C)" : "NONE", "B", "T", "C", "0", "VP", NULL);
+        sput(o, "}\n\n");
+    }
+    if (e->nrows[FN_EMBB]) {
+        sf(o, "/* The embedding's backward: scatter-add dx (B,T,C) into dwte%s. */\n"
+              "static void %s_embed_bwd(srt_ctx *c, const %s_embed_bwd_t *a)\n{\n"
+              "    const %s_part_t *w = &%s_PRE;\n", wpe ? ", sum into dwpe" : "", px, px, px, e->PX);
+        rt_call(o, I, "embed_bwd", "SRT_COMPUTE", NULL, "PG(WTE, (int64_t)VP * C)",
+                wpe ? "PG(WPE, (int64_t)T * C)" : "NONE", "DV(a->dx, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)", "B",
+                "T", "C", "0", "VP", NULL);
+        sput(o, "}\n\n");
+    }
+}
+
+/* The embedding, the layers, the head: the compute kinds this class calls. */
+static void gen_compute_fns(CE *e, Str *o)
+{
+    gen_embed_fns(e, o);
+    if (e->nrows[FN_FWD]) gen_fwd_fn(e, o);
+    if (e->nrows[FN_HEAD]) gen_head_fn(e, o, false);
+    if (e->has_eval) gen_head_fn(e, o, true);
+    if (e->nrows[FN_BWD]) gen_bwd_fn(e, o);
+}
+
+/* The data movement, collective and event kinds. */
+static void gen_comm_fns(CE *e, Str *o)
+{
+    const char *px = e->px, *I = "    ";
+    if (e->nrows[FN_LOAD]) {
+    sf(o, "/* A microbatch's tokens and targets (B,T) to the device. */\n"
+          "static void %s_load(srt_ctx *c, const %s_load_t *a)\n{\n", px, px);
+    rt_call(o, I, "load_batch", "a->st", NULL, "a->mb", "a->tok < 0 ? NONE : DV(a->tok, N, SRT_I32)",
+            "a->tgt < 0 ? NONE : DV(a->tgt, N, SRT_I32)", NULL);
+    sput(o, "}\n\n");
+    }
+    if (e->nrows[FN_GATHER]) {
+    sf(o, "/* ZeRO-3: all-gather a fetch unit from every dp rank's shard. */\n"
+          "static void %s_gather(srt_ctx *c, const %s_gather_t *a)\n{\n", px, px);
+    rt_call(o, I, "all_gather", "a->st", NULL, "SRT_DP", "DV(a->out, a->n, WDT)", "DV(a->in, a->shard, WDT)", NULL);
+    sput(o, "}\n\n");
+    }
+    if (e->nrows[FN_REDUCE]) {
+    sf(o, "/* A gradient reduction over dp.  mode 0: all-reduce in place (ZeRO 0-1);\n"
+          " * 1: reduce-scatter into this rank's shard; 2: the same in place (this\n"
+          " * rank's slice of the bucket) and added to the shard (accumulation). */\n"
+          "static void %s_reduce(srt_ctx *c, const %s_reduce_t *a)\n{\n", px, px);
+    sput(o, "    if (a->mode == 0) {\n");
+    rt_call(o, "        ", "all_reduce", "a->st", NULL, "SRT_DP", "DV(a->in, a->n, GDT)", "SRT_SUM", NULL);
+    sput(o, "    } else if (a->mode == 1) {\n");
+    rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_DP", "DV(a->out, a->shard, GDT)", "DV(a->in, a->n, GDT)",
+            NULL);
+    sput(o, "    } else {\n"
+            "        srt_t mine = DV(a->in + srt_group_rank(c, SRT_DP) * a->shard * GB, a->shard, GDT);\n"
+            "        srt_t acc = DV(a->out, a->shard, GDT);\n");
+    rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_DP", "mine", "DV(a->in, a->n, GDT)", NULL);
+    rt_call(o, "        ", "add_fwd", "a->st", NULL, "acc", "acc", "mine", NULL);
+    sput(o, "    }\n}\n\n");
+    }
+    if (e->nrows[FN_PGATHER]) {
+    sf(o, "/* Updated parameters to every dp rank: ZeRO 1-2 in place from this rank's\n"
+          " * slice of the segment (in < 0), ZeRO 3 the persistent ones from the shard. */\n"
+          "static void %s_param_gather(srt_ctx *c, const %s_param_gather_t *a)\n{\n"
+          "    int64_t in = a->in >= 0 ? a->in : a->out + srt_group_rank(c, SRT_DP) * a->shard * WB;\n", px, px);
+    rt_call(o, I, "all_gather", "a->st", NULL, "SRT_DP", "DV(a->out, a->n, WDT)", "DV(in, a->shard, WDT)", NULL);
+    sput(o, "}\n\n");
+    }
+    if (e->nrows[FN_ZERO]) {
+    sf(o, "/* A gradient bucket starts each microbatch at zero. */\n"
+          "static void %s_zero(srt_ctx *c, const %s_zero_t *a)\n{\n", px, px);
+    rt_call(o, I, "zero", "a->st", NULL, "DV(a->off, a->n, GDT)", NULL);
+    sput(o, "}\n\n");
+    }
+    if (e->nrows[FN_REC])
+        sf(o, "/* Events: recorded right after an op that a wait names, waited for there. */\n"
+              "static void %s_record(srt_ctx *c, const %s_record_t *a) { srt_event_record(c, a->st, a->ev); }\n",
+           px, px);
+    if (e->nrows[FN_WAIT])
+        sf(o, "static void %s_wait(srt_ctx *c, const %s_wait_t *a) { srt_event_wait(c, a->st, a->ev); }\n", px, px);
+    sput(o, "\n");
+}
+
+/* The owned-range helper: the gradient norm's sums and the optimizer step,
+ * piece by piece of this rank's shard space (a piece: one tensor's part of
+ * one segment's shard, so weight decay is per tensor and padding is skipped). */
+static void gen_owned_fn(CE *e, Str *o)
+{
+    const char *px = e->px;
+    int z = e->p->zero;
+    const char *grad = z < 2 ? arena_printf(&g_arena, "DV(%lld + f * GB, n, GDT)", (long long)boff(e, e->b_grads))
+                             : arena_printf(&g_arena, "DV(%lld + j * GB, n, GDT)", (long long)boff(e, e->b_gshard));
+    const char *param = z < 3 ? arena_printf(&g_arena, "DV(%lld + f * WB, n, WDT)", (long long)boff(e, e->b_params))
+                              : arena_printf(&g_arena, "DV(%lld + j * WB, n, WDT)", (long long)boff(e, e->b_pshard));
+    const char *master = e->b_master >= 0 ? arena_printf(&g_arena, "DV(%lld + j * 4, n, SRT_F32)", (long long)boff(e, e->b_master))
+                                          : "p";
+    const char *m1 = e->b_mom1 >= 0 ? arena_printf(&g_arena, "DV(%lld + j * 4, n, SRT_F32)", (long long)boff(e, e->b_mom1)) : "NONE";
+    const char *m2 = e->b_mom2 >= 0 ? arena_printf(&g_arena, "DV(%lld + j * 4, n, SRT_F32)", (long long)boff(e, e->b_mom2)) : "NONE";
+    if (e->spec->precision.dtype != DT_FP32 && e->b_master < 0) die("emit: a 16-bit model without master weights");
+    if (e->b_master >= 0) expect_bytes(e, e->b_master, e->S_dev * 4, "the master weights");
+    if (e->b_mom1 >= 0) expect_bytes(e, e->b_mom1, e->S_dev * 4, "the first moments");
+    if (e->b_mom2 >= 0) expect_bytes(e, e->b_mom2, e->S_dev * 4, "the second moments");
+    sf(o, "/* Visits this rank's pieces of shard space [lo, hi) (a piece: one tensor's part\n"
+          " * of one segment's shard; padding is skipped): OWN_SUMSQ adds their squared\n"
+          " * gradients to the norm (each element counted once in the world: ZeRO 0 on\n"
+          " * dp rank 0, replicated tp tensors on tp rank 0), OWN_OPT steps the optimizer\n"
+          " * on them with the tensor's weight decay (through fp32 gradients at staging\n"
+          " * when they are 16-bit).  j: the shard-space index, f: the flat one. */\n"
+          "static void %s_owned(srt_ctx *c, srt_stream st, int what, int64_t lo, int64_t hi, int64_t staging)\n{\n",
+       px);
+    sf(o, "    int64_t d = ZERO >= 1 ? srt_group_rank(c, SRT_DP) : 0;\n"
+          "    if (what == OWN_SUMSQ && ZERO == 0 && srt_group_rank(c, SRT_DP) != 0) return;\n"
+          "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
+          "    for (int k = 0; k < %d; k++) {\n"
+          "        const trainer_seg *sg = &%s_segs[k];\n"
+          "        int64_t a0 = lo > sg->shard_offset ? lo : sg->shard_offset;\n"
+          "        int64_t a1 = hi < sg->shard_offset + sg->shard ? hi : sg->shard_offset + sg->shard;\n"
+          "        if (a0 >= a1) continue;\n"
+          "        int64_t f0 = sg->offset + d * sg->shard + (a0 - sg->shard_offset), f1 = f0 + (a1 - a0);\n"
+          "        for (int t = sg->first; t < sg->first + sg->n; t++) {\n"
+          "            const trainer_tensor *tt = &%s_tensors[t];\n"
+          "            int64_t f = f0 > tt->flat ? f0 : tt->flat;\n"
+          "            int64_t fe = f1 < tt->flat + tt->numel ? f1 : tt->flat + tt->numel;\n"
+          "            if (f >= fe) continue;\n"
+          "            int64_t j = a0 + (f - f0), n = fe - f;\n"
+          "            srt_t g = %s;\n"
+          "            if (what == OWN_SUMSQ) {\n"
+          "                if (!tt->replicated || tp0) srt_grad_sumsq(c, st, g);\n"
+          "                continue;\n"
+          "            }\n"
+          "            srt_t p = %s;\n"
+          "            if (staging >= 0) {\n"
+          "                srt_t g32 = DV(staging + (j - lo) * 4, n, SRT_F32);\n",
+       e->rc->nsegs, px, px, grad, param);
+    rt_call(o, "                ", "convert", "st", NULL, "g32", "g", NULL);
+    sput(o, "                g = g32;\n"
+            "            }\n");
+    rt_call(o, "            ", "optimizer_step", "st", NULL, "p", master, "g", m1, m2, "tt->decay", NULL);
+    sput(o, "        }\n    }\n}\n\n");
+}
+
+/* ---- the generated file: prologue, program ----------------------------------------- */
+
+static const char *const dt_c[] = {"SRT_F32", "SRT_BF16", "SRT_F16"};
+
+/* The header comment, the includes, the model constants and the helpers. */
+static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
+{
+    const Spec *s = mp->spec;
+    const Model *m = &mp->model;
+    const Partition *p = &mp->part;
+    sf(o, "/* %s — a trainer generated by shardc %s (`shardc build`).  Do not edit:\n"
+          " * change the spec and build again.  docs/codegen.md explains this file.\n *\n"
+          " * The resolved spec:\n *\n", name, SHARDC_VERSION);
+    comment_text(o, " *  ", capture_text(canon_fn, s));
+    sput(o, " *\n * The plan (`shardc plan`):\n *\n");
+    comment_text(o, " *  ", capture_text(report_fn, mp));
+    sput(o, " */\n#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\n#include \"shardrt.h\"\n\n");
+    double dloss = 1.0 / ((double)p->T * (double)p->m * (double)p->dp);
+    sf(o, "/* The model and the microbatch, llm.c's names (per rank). */\n"
+          "enum {\n"
+          "    B = %lld,        /* sequences per microbatch */\n"
+          "    T = %lld,        /* tokens per sequence */\n"
+          "    N = B * T,       /* tokens per microbatch */\n"
+          "    C = %lld,        /* hidden */\n"
+          "    NH = %lld,       /* attention heads */\n"
+          "    NKV = %lld,      /* key/value heads */\n"
+          "    HS = %lld,       /* head size */\n"
+          "    QD = NH * HS,    /* query width */\n"
+          "    KVD = NKV * HS,  /* key (and value) width */\n"
+          "    QKV = QD + 2 * KVD,\n"
+          "    LDQ = %s,       /* elements between two tokens' queries */\n"
+          "    LDKV = %s,      /* ... keys and values */\n"
+          "    FF = %lld,       /* MLP width */\n"
+          "    V = %lld,        /* vocabulary */\n"
+          "    VP = %lld,       /* vocabulary rows in memory (padded) */\n"
+          "    ZERO = %d,       /* ZeRO stage */\n"
+          "    WB = %d,         /* bytes of a working-precision element */\n"
+          "    GB = %d,         /* bytes of a gradient element */\n"
+          "    NROLES = %d,     /* parameter roles (the part tables' columns) */\n"
+          "};\n",
+       (long long)p->b, (long long)m->s, (long long)m->h, (long long)(m->a / p->tp), (long long)(m->kv / p->tp),
+       (long long)m->hd, m->family == FAM_GPT ? "QKV" : "QD", m->family == FAM_GPT ? "QKV" : "KVD",
+       (long long)(m->ffn / p->tp), (long long)m->V, (long long)(m->Vpad / p->tp), p->zero, p->wbytes,
+       p->gbytes, R_NROLES);
+    sput(o, "enum {");
+    for (int r = 0; r < R_NROLES; r++) sf(o, "%s%s = %d", r ? ", " : " ", role_c[r], r);
+    sput(o, " };\n");
+    sf(o, "#define WDT %s      /* the working precision: parameters, activations */\n"
+          "#define GDT %s      /* the gradients */\n"
+          "#define EPS %s     /* the norms' epsilon */\n"
+          "#define THETA %s   /* RoPE's base */\n"
+          "#define DLOSS %.9ef  /* d(step loss)/d(token loss): 1 / (N · microbatches · dp) */\n\n",
+       dt_c[s->precision.dtype], dt_c[s->precision.grad_reduce], flt(s->model.norm_eps),
+       flt(s->model.rope_theta > 0 ? s->model.rope_theta : 10000.0), dloss);
+    sput(o, "/* A view of n elements of dt at a device arena offset (bytes). */\n"
+            "#define DV(off, n, dt) srt_dview(c, (off), (n), (dt))\n"
+            "/* No tensor (an absent bias, an unused gradient). */\n"
+            "#define NONE ((srt_t){NULL, 0, SRT_F32})\n"
+            "/* Parameter / gradient of role r of the part w: its offset, or relative to\n"
+            " * the call's gathered unit / gradient bucket. */\n"
+            "#define PW(r, n) DV((w->wu[r] ? a->u[w->wu[r] - 1] : 0) + w->w[r], (n), WDT)\n"
+            "#define PG(r, n) DV((w->gu[r] ? a->g[w->gu[r] - 1] : 0) + w->g[r], (n), GDT)\n"
+            "/* The view of t from element k on (q, k, v inside one buffer). */\n"
+            "#define AT(t, k) ((srt_t){(char *)(t).p + (int64_t)(k) * WB, (t).n - (int64_t)(k), (t).dt})\n\n"
+            "typedef srt_segment trainer_seg;  /* shardrt.h: the flat segments */\n"
+            "typedef struct { int64_t flat, numel; bool decay, replicated; } trainer_tensor;\n"
+            "enum { OWN_SUMSQ, OWN_OPT };\n\n");
+}
+
+/* The srt_program and main. */
+static void gen_program(const MemPlan *mp, const char *name, Str *o, bool *has_eval)
+{
+    const Spec *s = mp->spec;
+    const Model *m = &mp->model;
+    const Partition *p = &mp->part;
+    sf(o, "static const srt_class classes[%d] = {\n", mp->nclasses);
+    for (int i = 0; i < mp->nclasses; i++) {
+        const ClassMem *cm = &mp->classes[i];
+        const RankClass *rc = cm->cls;
+        sf(o, "    {%d, s%d_params, %d, %lld, %lld, s%d_buffers, %d, %lld, %lld, %lld, s%d_step, %s, s%d_segs, %d},\n", rc->stage, i,
+           rc->ntensors, (long long)rc->padded, (long long)rc->shard, i, cm->sched.nbufs,
+           (long long)cm->arena[SPACE_DEVICE], (long long)cm->arena[SPACE_HOST], (long long)cm->arena[SPACE_NVME], i,
+           has_eval[i] ? arena_printf(&g_arena, "s%d_eval", i) : "NULL", i, rc->nsegs);
+    }
+    sput(o, "};\n\n");
+    sf(o, "static const srt_program program = {\n"
+          "    .abi = SRT_ABI_VERSION,\n"
+          "    .name = %s,\n"
+          "    .spec_text = %s,\n", c_string(name), c_string(capture_text(canon_fn, s)));
+    sf(o, "    .family = %d, .layers = %lld, .hidden = %lld, .heads = %lld, .kv_heads = %lld,\n"
+          "    .vocab = %lld, .vocab_pad = %lld, .seq_len = %lld, .ffn = %lld,\n",
+       m->family, (long long)m->l, (long long)m->h, (long long)m->a, (long long)m->kv, (long long)m->V,
+       (long long)m->Vpad, (long long)m->s, (long long)m->ffn);
+    sf(o, "    .tp = %lld, .pp = %lld, .dp = %lld, .world = %lld, .rank_order = %d, .zero = %d, .dtype = %s,\n",
+       (long long)p->tp, (long long)p->pp, (long long)p->dp, (long long)p->world, p->order, p->zero,
+       dt_c[s->precision.dtype]);
+    sf(o, "    .micro_batch = %lld, .microbatches = %lld, .global_batch = %lld,\n", (long long)p->b, (long long)p->m,
+       (long long)s->train.global_batch);
+    sf(o, "    .steps = %lld, .seed = %lld, .warmup = %lld, .decay_steps = %lld, .eval_every = %lld, .log_every = %lld,\n",
+       (long long)s->train.steps, (long long)s->train.seed, (long long)s->train.warmup, (long long)s->train.decay_steps,
+       (long long)s->train.eval_every, (long long)s->train.log_every);
+    sf(o, "    .optimizer = %d, .lr = %.17g, .min_lr = %.17g, .beta1 = %.17g, .beta2 = %.17g, .eps = %.17g,\n"
+          "    .weight_decay = %.17g, .momentum = %.17g, .grad_clip = %.17g, .lr_schedule = %d,\n",
+       s->train.optimizer, s->train.lr, s->train.min_lr, s->train.beta1, s->train.beta2, s->train.eps,
+       s->train.weight_decay, s->train.momentum, s->train.grad_clip, s->train.lr_schedule);
+    sf(o, "    .data_train = %s, .data_val = %s, .data_format = %d,\n", c_string(s->data.train),
+       s->data.val && *s->data.val ? c_string(s->data.val) : "NULL", s->data.format);
+    sf(o, "    .model_flops_per_step = %.17g, .peak_flops = %.17g,\n    .classes = classes,\n};\n\n",
+       m->flops_model_step, cost_peak(s));
+    sput(o, "int main(int argc, char **argv)\n{\n    return srt_main(argc, argv, &program);\n}\n");
+}
+
+/* ---- one class ------------------------------------------------------------------------- */
+
+/* Finds the class's persistent buffers and checks their sizes. */
+static void class_buffers(CE *e)
+{
+    e->b_params = class_buf(e, BK_PARAMS);
+    e->b_pshard = class_buf(e, BK_PSHARD);
+    e->b_persist = class_buf(e, BK_PERSIST);
+    e->b_grads = class_buf(e, BK_GRADS);
+    e->b_gshard = class_buf(e, BK_GSHARD);
+    e->b_gwhole = class_buf(e, BK_GWHOLE);
+    e->b_master = class_buf(e, BK_MASTER);
+    e->b_mom1 = class_buf(e, BK_MOM1);
+    e->b_mom2 = class_buf(e, BK_MOM2);
+    const RankClass *rc = e->rc;
+    e->S_dev = e->p->zero >= 1 ? rc->shard : rc->padded;
+    if (e->p->zero < 3) {
+        if (e->b_params < 0) die("emit: no params buffer");
+        expect_bytes(e, e->b_params, rc->padded * e->wb, "the parameters");
+    } else {
+        if (e->b_pshard < 0) die("emit: no params.shard buffer");
+        expect_bytes(e, e->b_pshard, rc->shard * e->wb, "the parameter shard");
+    }
+    if (e->p->zero < 2) {
+        if (e->b_grads < 0) die("emit: no grads buffer");
+        expect_bytes(e, e->b_grads, rc->padded * e->gb, "the gradients");
+    } else {
+        if (e->b_gshard < 0) die("emit: no grads.shard buffer");
+        expect_bytes(e, e->b_gshard, e->S_dev * e->gb, "the gradient shard");
+    }
+}
+
+/* Emits one rank class: its tables, functions, step and evaluation. */
+static void gen_class(MemPlan *mp, int ci, Str *o, bool loops, bool *has_eval)
+{
+    CE e = {.spec = mp->spec, .mp = mp, .m = &mp->model, .p = &mp->part, .cm = &mp->classes[ci], .ci = ci};
+    e.s = &e.cm->sched;
+    e.rc = e.cm->cls;
+    e.wb = e.p->wbytes, e.gb = e.p->gbytes;
+    snprintf(e.px, sizeof e.px, "s%d", ci);
+    snprintf(e.PX, sizeof e.PX, "S%d", ci);
+    class_buffers(&e);
+    plan_whole(&e);
+    plan_groups(&e);
+    carve_saved(&e);
+    carve_add(&e.fscr, "tmp", e.p->T * e.m->h * e.wb);
+    carve_bwd(&e, e.p->act.bwd_scratch);
+    int64_t head_scratch = 0;
+    for (int i = 0; i < e.s->nops; i++)
+        if (e.s->ops[i].kind == OP_HEAD) {
+            int id = op_buf(&e, &e.s->ops[i], false, BK_SCRATCH);
+            if (id >= 0) head_scratch = e.s->bufs[id].bytes;
+        }
+    if (e.rc->chunks[e.rc->nchunks - 1].head) carve_head(&e, head_scratch);
+    build_stmts(&e);
+
+    sf(o, "/* ==== stage %d: %lld ranks (tp %lld x dp %lld), layers %d-%d%s%s ==== */\n\n", ci,
+       (long long)e.rc->count, (long long)e.p->tp, (long long)e.p->dp, e.first_layer, e.first_layer + e.nl - 1,
+       e.rc->chunks[0].embed ? ", the embedding" : "", e.rc->chunks[e.rc->nchunks - 1].head ? ", the head" : "");
+    e.has_eval = e.head_stmt >= 0 && e.rc->chunks[0].embed;
+    gen_class_tables(&e, o);
+    gen_step_tables(&e, o);
+    gen_compute_fns(&e, o);
+    gen_comm_fns(&e, o);
+    if (e.uses_owned) gen_owned_fn(&e, o);
+    sf(o, "/* One training step of stage %d: the schedule's %d ops in order (forward,\n"
+          " * backward, gradient reductions, the gradient norm, the optimizer). */\n"
+          "static void s%d_step(srt_ctx *c)\n{\n", ci, e.s->nops, ci);
+    gen_stmts(&e, o, e.st, e.nst, loops);
+    bool used[NSTREAMS] = {false};
+    for (int i = 0; i < e.s->nops; i++) used[e.s->ops[i].stream] = true;
+    sput(o, "    /* the step ends when every stream has: the next one reuses the arena */\n");
+    for (int st = 0; st < NSTREAMS; st++)
+        if (used[st]) sf(o, "    srt_stream_sync(c, %s);\n", stream_name(st));
+    sput(o, "}\n\n");
+    has_eval[ci] = e.has_eval;
+    if (e.has_eval) {
+        Stmt *ev = arena_alloc(&g_arena, sizeof(Stmt) * (size_t)(e.head_stmt + 1));
+        int n = 0;
+        for (int i = 0; i <= e.head_stmt; i++) {
+            const Stmt *st = &e.st[i];
+            if (st->fn == FN_INLINE || st->fn == FN_ZERO) continue;
+            ev[n] = *st;
+            if (st->fn == FN_HEAD) ev[n].fn = FN_HEAD_EVAL;
+            n++;
+        }
+        sf(o, "/* Evaluation on stage %d: the forward of microbatch 0 (the step's ops up\n"
+              " * to its head, the head without backward), the loss into srt_loss_add. */\n"
+              "static void s%d_eval(srt_ctx *c)\n{\n", ci, ci);
+        gen_stmts(&e, o, ev, n, loops);
+        for (int st = 0; st < NSTREAMS; st++)
+            if (used[st]) sf(o, "    srt_stream_sync(c, %s);\n", stream_name(st));
+        sput(o, "}\n\n");
+    }
+    for (int f = 0; f < NFN; f++) free(e.rows[f].p);
+}
+
+/* The trainer's C source for a plan. */
+char *emit_c(MemPlan *mp, const char *name, bool loops)
+{
+    Str o = {0};
+    gen_prologue(mp, name, &o);
+    bool *has_eval = arena_alloc(&g_arena, sizeof(bool) * (size_t)(mp->nclasses + 1));
+    for (int ci = 0; ci < mp->nclasses; ci++) gen_class(mp, ci, &o, loops, has_eval);
+    gen_program(mp, name, &o, has_eval);
+    char *r = arena_strndup(&g_arena, o.p, o.n);
+    free(o.p);
+    return r;
+}
+
+/* ---- shardc build: the driver ------------------------------------------------------------ */
+
+static const char build_usage[] =
+    "usage: shardc build FILE -o TRAINER [options] [-D key.path=value ...]\n"
+    "\n"
+    "Plans the spec, writes the trainer's C source and compiles and links it\n"
+    "against the runtime (libshardrt_cpu.a or libshardrt_cuda.a).\n"
+    "\n"
+    "options:\n"
+    "  -o TRAINER          the trainer binary to write\n"
+    "  --backend cpu|cuda  the runtime to link (default cpu)\n"
+    "  --emit-c OUT.c      also keep the generated C source (without -o: only write it)\n"
+    "  --runtime DIR       where the runtime's libraries and include/shardrt.h are\n"
+    "                      (default: the build tree shardc was built in)\n"
+    "  --no-loops          write every op as its own call (no folded loops)\n"
+    "  -D key.path=value   override a key of the spec\n"
+    "  --max-errors N      stop after N errors (default 20)\n"
+    "\n"
+    "environment: CC, the C compiler (default mpicc for the cpu backend; with CC\n"
+    "set, MPI's flags come from `mpicc --showme`)\n"
+    "\n"
+    "exit codes: 0 ok, 1 error in the input, 2 usage, 3 internal error (the C\n"
+    "compiler rejected the generated code: a shardc bug)\n";
+
+/* A usage error of shardc build: exit 2. */
+static _Noreturn void build_usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "shardc build: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", build_usage);
+    exit(EXIT_USAGE);
+}
+
+typedef struct BuildOpts {
+    const char *file, *out, *backend, *c_path, *runtime;
+    bool loops;
+    Override ov[256];
+    int nov;
+} BuildOpts;
+
+/* Parses the options of shardc build. */
+static void build_args(int argc, char **argv, BuildOpts *b)
+{
+    memset(b, 0, sizeof *b);
+    b->backend = "cpu";
+    b->loops = true;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *d = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(build_usage, stdout);
+            exit(EXIT_OK);
+        } else if (strcmp(a, "-D") == 0) {
+            if (!v) build_usage_error("%s needs key.path=value", a);
+            d = v, i++;
+        } else if (strncmp(a, "-D", 2) == 0) {
+            d = a + 2;
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--backend") == 0 || strcmp(a, "--emit-c") == 0 ||
+                   strcmp(a, "--runtime") == 0 || strcmp(a, "--max-errors") == 0) {
+            if (!v) build_usage_error("%s needs a value", a);
+            i++;
+            if (strcmp(a, "-o") == 0) b->out = v;
+            else if (strcmp(a, "--backend") == 0) b->backend = v;
+            else if (strcmp(a, "--emit-c") == 0) b->c_path = v;
+            else if (strcmp(a, "--runtime") == 0) b->runtime = v;
+            else if ((diag_max_errors = atoi(v)) < 1) build_usage_error("%s must be at least 1", a);
+            continue;
+        } else if (strcmp(a, "--no-loops") == 0) {
+            b->loops = false;
+            continue;
+        } else if (a[0] == '-' && strcmp(a, "-") != 0) {
+            build_usage_error("unknown option '%s'", a);
+        } else if (!b->file) {
+            b->file = a;
+            continue;
+        } else {
+            build_usage_error("one spec file at a time ('%s')", a);
+        }
+        const char *eq = strchr(d, '=');
+        if (!eq || eq == d) build_usage_error("-D takes key.path=value, got '%s'", d);
+        if (b->nov == (int)(sizeof b->ov / sizeof b->ov[0])) build_usage_error("too many -D overrides%s", "");
+        b->ov[b->nov].path = arena_strndup(&g_arena, d, (size_t)(eq - d));
+        b->ov[b->nov].text = eq + 1;
+        b->nov++;
+    }
+    if (!b->file) build_usage_error("which spec file?%s", "");
+    if (!b->out && !b->c_path) build_usage_error("nothing to do: give -o TRAINER and/or --emit-c OUT.c%s", "");
+    if (strcmp(b->backend, "cpu") != 0 && strcmp(b->backend, "cuda") != 0)
+        build_usage_error("--backend is cpu or cuda, not '%s'", b->backend);
+}
+
+/* Is path an existing regular file? */
+static bool is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The directory shardc runs from (its build tree), or NULL. */
+static const char *exe_dir(void)
+{
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return NULL;
+    buf[n] = 0;
+    char *slash = strrchr(buf, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    return arena_strdup(&g_arena, buf);
+}
+
+/* The first of root/sub/name that exists for the sub-folders given, or NULL. */
+static const char *find_under(const char *root, const char *const *subs, const char *name)
+{
+    if (!root) return NULL;
+    for (int i = 0; subs[i]; i++) {
+        const char *p = arena_printf(&g_arena, "%s%s%s/%s", root, subs[i][0] ? "/" : "", subs[i], name);
+        if (is_file(p)) return p;
+    }
+    return NULL;
+}
+
+/* Looks for a runtime file: under --runtime DIR only when given, else the
+ * build tree this shardc runs from, else (headers) its source tree. */
+static const char *find_runtime_file(const char *dir, const char *const *subs, const char *name, const char *src_root)
+{
+    if (dir) return find_under(dir, subs, name);
+    const char *p = find_under(exe_dir(), subs, name);
+    if (!p && src_root) p = find_under(src_root, subs, name);
+    return p;
+}
+
+/* Runs argv (a NULL-terminated list), its output into *out; returns the exit
+ * status (-1 when it could not start or died of a signal). */
+static int run_captured(char *const *argv, char **out)
+{
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        execvp(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    Str s = {0};
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0) sf(&s, "%.*s", (int)n, buf);
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    *out = arena_strdup(&g_arena, s.p ? s.p : "");
+    free(s.p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Is an executable called name on the PATH? */
+static bool on_path(const char *name)
+{
+    const char *path = getenv("PATH");
+    if (strchr(name, '/')) return access(name, X_OK) == 0;
+    for (const char *p = path ? path : ""; *p;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *full = arena_printf(&g_arena, "%.*s/%s", (int)len, p, name);
+        if (access(full, X_OK) == 0) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
+typedef struct Argv { char *v[256]; int n; } Argv;
+
+/* Appends one argument. */
+static void arg(Argv *a, const char *s)
+{
+    if (a->n >= (int)(sizeof a->v / sizeof a->v[0]) - 1) die("emit: too many compiler arguments");
+    a->v[a->n++] = (char *)s;
+    a->v[a->n] = NULL;
+}
+
+/* Appends the words of text (mpicc --showme output). */
+static void args_split(Argv *a, const char *text)
+{
+    char *t = arena_strdup(&g_arena, text);
+    for (char *w = strtok(t, " \t\n"); w; w = strtok(NULL, " \t\n")) arg(a, w);
+}
+
+/* The compiler and the MPI flags: mpicc, or $CC with mpicc's flags. */
+static bool compiler_args(Argv *a, Argv *link)
+{
+    const char *cc = getenv("CC");
+    if (!on_path("mpicc")) {
+        fprintf(stderr, "shardc build: error: mpicc (Open MPI) was not found on the PATH: the CPU runtime needs MPI\n"
+                        "hint: install Open MPI (scripts/install-deps), or build with --emit-c only\n");
+        return false;
+    }
+    if (!cc || !*cc) {
+        arg(a, "mpicc");
+        return true;
+    }
+    char *flags;
+    char *show_c[] = {"mpicc", "--showme:compile", NULL}, *show_l[] = {"mpicc", "--showme:link", NULL};
+    if (run_captured(show_c, &flags) != 0) {
+        fprintf(stderr, "shardc build: error: `mpicc --showme:compile` failed: %s\n", flags);
+        return false;
+    }
+    args_split(a, cc);
+    args_split(a, flags);
+    if (run_captured(show_l, &flags) != 0) {
+        fprintf(stderr, "shardc build: error: `mpicc --showme:link` failed: %s\n", flags);
+        return false;
+    }
+    args_split(link, flags);
+    return true;
+}
+
+/* Runs a compiler command; on failure prints what and its output, removes
+ * the file it was making and returns non-zero. */
+static int run_tool(const Argv *a, const char *making, const char *what)
+{
+    char *output;
+    if (run_captured(a->v, &output) == 0) return 0;
+    unlink(making);
+    Str cmd = {0};
+    for (int i = 0; i < a->n; i++) sf(&cmd, "%s%s", i ? " " : "", a->v[i]);
+    fprintf(stderr, "shardc build: internal error: %s\n  %s\n%s", what, cmd.p, output);
+    free(cmd.p);
+    return 1;
+}
+
+/* Compiles and links the generated source at c_path into out (through a
+ * temporary file renamed at the end, so no partial trainer is left). */
+static int build_trainer(const BuildOpts *b, const char *c_path)
+{
+    static const char *const lib_subs[] = {"", "lib", "runtime", "kernels/cpu", NULL};
+    static const char *const inc_subs[] = {"include", "runtime/include", NULL};
+    bool cuda = strcmp(b->backend, "cuda") == 0;
+    const char *src_root = NULL;
+#ifdef SHARDC_SOURCE_DIR
+    src_root = SHARDC_SOURCE_DIR;
+#endif
+    const char *rtlib = find_runtime_file(b->runtime, lib_subs, cuda ? "libshardrt_cuda.a" : "libshardrt_cpu.a", NULL);
+    const char *klib = find_runtime_file(b->runtime, lib_subs, cuda ? "libshardk_cuda.a" : "libshardk_cpu.a", NULL);
+    const char *hdr = find_runtime_file(b->runtime, inc_subs, "shardrt.h", src_root);
+    const char *where = b->runtime ? b->runtime : "shardc's build tree";
+    if (!rtlib || !hdr) {
+        fprintf(stderr, "shardc build: error: the %s runtime (%s%s) was not found in %s\n", b->backend,
+                !rtlib ? (cuda ? "libshardrt_cuda.a" : "libshardrt_cpu.a") : "include/shardrt.h", "", where);
+        fprintf(stderr, "hint: %s, or point --runtime at the folder holding it\n",
+                cuda ? "configure shardc where nvcc is found (the CUDA backend builds with it)"
+                     : "build the runtime (cmake --build BUILD --target shardrt_cpu)");
+        return EXIT_USER;
+    }
+    Argv a = {0}, link = {0};
+    if (!compiler_args(&a, &link)) return EXIT_USER;
+    const char *tmp = arena_printf(&g_arena, "%s.tmp.%ld", b->out, (long)getpid());
+    const char *obj = arena_printf(&g_arena, "%s.tmp.%ld.o", b->out, (long)getpid());
+    char *inc = arena_strndup(&g_arena, hdr, strlen(hdr) - strlen("/shardrt.h"));
+    Argv cc = a;
+    arg(&cc, "-std=gnu11");
+    arg(&cc, "-O1");
+    arg(&cc, "-I");
+    arg(&cc, inc);
+    arg(&cc, "-c");
+    arg(&cc, c_path);
+    arg(&cc, "-o");
+    arg(&cc, obj);
+    if (run_tool(&cc, obj, "the C compiler failed on the generated code (a shardc bug)") != 0) return EXIT_INTERNAL;
+    arg(&a, obj);
+    arg(&a, "-o");
+    arg(&a, tmp);
+    arg(&a, rtlib);
+    if (klib) arg(&a, klib);
+    if (cuda) {
+        static const char *const cu[] = {"-L/usr/local/cuda/lib64", "-lcudart", "-lcublasLt", "-lcublas", "-lcudnn",
+                                         "-lnccl", "-lstdc++", NULL};
+        for (int i = 0; cu[i]; i++) arg(&a, cu[i]);
+    } else {
+        static const char *const cpu[] = {"-lopenblas", "-luring", "-fopenmp", NULL};
+        for (int i = 0; cpu[i]; i++) arg(&a, cpu[i]);
+    }
+    arg(&a, "-lcjson");   /* the core's checkpoints and metrics (srt_main) */
+    arg(&a, "-lm");
+    for (int i = 0; i < link.n; i++) arg(&a, link.v[i]);
+    int rc = run_tool(&a, tmp, arena_printf(&g_arena, "linking the trainer against %s failed (a runtime built "
+                                            "from other sources than this shardc?)", rtlib));
+    unlink(obj);
+    if (rc != 0) return EXIT_INTERNAL;
+    if (rename(tmp, b->out) != 0) {
+        fprintf(stderr, "shardc build: error: cannot write %s: %s\n", b->out, strerror(errno));
+        unlink(tmp);
+        return EXIT_USER;
+    }
+    return EXIT_OK;
+}
+
+/* The spec's file name without its folders. */
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* shardc build FILE -o TRAINER ... */
+int emit_build_main(int argc, char **argv)
+{
+    BuildOpts b;
+    build_args(argc, argv, &b);
+    sema_source = b.file;
+    Item *items = spec_parse_file(b.file);
+    if (diag_errors) return EXIT_USER;
+    Spec *spec = arena_alloc(&g_arena, sizeof *spec);
+    if (!sema_resolve(items, b.ov, b.nov, spec) || diag_errors) return EXIT_USER;
+    MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
+    if (!mem_plan(spec, mp, true) || diag_errors) return EXIT_USER;
+    if (!emit_supported(spec, true)) return EXIT_USER;
+    /* a schedule that fails verification is a compiler bug: no code from it */
+    if (!verify_plan(mp, stderr)) {
+        fprintf(stderr, "shardc build: internal error: the schedule of %s failed verification (a shardc bug)\n", b.file);
+        return EXIT_INTERNAL;
+    }
+    if (!mp->fits)
+        fprintf(stderr, "shardc build: warning: the plan does not fit the cluster of the spec (see `shardc plan %s`)\n",
+                b.file);
+    char *src = emit_c(mp, base_name(b.file), b.loops);
+    const char *c_path = b.c_path;
+    if (c_path && !util_write_atomic(c_path, src, strlen(src))) {
+        fprintf(stderr, "shardc build: error: cannot write %s: %s\n", c_path, strerror(errno));
+        return EXIT_USER;
+    }
+    if (!b.out) return EXIT_OK;
+    bool temp = !c_path;
+    if (temp) {
+        const char *dir = getenv("TMPDIR");
+        char *t = arena_printf(&g_arena, "%s/shardc-build-XXXXXX.c", dir && *dir ? dir : "/tmp");
+        int fd = mkstemps(t, 2);
+        if (fd < 0) {
+            fprintf(stderr, "shardc build: error: cannot create a temporary file in %s: %s\n",
+                    dir && *dir ? dir : "/tmp", strerror(errno));
+            return EXIT_USER;
+        }
+        size_t len = strlen(src), off = 0;
+        while (off < len) {
+            ssize_t w = write(fd, src + off, len - off);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                fprintf(stderr, "shardc build: error: cannot write %s: %s\n", t, strerror(errno));
+                close(fd);
+                unlink(t);
+                return EXIT_USER;
+            }
+            off += (size_t)w;
+        }
+        close(fd);
+        c_path = t;
+    }
+    int rc = build_trainer(&b, c_path);
+    if (temp) unlink(c_path);
+    return rc;
+}
