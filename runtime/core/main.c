@@ -1,0 +1,622 @@
+/* main.c — srt_main, the trainer: the command line, MPI, the context (one
+ * device and one host arena allocation), the weights (initialised from the
+ * counter-based RNG or read from a checkpoint, each rank its own pieces),
+ * the data, and the loop: step, loss, log, evaluation, checkpoint, sample.
+ *
+ * Who holds what.  The class's flat parameter space is cut into segments
+ * (srt_class.segs); with ZeRO >= 1 dp rank d owns [offset + d·shard, + shard)
+ * of each, at shard_offset in its shard space; with ZeRO 0 every dp rank
+ * owns all of it.  The owned pieces (one tensor's part of one owned range)
+ * are what a rank initialises into its shard-space buffers (params.shard,
+ * optimizer.master, the moments) and what it checkpoints; whole copies
+ * (params for ZeRO 0-2, params.persistent for ZeRO 3) are filled from the
+ * same values.  Values come from the tensor's srt_param (RNG keyed by seed,
+ * name and element, ones or zeros) or from a checkpoint's slices, so both
+ * are layout-independent.
+ *
+ * Errors before the loop (data, checkpoint) are agreed on with one
+ * all-reduce so that every rank prints its own message and exits 1 without
+ * an abort; an error inside a step ends every rank through ctx_fatal
+ * (MPI_Abort).
+ */
+#include "internal.h"
+
+#include <mpi.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "cli.h"
+#include "data.h"
+#include "lrsched.h"
+#include "metrics.h"
+#include "rng.h"
+
+/* One tensor's part of a flat range this rank holds: tensor elements
+ * [e0, e1) (row-major in its tp shard) at flat index f and shard index j. */
+typedef struct loop_piece { int t; int64_t e0, e1, f, j; } loop_piece;
+
+/* The run's state that srt_main's helpers share. */
+typedef struct loop_run {
+    const srt_program *p;
+    srt_ctx *c;
+    cli_opts o;
+    uint64_t seed;
+    int64_t params, pshard, persist, master, mom1, mom2;   /* device offsets, -1: none */
+    loop_piece *own;            /* the owned pieces                                  */
+    int nown;
+    ckpt_piece *save;           /* the checkpoint's pieces (pointers into the arena) */
+    int nsave;
+    ckpt_tensor_desc *desc;     /* the model's tensors, for the identity check      */
+} loop_run;
+
+/* The device offset of the class's buffer called name, or -1. */
+static int64_t loop_buffer(const srt_class *k, const char *name)
+{
+    for (int i = 0; i < k->nbuffers; i++)
+        if (k->buffers[i].space == 0 && strcmp(k->buffers[i].name, name) == 0) return k->buffers[i].offset;
+    return -1;
+}
+
+/* The elements of parameter t's tp shard. */
+static int64_t loop_numel(const srt_param *t)
+{
+    return t->shard_rows * (t->shard_cols ? t->shard_cols : 1);
+}
+
+/* The rectangle of the logical tensor that this tp rank's shard of t covers. */
+static void loop_rect(const srt_ctx *c, const srt_param *t, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1)
+{
+    *r0 = t->split == SRT_SPLIT_ROWS ? c->tp_idx * t->shard_rows : 0;
+    *r1 = *r0 + t->shard_rows;
+    *c0 = t->split == SRT_SPLIT_COLS ? c->tp_idx * t->shard_cols : 0;
+    *c1 = *c0 + (t->cols ? t->shard_cols : 1);
+}
+
+/* Collects the owned pieces (see the top of the file); counts them when out is NULL. */
+static int loop_owned(const srt_ctx *c, loop_piece *out)
+{
+    const srt_class *k = c->cls;
+    int64_t d = c->prog->zero >= 1 ? c->dp_idx : 0;
+    int n = 0;
+    for (int s = 0; s < k->nsegs; s++) {
+        const srt_segment *sg = &k->segs[s];
+        int64_t a = sg->offset + d * sg->shard, b = a + sg->shard;
+        for (int i = sg->first; i < sg->first + sg->n; i++) {
+            const srt_param *t = &k->params[i];
+            int64_t f0 = a > t->flat ? a : t->flat, f1 = b < t->flat + loop_numel(t) ? b : t->flat + loop_numel(t);
+            if (f0 >= f1) continue;
+            if (out) out[n] = (loop_piece){i, f0 - t->flat, f1 - t->flat, f0, sg->shard_offset + (f0 - a)};
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Writes n floats as dtype dt at dst. */
+static void loop_store(srt_ctx *c, void *dst, const float *v, int64_t n, srt_dtype dt)
+{
+    if (dt == SRT_F32) {
+        memcpy(dst, v, sizeof(float) * (size_t)n);
+    } else if (dt == SRT_BF16) {
+        uint16_t *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = ckpt_bf16_from_f32(v[i]);
+    } else {
+        ctx_fatal(c, 1, "this trainer's working precision is not supported by srt_main (fp32 and bf16 are)");
+    }
+}
+
+enum { LOOP_CHUNK = 8192 };
+
+/* Elements [e0, e1) of parameter t's shard, as fp32, from the initialisation
+ * (r NULL) or from state `kind` of checkpoint r. */
+static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t e1, float *out,
+                        char *err, size_t errlen)
+{
+    const srt_param *t = &R->c->cls->params[ti];
+    int64_t r0, r1, c0, c1;
+    loop_rect(R->c, t, &r0, &r1, &c0, &c1);
+    if (r) return ckpt_read(r, kind, t->name, r0, r1, c0, c1, e0, e1, out, err, errlen) == CKPT_OK;
+    if (strcmp(kind, CKPT_PARAM) != 0 || (!t->init_one && !(t->init_std > 0))) {
+        memset(out, 0, sizeof(float) * (size_t)(e1 - e0));
+    } else if (t->init_std > 0) {
+        rng_normal_fill_piece(out, R->seed, t->name, t->rows, t->cols, r0, r1, c0, c1, e0, e1, 0.0f, t->init_std);
+    } else {
+        int64_t w = c1 - c0;
+        for (int64_t e = e0; e < e1; e++) out[e - e0] = r0 + e / w < t->rows ? 1.0f : 0.0f;
+    }
+    return true;
+}
+
+/* Fills n elements at dst (dtype dt) with elements [e0, e0 + n) of tensor ti, in chunks. */
+static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, void *dst,
+                      srt_dtype dt, char *err, size_t errlen)
+{
+    static float tmp[LOOP_CHUNK];
+    int64_t sz = ops_dtype_size(dt);
+    for (int64_t i = 0; i < n; i += LOOP_CHUNK) {
+        int64_t m = n - i < LOOP_CHUNK ? n - i : LOOP_CHUNK;
+        if (!loop_values(R, r, kind, ti, e0 + i, e0 + i + m, tmp, err, errlen)) return false;
+        loop_store(R->c, (uint8_t *)dst + i * sz, tmp, m, dt);
+    }
+    return true;
+}
+
+/* Sets every persistent buffer from the initialisation (r NULL) or from
+ * checkpoint r: the whole copies, the owned shards, the moments. */
+static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errlen)
+{
+    srt_ctx *c = R->c;
+    const srt_class *k = c->cls;
+    srt_dtype w = R->p->dtype;
+    int64_t wb = ops_dtype_size(w);
+    if (R->params >= 0)
+        for (int i = 0; i < k->nparams; i++)
+            if (!loop_fill(R, r, CKPT_PARAM, i, 0, loop_numel(&k->params[i]),
+                           c->dev + R->params + k->params[i].flat * wb, w, err, errlen))
+                return false;
+    if (R->persist >= 0) {
+        int64_t q = 0;
+        for (int s = 0; s < k->nsegs; s++) {
+            const srt_segment *sg = &k->segs[s];
+            if (!sg->persistent) continue;
+            for (int i = sg->first; i < sg->first + sg->n; i++)
+                if (!loop_fill(R, r, CKPT_PARAM, i, 0, loop_numel(&k->params[i]),
+                               c->dev + R->persist + (q + k->params[i].flat - sg->offset) * wb, w, err, errlen))
+                    return false;
+            q += sg->padded;
+        }
+    }
+    for (int i = 0; i < R->nown; i++) {
+        const loop_piece *pc = &R->own[i];
+        int64_t n = pc->e1 - pc->e0;
+        if (R->pshard >= 0 &&
+            !loop_fill(R, r, CKPT_PARAM, pc->t, pc->e0, n, c->dev + R->pshard + pc->j * wb, w, err, errlen))
+            return false;
+        if (R->master >= 0 &&
+            !loop_fill(R, r, CKPT_PARAM, pc->t, pc->e0, n, c->dev + R->master + pc->j * 4, SRT_F32, err, errlen))
+            return false;
+        if (!r) continue;   /* fresh moments: the arena starts zeroed */
+        if (R->mom1 >= 0 &&
+            !loop_fill(R, r, CKPT_ADAM_M, pc->t, pc->e0, n, c->dev + R->mom1 + pc->j * 4, SRT_F32, err, errlen))
+            return false;
+        if (R->mom2 >= 0 &&
+            !loop_fill(R, r, CKPT_ADAM_V, pc->t, pc->e0, n, c->dev + R->mom2 + pc->j * 4, SRT_F32, err, errlen))
+            return false;
+    }
+    return true;
+}
+
+/* The checkpoint pieces of this rank, pointing into the arena (fp32: the
+ * master weights, else the fp32 working copy; the moments).  ZeRO 0: dp
+ * rank 0 saves for every replica. */
+static void loop_save_pieces(loop_run *R)
+{
+    srt_ctx *c = R->c;
+    const srt_class *k = c->cls;
+    R->save = calloc((size_t)R->nown * 3 + 1, sizeof *R->save);
+    if (!R->save) ctx_fatal(c, 1, "out of host memory");
+    R->nsave = 0;
+    if (R->p->zero == 0 && c->dp_idx != 0) return;
+    for (int i = 0; i < R->nown; i++) {
+        const loop_piece *pc = &R->own[i];
+        const srt_param *t = &k->params[pc->t];
+        ckpt_piece base = {.tensor = t->name, .rows = t->rows, .cols = t->cols, .f0 = pc->e0, .f1 = pc->e1,
+                           .dtype = CKPT_F32};
+        loop_rect(c, t, &base.r0, &base.r1, &base.c0, &base.c1);
+        const void *param = R->master >= 0 ? c->dev + R->master + pc->j * 4
+                            : R->pshard >= 0 ? c->dev + R->pshard + pc->j * 4
+                                             : c->dev + R->params + pc->f * 4;
+        const void *st[3] = {param, R->mom1 >= 0 ? c->dev + R->mom1 + pc->j * 4 : NULL,
+                             R->mom2 >= 0 ? c->dev + R->mom2 + pc->j * 4 : NULL};
+        const char *kinds[3] = {CKPT_PARAM, CKPT_ADAM_M, CKPT_ADAM_V};
+        for (int s = 0; s < 3; s++) {
+            if (!st[s]) continue;
+            ckpt_piece pc2 = base;
+            pc2.kind = kinds[s];
+            pc2.data = st[s];
+            R->save[R->nsave++] = pc2;
+        }
+    }
+}
+
+/* Whether every rank is fine: ok is this rank's verdict; a failing rank
+ * has printed its message, the others say which rank failed. */
+static bool loop_agree(const srt_ctx *c, bool ok)
+{
+    int mine = ok ? 0 : 1, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    (void)c;
+    return any == 0;
+}
+
+/* Prints a rank's error (every rank prints its own). */
+static void loop_error(const srt_ctx *c, int64_t rank, const char *msg)
+{
+    fprintf(stderr, "shardrt: rank %lld: error: %s\n", (long long)(c ? c->rank : rank), msg);
+    fflush(stderr);
+}
+
+/* Writes checkpoint `step` into the --ckpt-dir: begin on rank 0, every rank
+ * its file, commit on rank 0 (aborted everywhere if any rank failed). */
+static bool loop_checkpoint(loop_run *R, int64_t step)
+{
+    srt_ctx *c = R->c;
+    const srt_program *p = R->p;
+    const char *dir = R->o.ckpt_dir;
+    char err[1024] = "";
+    uint64_t token = c->rank == 0 ? ckpt_token() : 0;
+    MPI_Bcast(&token, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    bool ok = c->rank != 0 || ckpt_save_begin(dir, step, token, err, sizeof err) == CKPT_OK;
+    if (!ok) loop_error(c, 0, err);
+    if (!loop_agree(c, ok)) return false;
+    ok = ckpt_save_rank(dir, step, token, (int)c->rank, R->save, R->nsave, err, sizeof err) == CKPT_OK;
+    if (!ok) loop_error(c, 0, err);
+    if (!loop_agree(c, ok)) {
+        if (c->rank == 0) ckpt_save_abort(dir, step, token);
+        return false;
+    }
+    if (c->rank == 0) {
+        ckpt_kv layout[] = {{"tp", (double)p->tp}, {"pp", (double)p->pp}, {"dp", (double)p->dp},
+                            {"zero", (double)p->zero}, {"world", (double)p->world}};
+        ckpt_kv state[] = {{"step", (double)step}, {"seed", (double)R->seed}};
+        ckpt_meta meta = {.model = p->name, .family = p->family == 1 ? "llama" : "gpt", .spec_text = p->spec_text,
+                          .layout = layout, .nlayout = 5, .state = state, .nstate = 2};
+        ok = ckpt_save_commit(dir, step, token, (int)c->world, &meta, err, sizeof err) == CKPT_OK;
+        if (!ok) {
+            loop_error(c, 0, err);
+            ckpt_save_abort(dir, step, token);
+        }
+    }
+    return loop_agree(c, ok);
+}
+
+/* Opens the checkpoint --resume names (auto: the newest in --ckpt-dir, none:
+ * start afresh) and checks that it holds this model.  *r stays NULL when
+ * there is nothing to resume. */
+static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t errlen)
+{
+    *r = NULL;
+    if (!R->o.given[CLI_OPT_resume]) return true;
+    const char *what = R->o.resume ? R->o.resume : "auto";
+    char path[4096];
+    if (strcmp(what, "auto") == 0) {
+        if (!R->o.ckpt_dir) {
+            snprintf(err, errlen, "--resume auto needs --ckpt-dir (or name a checkpoint: --resume DIR)");
+            return false;
+        }
+        int e = ckpt_find(R->o.ckpt_dir, path, sizeof path, err, errlen);
+        if (e == CKPT_E_MISSING) return true;
+        if (e != CKPT_OK) return false;
+        what = path;
+    }
+    if (ckpt_open(r, what, err, errlen) != CKPT_OK) return false;
+    const srt_class *k = R->c->cls;
+    if (ckpt_check_model(*r, R->desc, k->nparams, err, errlen) != CKPT_OK) {
+        ckpt_close(*r);
+        *r = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* The loss of the step, the mean over the global batch: the last stage's
+ * sums, once per dp rank (tp ranks hold the same). */
+static double loop_reduce_loss(const srt_ctx *c, double local)
+{
+    double sum = 0;
+    MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum / (double)(c->prog->dp * c->prog->tp);
+}
+
+/* Syncs every stream: the end of a step (the checker forgets settled history). */
+static void loop_sync(srt_ctx *c)
+{
+    for (int s = 0; s < SRT_NSTREAMS; s++) srt_stream_sync(c, (srt_stream)s);
+}
+
+/* The validation loss: the mean of `batches` evaluations of microbatch 0 of
+ * val batches 0, 1, ... (each evaluation's loss is mean / microbatches). */
+static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, int64_t step, int batches)
+{
+    srt_ctx *c = R->c;
+    double acc = 0;
+    for (int i = 0; i < batches; i++) {
+        ctx_begin_step(c, step);
+        c->data = val;
+        c->data_step = i;
+        c->cls->eval(c);
+        loop_sync(c);
+        acc += loop_reduce_loss(c, c->loss) * (double)R->p->microbatches;
+    }
+    c->data = train;
+    return acc / batches;
+}
+
+/* The sampling temperature: below 1 sharpens the distribution (1: the model's
+ * own; greedy repeats "the the" on a model this small). */
+#define LOOP_TEMPERATURE 0.8
+
+/* Sampling of n bytes (a byte-level model): each token is a forward
+ * (the eval function) over a window of the last seq_len bytes written to a
+ * one-sequence text file, and the next byte the argmax of the softmax at the
+ * last position, recovered from the cross-entropy's gradient in the logits
+ * (dloss·(softmax − onehot), with a known target), drawn at LOOP_TEMPERATURE.
+ * Slow (a whole forward per byte) but it needs nothing beyond the eval
+ * function the emitter provides. */
+static void loop_sample(loop_run *R, int64_t n, int64_t step)
+{
+    srt_ctx *c = R->c;
+    const srt_program *p = R->p;
+    const srt_class *k = c->cls;
+    int64_t T = p->seq_len;
+    int64_t logits = -1;
+    for (int i = 0; i < k->nbuffers; i++)
+        if (strcmp(k->buffers[i].name, "logits.mb0") == 0) logits = k->buffers[i].offset;
+    if (!k->eval || logits < 0 || p->vocab != 256 || p->pp != 1 || p->tp != 1) {
+        if (c->rank == 0) printf("(--sample needs a byte-level model on one pipeline stage; skipped)\n");
+        return;
+    }
+    char *ctxt = calloc((size_t)(T + n + 2), 1);
+    char path[256];
+    snprintf(path, sizeof path, "%s/shardrt-sample-%d-%lld.txt", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid(), (long long)c->rank);
+    int64_t len = 1;
+    ctxt[0] = '\n';
+    if (c->rank == 0) printf("--- sample (%lld bytes, temperature %.1f) ---\n", (long long)n, LOOP_TEMPERATURE);
+    /* the generated code's DLOSS: 1 / (tokens of a microbatch · microbatches · dp) */
+    double dl = 1.0 / ((double)p->micro_batch * (double)T * (double)p->microbatches * (double)p->dp);
+    for (int64_t g = 0; g < n; g++) {
+        int64_t w0 = len > T ? len - T : 0, wl = len - w0;
+        FILE *f = fopen(path, "wb");
+        if (!f) break;
+        /* the window, left-aligned, padded with the target byte 'a' */
+        char win[4096];
+        if (T + 1 > (int64_t)sizeof win) break;
+        memset(win, 'a', (size_t)(T + 1));
+        memcpy(win, ctxt + w0, (size_t)wl);
+        fwrite(win, 1, (size_t)(T + 1), f);
+        fclose(f);
+        data_opts o = {.pattern = path, .format = DATA_FMT_TEXT, .seq_len = T, .vocab = p->vocab,
+                       .global_batch = p->global_batch, .part = DATA_PART_ALL, .check = DATA_CHECK_OPEN};
+        data_loader *d = NULL;
+        char err[512];
+        if (data_open(&d, &o, err, sizeof err) != DATA_OK) break;
+        data_loader *keep = c->data;
+        ctx_begin_step(c, step);
+        c->data = d;
+        c->data_step = 0;
+        k->eval(c);
+        loop_sync(c);
+        c->data = keep;
+        data_close(d);
+        /* row wl - 1 of microbatch 0's logits, this rank's (every rank has the same window) */
+        int64_t pos = wl - 1;
+        int target = pos + 1 < wl ? (unsigned char)win[pos + 1] : 'a';
+        /* the softmax p from the gradient, then a draw from p^(1/temperature)
+         * with the counter-based RNG (the same on every rank) */
+        double q[256], qsum = 0;
+        for (int v = 0; v < 256; v++) {
+            double gv;
+            if (p->dtype == SRT_F32) gv = ((float *)(c->dev + logits))[pos * p->vocab_pad + v];
+            else gv = ckpt_f32_from_bf16(((uint16_t *)(c->dev + logits))[pos * p->vocab_pad + v]);
+            double pv = gv / dl + (v == target ? 1.0 : 0.0);
+            q[v] = pv > 0 ? pow(pv, 1.0 / LOOP_TEMPERATURE) : 0.0;
+            qsum += q[v];
+        }
+        double u = rng_uniform_at(R->seed, rng_tensor_id("sample"), g) * qsum;
+        int best = 255;
+        for (int v = 0; v < 256; v++) {
+            if (u < q[v]) {
+                best = v;
+                break;
+            }
+            u -= q[v];
+        }
+        ctxt[len++] = (char)best;
+        if (c->rank == 0) {
+            putchar(best >= 32 || best == '\n' ? best : '?');
+            fflush(stdout);
+        }
+    }
+    if (c->rank == 0) printf("\n--- end of sample ---\n");
+    unlink(path);
+    free(ctxt);
+}
+
+/* Runs the trainer (see shardrt.h). */
+int srt_main(int argc, char **argv, const srt_program *prog)
+{
+    loop_run R = {.p = prog};
+    char err[2048] = "";
+    int cr = cli_parse(argc, argv, &R.o, err, sizeof err);
+    if (cr == CLI_HELP) {
+        cli_help(stdout, argv[0]);
+        return 0;
+    }
+    if (cr != CLI_OK) {
+        fprintf(stderr, "%s: %s\n", argv[0], err);
+        cli_help(stderr, argv[0]);
+        return 2;
+    }
+    MPI_Init(&argc, &argv);
+    int wr = 0, ws = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    MPI_Comm_size(MPI_COMM_WORLD, &ws);
+    if (ws != prog->world) {
+        /* every rank sees the same sizes: each prints and leaves, no abort needed */
+        snprintf(err, sizeof err, "%s was planned for %lld ranks (tp %lld x dp %lld x pp %lld) but runs on %d: "
+                 "launch it with mpirun -np %lld", prog->name, (long long)prog->world, (long long)prog->tp,
+                 (long long)prog->dp, (long long)prog->pp, ws, (long long)prog->world);
+        loop_error(NULL, wr, err);
+        MPI_Finalize();
+        return 1;
+    }
+    if (R.o.given[CLI_OPT_ckpt_every] && R.o.ckpt_every > 0 && !R.o.ckpt_dir) {
+        if (wr == 0) fprintf(stderr, "%s: --ckpt-every needs --ckpt-dir\n", argv[0]);
+        MPI_Finalize();
+        return 2;
+    }
+    ctx_options copt = {0};
+    srt_ctx *c = ctx_create(prog, &copt);
+    R.c = c;
+    int64_t allocs0 = c->nallocs;
+    const srt_class *k = c->cls;
+    R.seed = (uint64_t)(R.o.given[CLI_OPT_seed] ? R.o.seed : prog->seed);
+    R.params = loop_buffer(k, "params");
+    R.pshard = loop_buffer(k, "params.shard");
+    R.persist = loop_buffer(k, "params.persistent");
+    R.master = loop_buffer(k, "optimizer.master");
+    R.mom1 = loop_buffer(k, "optimizer.exp_avg");
+    if (R.mom1 < 0) R.mom1 = loop_buffer(k, "optimizer.momentum");
+    R.mom2 = loop_buffer(k, "optimizer.exp_avg_sq");
+    if (R.params < 0 && R.pshard < 0) ctx_die(c, "the program has neither params nor params.shard");
+    R.nown = loop_owned(c, NULL);
+    R.own = calloc((size_t)R.nown + 1, sizeof *R.own);
+    R.desc = calloc((size_t)k->nparams + 1, sizeof *R.desc);
+    if (!R.own || !R.desc) ctx_fatal(c, 1, "out of host memory");
+    loop_owned(c, R.own);
+    for (int i = 0; i < k->nparams; i++)
+        R.desc[i] = (ckpt_tensor_desc){k->params[i].name, k->params[i].rows, k->params[i].cols};
+    loop_save_pieces(&R);
+
+    /* the data */
+    int64_t steps = R.o.given[CLI_OPT_steps] ? R.o.steps : prog->steps;
+    int64_t eval_every = R.o.given[CLI_OPT_eval_every] ? R.o.eval_every : prog->eval_every;
+    const char *train_pat = R.o.data ? R.o.data : prog->data_train;
+    const char *val_pat = R.o.val ? R.o.val : prog->data_val;
+    bool holdout = eval_every > 0 && !val_pat;
+    data_opts dopt = {.pattern = train_pat, .format = prog->data_format, .seq_len = prog->seq_len,
+                      .vocab = prog->vocab, .global_batch = prog->global_batch,
+                      .part = holdout ? DATA_PART_TRAIN : DATA_PART_ALL, .holdout = DATA_DEFAULT_HOLDOUT,
+                      .check = DATA_CHECK_OPEN};
+    data_loader *train = NULL, *val = NULL;
+    bool ok = train_pat != NULL;
+    if (!ok) snprintf(err, sizeof err, "no training data: give --data or set data.train in the spec");
+    else ok = data_open(&train, &dopt, err, sizeof err) == DATA_OK;
+    if (ok && eval_every > 0 && k->eval) {
+        data_opts vo = dopt;
+        if (val_pat) vo.pattern = val_pat, vo.part = DATA_PART_ALL;
+        else vo.part = DATA_PART_VAL;
+        ok = data_open(&val, &vo, err, sizeof err) == DATA_OK;
+    }
+    if (!ok) loop_error(c, 0, err);
+    if (!loop_agree(c, ok)) {
+        MPI_Finalize();
+        return 1;
+    }
+    c->data = train;
+
+    /* the weights: a checkpoint, or the initialisation */
+    ckpt_reader *rd = NULL;
+    ok = loop_open_resume(&R, &rd, err, sizeof err);
+    if (ok) ok = loop_load_state(&R, rd, err, sizeof err);
+    if (!ok) loop_error(c, 0, err);
+    if (!loop_agree(c, ok)) {
+        MPI_Finalize();
+        return 1;
+    }
+    int64_t first = 1;
+    if (rd) {
+        first = ckpt_step(rd) + 1;
+        if (c->rank == 0) printf("resumed from %s (step %lld)\n", ckpt_path(rd), (long long)ckpt_step(rd));
+        ckpt_close(rd);
+    }
+
+    /* the log */
+    metrics *m = NULL;
+    if (c->rank == 0) {
+        metrics_cfg mc = {.out = stdout, .tty = METRICS_TTY_AUTO, .jsonl = R.o.log, .append = first > 1,
+                          .steps = steps, .log_every = prog->log_every > 0 ? prog->log_every : 1,
+                          .tokens_per_step = (double)prog->global_batch * (double)prog->seq_len,
+                          .flops_per_step = prog->model_flops_per_step,
+                          .peak_flops = prog->peak_flops * (double)prog->world};
+        m = metrics_open(&mc, err, sizeof err);
+        if (!m) loop_error(c, 0, err);
+    }
+    if (!loop_agree(c, c->rank != 0 || m)) {
+        MPI_Finalize();
+        return 1;
+    }
+    metrics_trace *tr = NULL;
+    if (R.o.trace) {
+        char tp[4096];
+        metrics_trace_path(tp, sizeof tp, R.o.trace, (int)c->rank, (int)c->world);
+        /* room for every op of every step: a dry count is not available, so
+         * a generous bound from the program's buffers; events past it are
+         * counted as dropped, never allocated */
+        int64_t per_step = 64 * (int64_t)(k->nbuffers + k->nparams + 16);
+        tr = metrics_trace_open(tp, (int)c->rank, per_step * (steps - first + 1) + 1024, err, sizeof err);
+        if (!tr) loop_error(c, 0, err);
+        for (int s = 0; tr && s < SRT_NSTREAMS; s++) metrics_trace_thread(tr, s, ops_stream_name((srt_stream)s));
+        if (tr) metrics_trace_thread(tr, SRT_NSTREAMS, "trainer");
+        c->trace = tr;
+    }
+    if (!loop_agree(c, !R.o.trace || tr)) {
+        MPI_Finalize();
+        return 1;
+    }
+    if (c->rank == 0) {
+        printf("%s: %lld ranks (tp %lld, dp %lld, pp %lld, ZeRO-%d), steps %lld..%lld, device arena %lld bytes "
+               "(plan %lld), host arena %lld bytes (plan %lld), arena_allocations %lld\n",
+               prog->name, (long long)prog->world, (long long)prog->tp, (long long)prog->dp, (long long)prog->pp,
+               prog->zero, (long long)first, (long long)steps, (long long)c->dev_bytes,
+               (long long)k->device_arena, (long long)c->host_bytes, (long long)k->host_arena,
+               (long long)c->nallocs);
+        fflush(stdout);
+    }
+
+    /* the loop: nothing in it allocates (ctx_alloc dies once the context is sealed) */
+    int64_t nval = 4;
+    for (int64_t s = first; s <= steps; s++) {
+        double t0 = metrics_now_us();
+        ctx_begin_step(c, s);
+        k->step(c);
+        loop_sync(c);
+        double loss = loop_reduce_loss(c, c->loss);
+        double t1 = metrics_now_us();
+        if (tr) {
+            metrics_trace_event(tr, "step", SRT_NSTREAMS, t0, t1);
+            metrics_trace_counter(tr, "loss", t1, loss);
+        }
+        if (m) metrics_step(m, s, loss, c->lr, c->grad_norm, (t1 - t0) * 1e-6, c->dev_bytes + c->host_bytes);
+        if (!isfinite(loss)) ctx_fatal(c, 1, "the loss of step %lld is not finite", (long long)s);
+        if (val && eval_every > 0 && (s % eval_every == 0 || s == steps)) {
+            double vl = loop_evaluate(&R, val, train, s, (int)nval);
+            if (m) metrics_eval(m, s, vl);
+            if (tr) metrics_trace_event(tr, "eval", SRT_NSTREAMS, t1, metrics_now_us());
+        }
+        if (R.o.ckpt_dir && ((R.o.given[CLI_OPT_ckpt_every] && R.o.ckpt_every > 0 && s % R.o.ckpt_every == 0) ||
+                             s == steps)) {
+            double t2 = metrics_now_us();
+            if (!loop_checkpoint(&R, s)) {
+                if (m) metrics_close(m);
+                MPI_Finalize();
+                return 1;
+            }
+            if (tr) metrics_trace_event(tr, "checkpoint", SRT_NSTREAMS, t2, metrics_now_us());
+        }
+    }
+    if (m) metrics_close(m);
+    if (c->nallocs != allocs0) ctx_die(c, "the loop allocated: %lld arena allocations, %lld at start-up",
+                                       (long long)c->nallocs, (long long)allocs0);
+    c->trace = NULL;   /* the trace covers the training, not the sampling */
+    if (R.o.given[CLI_OPT_sample] && R.o.sample > 0) loop_sample(&R, R.o.sample, steps);
+    if (tr && metrics_trace_dropped(tr) > 0 && c->rank == 0)
+        fprintf(stderr, "shardrt: the trace dropped %lld events (its buffer was full)\n",
+                (long long)metrics_trace_dropped(tr));
+    if (tr && !metrics_trace_close(tr, err, sizeof err)) loop_error(c, 0, err);
+    if (c->rank == 0) printf("done: %lld steps, arena_allocations %lld\n", (long long)steps, (long long)c->nallocs);
+    fflush(stdout);
+    data_close(train);
+    if (val) data_close(val);
+    free(R.own);
+    free(R.save);
+    free(R.desc);
+    ctx_destroy(c);
+    MPI_Finalize();
+    return 0;
+}
