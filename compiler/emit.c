@@ -210,8 +210,20 @@ static bool refuse(bool report, const Spec *s, const char *key, const char *what
 bool emit_supported(const Spec *s, bool report)
 {
     bool ok = true;
-    if (s->parallel.tp > 1)
-        ok = refuse(report, s, "parallel.tp", "tensor parallelism (tp > 1)", "build with -D parallel.tp=1");
+    /* tp > 1: Megatron without sequence parallelism for the Llama family (its q,
+     * k, v projections split by heads as plain row ranges); GPT's fused c_attn
+     * would need a head-interleaved shard layout, and kv heads fewer than tp
+     * their replication */
+    if (s->parallel.tp > 1 && s->model.family != FAM_LLAMA)
+        ok = refuse(report, s, "parallel.tp", "tensor parallelism (tp > 1)",
+                    "the GPT family's fused QKV needs a head-interleaved tp layout (the Llama family builds with "
+                    "tp > 1); build with -D parallel.tp=1");
+    else if (s->parallel.tp > 1 && s->model.kv_heads > 0 && s->model.kv_heads % s->parallel.tp != 0)
+        ok = refuse(report, s, "parallel.tp", "tensor parallelism with fewer kv heads than tp (replicated kv)",
+                    "build with -D parallel.tp=1");
+    if (s->parallel.tp > 1 && s->parallel.sequence_parallel)
+        ok = refuse(report, s, "parallel.sequence_parallel", "sequence parallelism",
+                    "build with -D parallel.sequence_parallel=off");
     if (s->parallel.pp > 1)
         ok = refuse(report, s, "parallel.pp", "pipeline parallelism (pp > 1)", "build with -D parallel.pp=1");
     if (s->offload.optimizer != OFF_NONE)
@@ -357,18 +369,18 @@ static void carve_pack(Carve *cv, int64_t limit, const char *what)
 /* The kinds of step calls, each one function of the generated file and one table. */
 typedef enum Fn {
     FN_LOAD, FN_EMBF, FN_FWD, FN_HEAD, FN_BWD, FN_EMBB, FN_GATHER, FN_REDUCE, FN_PGATHER, FN_ZERO,
-    FN_REC, FN_WAIT, FN_HEAD_EVAL, NFN,
+    FN_REC, FN_WAIT, FN_TP, FN_HEAD_EVAL, NFN,
     FN_INLINE = NFN,            /* a statement with its own code (once per step)   */
 } Fn;
 
 static const char *const fn_names[NFN] = {
     "load", "embed_fwd", "fwd", "head", "bwd", "embed_bwd", "gather", "reduce", "param_gather", "zero",
-    "record", "wait", "head_eval",
+    "record", "wait", "tp", "head_eval",
 };
 /* The table each kind's rows live in (head_eval reads the head's). */
 static const int fn_table[NFN] = {
     FN_LOAD, FN_EMBF, FN_FWD, FN_HEAD, FN_BWD, FN_EMBB, FN_GATHER, FN_REDUCE, FN_PGATHER, FN_ZERO,
-    FN_REC, FN_WAIT, FN_HEAD,
+    FN_REC, FN_WAIT, FN_TP, FN_HEAD,
 };
 
 /* One statement of a step: a call of a kind's function on a row, or code. */
@@ -514,9 +526,9 @@ static void carve_saved(CE *e)
 static void carve_bwd(CE *e, int64_t limit)
 {
     const Model *m = e->m;
-    int64_t T = e->p->T, h = m->h, ff = m->ffn, w = e->wb, qkv = m->h + 2 * m->kv * m->hd;
+    int64_t tp = e->p->tp, T = e->p->T, h = m->h, ff = m->ffn / tp, w = e->wb, qkv = (m->h + 2 * m->kv * m->hd) / tp;
     Carve *cv = &e->bscr;
-    carve_live(cv, "dx2", T * h * w, 0, 6);
+    if (tp == 1) carve_live(cv, "dx2", T * h * w, 0, 6);   /* tp > 1: the row's d1 */
     carve_live(cv, "dact", T * ff * w, 1, 2);
     if (m->gated) {
         carve_live(cv, "dgate", T * ff * w, 2, 3);
@@ -525,7 +537,7 @@ static void carve_bwd(CE *e, int64_t limit)
         carve_live(cv, "dfc1", T * ff * w, 2, 3);
     }
     carve_live(cv, "dln2", T * h * w, 3, 4);
-    carve_live(cv, "datt", T * h * w, 6, 7);
+    carve_live(cv, "datt", T * (h / tp) * w, 6, 7);
     carve_live(cv, "dqkv", T * qkv * w, 7, 8);
     carve_live(cv, "dln1", T * h * w, 8, 9);
     carve_pack(cv, limit, "a layer's backward");
@@ -833,6 +845,75 @@ static const char *owned_call(CE *e, int stream, const char *what, int64_t lo, i
                         (long long)lo, (long long)hi, (long long)staging);
 }
 
+/* The one buffer among an op's reads (rd) or writes whose name ends with
+ * suffix (the tp transients: ".resid1", ".dresid1"). */
+static int op_suffix(const CE *e, const Op *o, bool rd, const char *suffix)
+{
+    const int *ids = rd ? o->rd : o->wr;
+    int n = rd ? o->nrd : o->nwr;
+    for (int i = 0; i < n; i++)
+        if (ends_with(e->s->bufs[ids[i]].name, suffix)) return ids[i];
+    die("emit: op %s has no %s buffer", sched_op_label(e->s, (int)(o - e->s->ops)), suffix);
+}
+
+/* tp > 1: the all-reduce over tp that completes the partial gradients of the
+ * replicated tensors of the op's layer (norms, row-parallel biases,
+ * positions) in the gradient buffers the op writes: one row per tensor,
+ * exactly the elements the schedule counts. */
+static void tp_grads_op(CE *e, const Op *o, const char *label)
+{
+    const RankClass *rc = e->rc;
+    int64_t total = 0;
+    for (int w = 0; w < o->nwr; w++) {
+        const Buffer *b = &e->s->bufs[o->wr[w]];
+        int kind = buf_kind(b);
+        for (int i = 0; i < rc->nsegs; i++) {
+            const Segment *sg = &rc->segs[i];
+            int64_t base;
+            if (kind == BK_GRADS) {
+                base = b->offset + sg->offset * e->gb;
+            } else if (kind == BK_GWHOLE) {
+                if (e->whole_rel[i] < 0) continue;
+                base = b->offset + e->whole_rel[i] * e->gb;
+            } else if (kind == BK_BUCKET) {
+                int k = atoi(b->name + 12);
+                if (e->seg_bucket[i] != k || e->whole_rel[i] >= 0) continue;
+                base = b->offset + (sg->offset - rc->segs[rc->buckets[k].first_seg].offset) * e->gb;
+            } else {
+                die("emit: %s writes %s, not a gradient buffer", label, b->name);
+            }
+            for (int j = sg->first; j < sg->first + sg->n; j++) {
+                const ClassTensor *ct = &rc->tensors[j];
+                const Tensor *t = &e->m->t[ct->tensor];
+                if (t->layer != o->layer || t->split != SPLIT_NONE || ct->copy) continue;
+                total += ct->numel;
+                row(e, FN_TP, arena_printf(&g_arena, "%s %s", label, t->name), "{%s, 0, 1, %lld, %lld, %lld}",
+                    stream_name(o->stream), (long long)(base + (ct->offset - sg->offset) * e->gb),
+                    (long long)(base + (ct->offset - sg->offset) * e->gb), (long long)ct->numel);
+            }
+        }
+    }
+    if (total * e->gb != o->bytes)
+        die("emit: %s all-reduces %lld gradient bytes, the schedule says %lld", label, (long long)(total * e->gb),
+            (long long)o->bytes);
+}
+
+/* A TP collective of activations: all-reduce in place (Megatron's f and g). */
+static void tp_comm_op(CE *e, const Op *o, const char *label)
+{
+    if (o->sub == SUB_GRADS) {
+        tp_grads_op(e, o, label);
+        return;
+    }
+    if (o->kind != OP_TP_ALLREDUCE || o->nrd != 1 || o->nwr != 1 || o->rd[0] != o->wr[0])
+        die("emit: the code generator has no code for %s (sequence parallelism)", label);
+    const Buffer *b = &e->s->bufs[o->wr[0]];
+    if (b->bytes != e->p->act.x) die("emit: %s reduces %lld bytes, a [T, C] activation has %lld", label,
+                                     (long long)b->bytes, (long long)e->p->act.x);
+    row(e, FN_TP, label, "{%s, 0, 0, %lld, %lld, %lld}", stream_name(o->stream), (long long)b->offset,
+        (long long)b->offset, (long long)(b->bytes / e->wb));
+}
+
 /* The statements of one op. */
 static void op_stmts(CE *e, int i, bool *zeroed)
 {
@@ -857,18 +938,34 @@ static void op_stmts(CE *e, int i, bool *zeroed)
     }
     case OP_LAYER_FWD: {
         need_compute(e, o);
-        int x = op_need(e, o, true, BK_X, "input"), saved = op_need(e, o, false, BK_SAVED, "saved");
-        int y = op_buf(e, o, false, BK_X);
-        if (y < 0) y = op_need(e, o, false, BK_Y, "output");
+        int saved = op_need(e, o, false, BK_SAVED, "saved"), x, y, r1 = -1;
+        if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
+            r1 = op_suffix(e, o, true, ".resid1");
+            x = r1;
+        } else {
+            x = op_need(e, o, true, BK_X, "input");
+        }
+        if (o->sub == SUB_ATTN) {   /* out: the partial sums of the attention part */
+            r1 = op_suffix(e, o, false, ".resid1");
+            y = r1;
+        } else {
+            y = op_buf(e, o, false, BK_X);
+            if (y < 0) y = op_need(e, o, false, BK_Y, "output");
+        }
         int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
         expect_bytes(e, saved, e->saved.total, "a layer's saved tensors");
         expect_bytes(e, y, e->p->act.x, "a layer's output");
         if (e->s->bufs[scr].bytes < e->fscr.total)
             die("emit: a layer's forward needs %lld bytes of scratch, the plan gives it %lld",
                 (long long)e->fscr.total, (long long)e->s->bufs[scr].bytes);
-        row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s}", o->layer - e->first_layer, (long long)boff(e, x),
-            (long long)boff(e, saved), (long long)boff(e, y), (long long)boff(e, scr),
-            units_of(e, layer_group(e, o), o));
+        if (e->p->tp > 1)
+            row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s, %d, %lld}", o->layer - e->first_layer,
+                (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, y), (long long)boff(e, scr),
+                units_of(e, layer_group(e, o), o), o->sub, (long long)boff(e, r1));
+        else
+            row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s}", o->layer - e->first_layer, (long long)boff(e, x),
+                (long long)boff(e, saved), (long long)boff(e, y), (long long)boff(e, scr),
+                units_of(e, layer_group(e, o), o));
         break;
     }
     case OP_HEAD: {
@@ -876,7 +973,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         int y = op_need(e, o, true, BK_Y, "input"), tgt = op_need(e, o, true, BK_TARGETS, "targets");
         int lg = op_need(e, o, false, BK_LOGITS, "logits"), scr = op_need(e, o, false, BK_SCRATCH, "scratch");
         int dy = op_need(e, o, false, BK_DY, "output gradient");
-        expect_bytes(e, lg, e->p->T * e->m->Vpad * e->wb, "the logits");
+        expect_bytes(e, lg, e->p->T * (e->m->Vpad / e->p->tp) * e->wb, "the logits");
         expect_bytes(e, dy, e->p->act.x, "the last layer's output gradient");
         if (e->s->bufs[scr].bytes < e->hscr.total)
             die("emit: the head needs %lld bytes of scratch, the plan gives it %lld", (long long)e->hscr.total,
@@ -890,19 +987,34 @@ static void op_stmts(CE *e, int i, bool *zeroed)
     }
     case OP_LAYER_BWD: {
         need_compute(e, o);
-        int dy = op_buf(e, o, true, BK_DY);
-        if (dy < 0) dy = op_need(e, o, true, BK_DX, "output gradient");
+        int dy, dx, d1 = -1;
+        if (o->sub == SUB_ATTN) {   /* the MLP part's reduced input gradient in */
+            d1 = dy = op_suffix(e, o, true, ".dresid1");
+        } else {
+            dy = op_buf(e, o, true, BK_DY);
+            if (dy < 0) dy = op_need(e, o, true, BK_DX, "output gradient");
+        }
+        if (o->sub == SUB_MLP) {    /* out: the partial sums of its input gradient */
+            d1 = dx = op_suffix(e, o, false, ".dresid1");
+        } else {
+            dx = op_need(e, o, false, BK_DX, "input gradient");
+        }
         int x = op_need(e, o, true, BK_X, "input"), saved = op_need(e, o, true, BK_SAVED, "saved");
-        int dx = op_need(e, o, false, BK_DX, "input gradient"), scr = op_need(e, o, false, BK_SCRATCH, "scratch");
+        int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
         expect_bytes(e, dx, e->p->act.x, "a layer's input gradient");
         if (e->s->bufs[scr].bytes < e->bscr.total)
             die("emit: a layer's backward needs %lld bytes of scratch, the plan gives it %lld",
                 (long long)e->bscr.total, (long long)e->s->bufs[scr].bytes);
         const Group *g = layer_group(e, o);
         zero_buckets(e, o, zeroed, label);
-        row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s}", o->layer - e->first_layer,
-            (long long)boff(e, dy), (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, dx),
-            (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o));
+        if (e->p->tp > 1)
+            row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s, %d, %lld}", o->layer - e->first_layer,
+                (long long)boff(e, dy), (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, dx),
+                (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o), o->sub, (long long)boff(e, d1));
+        else
+            row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s}", o->layer - e->first_layer,
+                (long long)boff(e, dy), (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, dx),
+                (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o));
         break;
     }
     case OP_EMBED_BWD: {
@@ -923,6 +1035,9 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         break;
     }
     case OP_GRAD_REDUCE: reduce_op(e, o, label); break;
+    case OP_TP_ALLREDUCE:
+    case OP_TP_ALLGATHER:
+    case OP_TP_REDUCE_SCATTER: tp_comm_op(e, o, label); break;
     case OP_PARAM_GATHER: param_gather_op(e, o, label); break;
     case OP_GRAD_SUMSQ:
         stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_SUMSQ", 0, e->S_dev, -1));
@@ -1328,17 +1443,26 @@ static void gen_step_tables(CE *e, Str *o)
             " * (offsets are bytes in the device arena; -1: none). */\n");
     sf(o, "typedef struct { srt_stream st; int mb; int64_t tok, tgt; } %s_load_t;\n", px);
     sf(o, "typedef struct { int64_t x, tok, u[%d]; } %s_embed_fwd_t;\n", e->nu, px);
-    sf(o, "typedef struct { int layer; int64_t x, saved, y, scratch, u[%d]; } %s_fwd_t;\n", e->nu, px);
+    if (e->p->tp > 1)   /* part: SUB_ATTN / SUB_MLP; r1: the attention part's output (partial, then reduced) */
+        sf(o, "typedef struct { int layer; int64_t x, saved, y, scratch, u[%d]; int part; int64_t r1; } %s_fwd_t;\n",
+           e->nu, px);
+    else
+        sf(o, "typedef struct { int layer; int64_t x, saved, y, scratch, u[%d]; } %s_fwd_t;\n", e->nu, px);
     sf(o, "typedef struct { int64_t y, tgt, logits, scratch, dy, u[%d], g[%d]; } %s_head_t;\n", e->nu, e->ng, px);
-    sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d]; } %s_bwd_t;\n", e->nu, e->ng,
-       px);
+    if (e->p->tp > 1)   /* part: SUB_MLP / SUB_ATTN; d1: the MLP part's input gradient (partial, then reduced) */
+        sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d]; int part; int64_t d1; } "
+              "%s_bwd_t;\n", e->nu, e->ng, px);
+    else
+        sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d]; } %s_bwd_t;\n", e->nu,
+           e->ng, px);
     sf(o, "typedef struct { int64_t dx, tok, g[%d]; } %s_embed_bwd_t;\n", e->ng, px);
     sf(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } %s_gather_t;\n", px);
     sf(o, "typedef struct { srt_stream st; int mode; int64_t in, out, n, shard; } %s_reduce_t;\n", px);
     sf(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } %s_param_gather_t;\n", px);
     sf(o, "typedef struct { srt_stream st; int64_t off, n; } %s_zero_t;\n", px);
     sf(o, "typedef struct { srt_stream st; int ev; } %s_record_t;\n", px);
-    sf(o, "typedef struct { srt_stream st; int ev; } %s_wait_t;\n\n", px);
+    sf(o, "typedef struct { srt_stream st; int ev; } %s_wait_t;\n", px);
+    sf(o, "typedef struct { srt_stream st; int kind, grad; int64_t out, in, n; } %s_tp_t;\n\n", px);
     for (int f = 0; f < NFN; f++) {
         if (fn_table[f] != f || e->nrows[f] == 0) continue;
         bool big = e->nrows[f] > ROW_COMMENTS_MAX;   /* the calls' comments name the ops */
@@ -1420,7 +1544,7 @@ static void saved_views(const CE *e, Str *o)
         sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QKV", "WDT"));
         sput(o, "    srt_t q = qkv, k = AT(qkv, QD), v = AT(qkv, QD + KVD);  /* rows QKV apart */\n");
     } else {                      /* three projections, each its own (B,T,·) array */
-        int64_t T = e->p->T, w = e->wb, qd = m->h, kvd = m->kv * m->hd;
+        int64_t T = e->p->T, w = e->wb, qd = m->h / e->p->tp, kvd = m->kv * m->hd / e->p->tp;
         sf(o, "    srt_t q = %s;  /* (B,T,QD) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QD", "WDT"));
         sf(o, "    srt_t k = %s;  /* (B,T,KVD) */\n", piece(sv, "saved", "qkv", T * qd * w, "(int64_t)N * KVD", "WDT"));
         sf(o, "    srt_t v = %s;  /* (B,T,KVD) */\n",
@@ -1487,6 +1611,12 @@ static void gen_fwd_fn(const CE *e, Str *o)
     sput(o, "    srt_t y = DV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the layer's output */\n");
     sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
        piece(&e->fscr, "scratch", "tmp", 0, "(int64_t)N * C", "WDT"));
+    bool tp = e->p->tp > 1;
+    if (tp) {   /* Megatron: this rank's heads and MLP columns; tp rank 0 adds the residuals and biases */
+        sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
+                "    srt_t r1 = DV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
+                "    if (a->part == 2) goto mlp;\n");
+    }
     norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
     qkv_proj(e, o, g, false);
     if (m->family == FAM_LLAMA) {
@@ -1495,9 +1625,23 @@ static void gen_fwd_fn(const CE *e, Str *o)
     }
     rt_call(o, I, "attention_fwd", "SRT_COMPUTE", "causal self-attention", "att", "lse", "q", "k", "v", "B", "T", "NH",
             "NKV", "HS", "LDQ", "LDKV", NULL);
-    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "attention output projection", "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)",
-            opt_w(e, g, R_ATTN_OUT_B, "C", false), "N", "QD", "C", NULL);
-    rt_call(o, I, "add_fwd", "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
+    const char *pb = opt_w(e, g, R_ATTN_OUT_B, "C", false), *fb = opt_w(e, g, R_FC2_B, "C", false);
+    if (tp) {
+        pb = strcmp(pb, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", pb) : pb;
+        fb = strcmp(fb, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", fb) : fb;
+    }
+    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", tp ? "row-parallel attention output projection: partial sums" :
+            "attention output projection", "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, "N", "QD", "C", NULL);
+    if (tp) {
+        sput(o, "    if (tp0) {\n");
+        rt_call(o, "        ", "add_fwd", "SRT_COMPUTE", "r1 = x + this rank's partial attention", "r1", "x", "tmp", NULL);
+        sput(o, "    } else {\n");
+        rt_call(o, "        ", "convert", "SRT_COMPUTE", "r1 = this rank's partial attention", "r1", "tmp", NULL);
+        sput(o, "    }\n    return;  /* the all-reduce over tp makes r1 = x2 */\nmlp:\n");
+        rt_call(o, I, "convert", "SRT_COMPUTE", "x2 = the reduced r1 (kept for backward)", "x2", "r1", NULL);
+    } else {
+        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
+    }
     norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
     if (m->gated) {
         rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2",
@@ -1511,8 +1655,17 @@ static void gen_fwd_fn(const CE *e, Str *o)
         rt_call(o, I, "gelu_fwd", "SRT_COMPUTE", "gelu", "act", "fc1", NULL);
     }
     rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "MLP down projection: (B,T,FF) -> (B,T,C)", "tmp", "act",
-            "PW(FC2_W, (int64_t)C * FF)", opt_w(e, g, R_FC2_B, "C", false), "N", "FF", "C", NULL);
-    rt_call(o, I, "add_fwd", "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);
+            "PW(FC2_W, (int64_t)C * FF)", fb, "N", "FF", "C", NULL);
+    if (tp) {
+        sput(o, "    if (tp0) {\n");
+        rt_call(o, "        ", "add_fwd", "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);
+        sput(o, "    } else {\n");
+        rt_call(o, "        ", "convert", "SRT_COMPUTE", "y = this rank's partial mlp (all-reduced next)", "y", "tmp",
+                NULL);
+        sput(o, "    }\n");
+    } else {
+        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);
+    }
     sput(o, "}\n\n");
 }
 
@@ -1530,7 +1683,12 @@ static void gen_bwd_fn(const CE *e, Str *o)
     saved_views(e, o);
     sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = DV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
             "    /* the gradients inside the layer share the scratch by lifetime */\n");
-    sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dx2", 0, "(int64_t)N * C", "WDT"));
+    bool tp = e->p->tp > 1;
+    if (tp)
+        sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
+                "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n");
+    else
+        sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dx2", 0, "(int64_t)N * C", "WDT"));
     sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dact", 0, "(int64_t)N * FF", "WDT"));
     if (m->gated)
         sf(o, "    srt_t dgate = %s, dup = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dgate", 0, "(int64_t)N * FF", "WDT"),
@@ -1547,10 +1705,21 @@ static void gen_bwd_fn(const CE *e, Str *o)
     else
         sput(o, "    srt_t dq = AT(dqkv, 0), dk = AT(dqkv, (int64_t)N * QD), dv = AT(dqkv, (int64_t)N * (QD + KVD));\n"
                 "    dq.n = (int64_t)N * QD, dk.n = dv.n = (int64_t)N * KVD;\n");
-    rt_call(o, I, "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual)", "dx2", "dy", NULL);
+    const char *fbg = opt_w(e, g, R_FC2_B, "C", true), *pbg = opt_w(e, g, R_ATTN_OUT_B, "C", true);
+    if (tp) {   /* a row-parallel bias sees its whole gradient on every rank: tp rank 0 takes it */
+        fbg = strcmp(fbg, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", fbg) : fbg;
+        pbg = strcmp(pbg, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", pbg) : pbg;
+        sput(o, "    if (a->part == 1) goto attn;\n    if (tp0) {\n");
+        rt_call(o, "        ", "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual, on tp rank 0)", "dx2", "dy", NULL);
+        sput(o, "    } else {\n");
+        rt_call(o, "        ", "zero", "SRT_COMPUTE", "0", "dx2", NULL);
+        sput(o, "    }\n");
+    } else {
+        rt_call(o, I, "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual)", "dx2", "dy", NULL);
+    }
     rt_call(o, I, "zero", "SRT_COMPUTE", "1", "dact", NULL);
     rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "1: MLP down projection", "dact", "PG(FC2_W, (int64_t)C * FF)",
-            opt_w(e, g, R_FC2_B, "C", true), "dy", "act", "PW(FC2_W, (int64_t)C * FF)", "N", "FF", "C", NULL);
+            fbg, "dy", "act", "PW(FC2_W, (int64_t)C * FF)", "N", "FF", "C", NULL);
     if (m->gated) {
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dgate", NULL);
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dup", NULL);
@@ -1568,10 +1737,19 @@ static void gen_bwd_fn(const CE *e, Str *o)
                 opt_w(e, g, R_FC1_B, "FF", true), "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
     }
     norm_bwd(e, o, g, "ln2", "dx2", "dln2", "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
-    rt_call(o, I, "convert", "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
+    if (tp) {
+        sput(o, "    return;  /* the all-reduce over tp completes dx2 */\nattn:\n    if (tp0) {\n");
+        rt_call(o, "        ", "convert", "SRT_COMPUTE", "5: dx = dx2 (the attention residual, on tp rank 0)", "dx", "dx2",
+                NULL);
+        sput(o, "    } else {\n");
+        rt_call(o, "        ", "zero", "SRT_COMPUTE", "5", "dx", NULL);
+        sput(o, "    }\n");
+    } else {
+        rt_call(o, I, "convert", "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
+    }
     rt_call(o, I, "zero", "SRT_COMPUTE", "6", "datt", NULL);
     rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "6: attention output projection", "datt", "PG(PROJ_W, (int64_t)C * QD)",
-            opt_w(e, g, R_ATTN_OUT_B, "C", true), "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", "N", "QD", "C", NULL);
+            pbg, "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", "N", "QD", "C", NULL);
     rt_call(o, I, "zero", "SRT_COMPUTE", "7", "dqkv", NULL);
     rt_call(o, I, "attention_bwd", "SRT_COMPUTE", "7: attention", "dq", "dk", "dv", "datt", "att", "lse", "q", "k", "v",
             "B", "T", "NH", "NKV", "HS", "LDQ", "LDKV", NULL);
@@ -1610,7 +1788,8 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
     rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "logits = lnf · head^T", "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)",
             "NONE", "N", "C", "VP", NULL);
     rt_call(o, I, "xent_fwd_bwd", "SRT_COMPUTE", "losses; logits := dloss · (softmax - onehot)", "losses", "logits",
-            "DV(a->tgt, N, SRT_I32)", "N", "VP", "0", "V", "DLOSS", NULL);
+            "DV(a->tgt, N, SRT_I32)", "N", "VP", e->p->tp > 1 ? "(int)srt_group_rank(c, SRT_TP) * VP" : "0", "V",
+            "DLOSS", NULL);
     rt_call(o, I, "loss_add", "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
     if (!eval) {
         sf(o, "    srt_t dlnf = %s;  /* (B,T,C) */\n", piece(hs, "scratch", "dlnf", 0, "(int64_t)N * C", "WDT"));
@@ -1628,22 +1807,33 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
 static void gen_embed_fns(const CE *e, Str *o)
 {
     const char *px = e->px, *I = "    ";
-    bool wpe = e->pre.ct[R_POS_EMBED] >= 0;
+    bool wpe = e->pre.ct[R_POS_EMBED] >= 0, tp = e->p->tp > 1;
+    const char *v0 = tp ? "    int v0 = (int)srt_group_rank(c, SRT_TP) * VP;\n" : "";
     if (e->nrows[FN_EMBF]) {
         sf(o, "/* The embedding: x (B,T,C) = wte[tokens]%s. */\n"
               "static void %s_embed_fwd(srt_ctx *c, const %s_embed_fwd_t *a)\n{\n"
-              "    const %s_part_t *w = &%s_PRE;\n", wpe ? " + wpe[t]" : "", px, px, px, e->PX);
-        rt_call(o, I, "embed_fwd", "SRT_COMPUTE", "(B,T,C)", "DV(a->x, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)",
-                "PW(WTE, (int64_t)VP * C)", wpe ? "PW(WPE, (int64_t)T * C)" : "NONE", "B", "T", "C", "0", "VP", NULL);
+              "    const %s_part_t *w = &%s_PRE;\n%s", wpe ? " + wpe[t]" : "", px, px, px, e->PX, v0);
+        if (tp)     /* vocab-parallel: this rank's rows, zeros elsewhere; all-reduced next */
+            rt_call(o, I, "embed_fwd", "SRT_COMPUTE", "(B,T,C), this rank's vocabulary rows [v0, v0 + VP)",
+                    "DV(a->x, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)", "PW(WTE, (int64_t)VP * C)",
+                    wpe ? "v0 == 0 ? PW(WPE, (int64_t)T * C) : NONE" : "NONE", "B", "T", "C", "v0", "v0 + VP", NULL);
+        else
+            rt_call(o, I, "embed_fwd", "SRT_COMPUTE", "(B,T,C)", "DV(a->x, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)",
+                    "PW(WTE, (int64_t)VP * C)", wpe ? "PW(WPE, (int64_t)T * C)" : "NONE", "B", "T", "C", "0", "VP", NULL);
         sput(o, "}\n\n");
     }
     if (e->nrows[FN_EMBB]) {
         sf(o, "/* The embedding's backward: scatter-add dx (B,T,C) into dwte%s. */\n"
               "static void %s_embed_bwd(srt_ctx *c, const %s_embed_bwd_t *a)\n{\n"
-              "    const %s_part_t *w = &%s_PRE;\n", wpe ? ", sum into dwpe" : "", px, px, px, e->PX);
-        rt_call(o, I, "embed_bwd", "SRT_COMPUTE", NULL, "PG(WTE, (int64_t)VP * C)",
-                wpe ? "PG(WPE, (int64_t)T * C)" : "NONE", "DV(a->dx, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)", "B",
-                "T", "C", "0", "VP", NULL);
+              "    const %s_part_t *w = &%s_PRE;\n%s", wpe ? ", sum into dwpe" : "", px, px, px, e->PX, v0);
+        if (tp)
+            rt_call(o, I, "embed_bwd", "SRT_COMPUTE", "this rank's vocabulary rows; positions on tp rank 0",
+                    "PG(WTE, (int64_t)VP * C)", wpe ? "v0 == 0 ? PG(WPE, (int64_t)T * C) : NONE" : "NONE",
+                    "DV(a->dx, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)", "B", "T", "C", "v0", "v0 + VP", NULL);
+        else
+            rt_call(o, I, "embed_bwd", "SRT_COMPUTE", NULL, "PG(WTE, (int64_t)VP * C)",
+                    wpe ? "PG(WPE, (int64_t)T * C)" : "NONE", "DV(a->dx, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)",
+                    "B", "T", "C", "0", "VP", NULL);
         sput(o, "}\n\n");
     }
 }
@@ -1704,6 +1894,13 @@ static void gen_comm_fns(CE *e, Str *o)
     sf(o, "/* A gradient bucket starts each microbatch at zero. */\n"
           "static void %s_zero(srt_ctx *c, const %s_zero_t *a)\n{\n", px, px);
     rt_call(o, I, "zero", "a->st", NULL, "DV(a->off, a->n, GDT)", NULL);
+    sput(o, "}\n\n");
+    }
+    if (e->nrows[FN_TP]) {
+    sf(o, "/* A collective over the tp group: an all-reduce (sum) in place of partial\n"
+          " * activations (Megatron's f and g) or of replicated tensors' gradients. */\n"
+          "static void %s_tp(srt_ctx *c, const %s_tp_t *a)\n{\n", px, px);
+    rt_call(o, I, "all_reduce", "a->st", NULL, "SRT_TP", "DV(a->out, a->n, a->grad ? GDT : WDT)", "SRT_SUM", NULL);
     sput(o, "}\n\n");
     }
     if (e->nrows[FN_REC])

@@ -257,6 +257,53 @@ static void test_llama(void)
                       "PW(WTE, (int64_t)VP * C), NONE,") != NULL);
 }
 
+/* Tensor parallelism (Llama, tp 2): the layer runs as its attention and MLP
+ * parts around all-reduces over SRT_TP, vocab-parallel embedding and
+ * cross-entropy, tp rank 0 alone adding residuals and row-parallel biases;
+ * sequence parallelism and kv heads fewer than tp are refused at their keys. */
+static void test_tp(void)
+{
+    const char *llama = "model llama { layers = 2  hidden = 64  heads = 4  kv_heads = 2  vocab = 256  seq_len = 32 }\n"
+                        "parallel { tp = 2  pp = 1  dp = 2 }\n"
+                        "cluster { nodes = 1  gpus_per_node = 4  gpu = cpu }\n"
+                        "zero { stage = 3 }\n"
+                        "train { global_batch = 8  micro_batch = 2 }\n";
+    char *src = emit_of(llama, NULL, 0, true);
+    CHECK(src != NULL);
+    if (!src) {
+        fprintf(stderr, "%s\n", captured());
+        return;
+    }
+    check_declared(src);
+    CHECK(strstr(src, "NH = 2,") != NULL && strstr(src, "NKV = 1,") != NULL && strstr(src, "VP = 128,") != NULL);
+    CHECK(strstr(src, "srt_all_reduce(c, a->st, SRT_TP, DV(a->out, a->n, a->grad ? GDT : WDT), SRT_SUM);") != NULL);
+    CHECK(strstr(src, "bool tp0 = srt_group_rank(c, SRT_TP) == 0;") != NULL);
+    CHECK(strstr(src, "int v0 = (int)srt_group_rank(c, SRT_TP) * VP;") != NULL);
+    CHECK(strstr(src, "N, VP, (int)srt_group_rank(c, SRT_TP) * VP, V, DLOSS);") != NULL);
+    CHECK(strstr(src, "/* tp_allreduce L1 mb0 attn */") != NULL || strstr(src, "tp_allreduce L1 mb0 attn") != NULL);
+    CHECK(strstr(src, "grads \"model.norm.weight\"") != NULL || strstr(src, "model.norm.weight") != NULL);
+    /* the straight-line form has the same tables */
+    char *flat = emit_of(llama, NULL, 0, false);
+    const char *a = strstr(src, "static void s0_step"), *b = strstr(flat, "static void s0_step");
+    CHECK(a - src == b - flat && memcmp(src, flat, (size_t)(a - src)) == 0);
+    static const struct { const char *ov[3]; const char *what, *key; } cases[] = {
+        {{"parallel.sequence_parallel=on"}, "sequence parallelism", "-D:1:"},
+        {{"parallel.tp=4", "parallel.dp=1"}, "fewer kv heads than tp", "-D:1:"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char **ov = (const char **)cases[i].ov;
+        int n = 0;
+        while (n < 3 && ov[n]) n++;
+        Spec s;
+        capture();
+        CHECK(spec_of(llama, ov, n, &s));
+        CHECK(!emit_supported(&s, true));
+        const char *d = captured();
+        CHECK(strstr(d, cases[i].what) != NULL && strstr(d, cases[i].key) != NULL);
+        if (!strstr(d, cases[i].what)) fprintf(stderr, "%s\n", d);
+    }
+}
+
 /* Strings in the program are C-escaped; nothing ends the header comment. */
 static void test_escaping(void)
 {
@@ -279,6 +326,7 @@ int main(void)
     test_matrix();
     test_loops();
     test_llama();
+    test_tp();
     test_escaping();
     arena_free(&g_arena);
     if (failures) fprintf(stderr, "test_emit: %d failures\n", failures);
