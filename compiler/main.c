@@ -8,6 +8,7 @@
 #include "shardc.h"
 #include "plan.h"
 #include "emit.h"
+#include "catalog.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ static const char usage_text[] =
     "  export CKPT_DIR -o FILE [--dtype fp32|bf16]\n"
     "                                   a checkpoint as one safetensors file with Hugging Face names\n"
     "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n"
+    "  ops [FILE]                       every runtime op (and FILE's user-defined ops): signature, doc\n"
     "\n"
     "options for every command that reads a spec:\n"
     "  -D key.path=value                override a key, e.g. -D parallel.tp=4 -D zero.stage=2\n"
@@ -91,6 +93,7 @@ static void load_spec(const char *file, const Override *ov, int nov, Spec *spec)
     Item *items = spec_parse_file(file);
     if (diag_errors) exit(EXIT_USER);
     if (!sema_resolve(items, ov, nov, spec) || diag_errors) exit(EXIT_USER);
+    if (!catalog_check_extern(spec, NULL)) exit(EXIT_USER);   /* a user op's header vs its ABI */
 }
 
 /* shardc check: the resolved spec in canonical form on stdout. */
@@ -177,6 +180,7 @@ int main(int argc, char **argv)
     else if (strcmp(cmd, "import") == 0) rc = cmd_import(argc - 2, argv + 2);
     else if (strcmp(cmd, "docs") == 0) rc = cmd_docs(argc - 2, argv + 2);
     else if (strcmp(cmd, "export") == 0) rc = export_main(argc - 2, argv + 2);
+    else if (strcmp(cmd, "ops") == 0) rc = catalog_ops_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
         rc = EXIT_OK;

