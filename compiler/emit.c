@@ -345,7 +345,7 @@ static int64_t pack_in_order(Carve *cv, const int *order)
  * buffer as the peak of the live pieces; if no order fits, the two disagree. */
 static void carve_pack(Carve *cv, int64_t limit, const char *what)
 {
-    int order[MAX_PIECES];
+    int order[MAX_PIECES] = {0};
     for (int i = 0; i < cv->n; i++) order[i] = i;
     for (int i = 1; i < cv->n; i++)     /* largest first, then born first (stable) */
         for (int j = i; j > 0; j--) {
