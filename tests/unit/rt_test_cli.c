@@ -6,7 +6,7 @@
  *    --flag the help mentions is accepted by the parser; docs/trainer.md has a
  *    row for every flag. */
 #include "cli.h"
-#include "rt_check.h"
+#include "check.h"
 
 /* Parses a NULL-terminated list of arguments. */
 static int parse(cli_opts *o, char *err, const char **args)

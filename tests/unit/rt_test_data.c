@@ -7,7 +7,7 @@
  *  - every bad input gives its code and a message naming the file; with
  *    per-step checking every dp rank fails on the same step. */
 #include "data.h"
-#include "rt_check.h"
+#include "check.h"
 
 #include <stdint.h>
 #include <unistd.h>

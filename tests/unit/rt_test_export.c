@@ -10,7 +10,7 @@
  * Exit 77 (skipped) when /usr/bin/python3 lacks numpy or torch. */
 #include "shardc.h"
 #include "ckpt.h"
-#include "rt_check.h"
+#include "check.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

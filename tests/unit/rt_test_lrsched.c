@@ -3,7 +3,7 @@
  * decay's end and after), against an independent transcription of nanoGPT's
  * get_lr, and decay_steps = 0 falling back on steps. */
 #include "lrsched.h"
-#include "rt_check.h"
+#include "check.h"
 
 /* A program with only the schedule's fields set. */
 static srt_program prog(int sched, int64_t warmup, int64_t decay, int64_t steps)
@@ -30,42 +30,42 @@ int main(void)
 {
     const double lr = 1e-3, m = 1e-4, eps = 1e-15;
     srt_program c = prog(LRSCHED_CONSTANT, 10, 0, 200);
-    CHECK_NEAR(lrsched_lr(&c, 1), lr / 10, eps);
-    CHECK_NEAR(lrsched_lr(&c, 5), lr / 2, eps);
-    CHECK_NEAR(lrsched_lr(&c, 10), lr, eps);
-    CHECK_NEAR(lrsched_lr(&c, 11), lr, eps);
-    CHECK_NEAR(lrsched_lr(&c, 1000), lr, eps);
+    CHECK_ABS(lrsched_lr(&c, 1), lr / 10, eps);
+    CHECK_ABS(lrsched_lr(&c, 5), lr / 2, eps);
+    CHECK_ABS(lrsched_lr(&c, 10), lr, eps);
+    CHECK_ABS(lrsched_lr(&c, 11), lr, eps);
+    CHECK_ABS(lrsched_lr(&c, 1000), lr, eps);
     c.warmup = 0;
-    CHECK_NEAR(lrsched_lr(&c, 1), lr, eps);
+    CHECK_ABS(lrsched_lr(&c, 1), lr, eps);
 
     srt_program k = prog(LRSCHED_COSINE, 10, 110, 200);
-    CHECK_NEAR(lrsched_lr(&k, 10), lr, eps);
-    CHECK_NEAR(lrsched_lr(&k, 60), m + (lr - m) / 2, eps);     /* halfway through the decay */
-    CHECK_NEAR(lrsched_lr(&k, 110), m, eps);
-    CHECK_NEAR(lrsched_lr(&k, 150), m, eps);
+    CHECK_ABS(lrsched_lr(&k, 10), lr, eps);
+    CHECK_ABS(lrsched_lr(&k, 60), m + (lr - m) / 2, eps);     /* halfway through the decay */
+    CHECK_ABS(lrsched_lr(&k, 110), m, eps);
+    CHECK_ABS(lrsched_lr(&k, 150), m, eps);
     double prev = 1;
     for (int64_t s = 1; s <= 200; s++) {
         double v = lrsched_lr(&k, s);
-        CHECK_NEAR(v, nanogpt(lr, m, 10, 110, s), 1e-15);
+        CHECK_ABS(v, nanogpt(lr, m, 10, 110, s), 1e-15);
         if (s > 10) CHECK(v <= prev);
         prev = v;
     }
     /* decay_steps 0: the decay ends at steps */
     srt_program k0 = prog(LRSCHED_COSINE, 10, 0, 110);
-    for (int64_t s = 1; s <= 120; s++) CHECK_NEAR(lrsched_lr(&k0, s), lrsched_lr(&k, s), 0);
+    for (int64_t s = 1; s <= 120; s++) CHECK_ABS(lrsched_lr(&k0, s), lrsched_lr(&k, s), 0);
     /* a decay that ends inside the warm-up: min_lr right after it */
     srt_program kw = prog(LRSCHED_COSINE, 10, 5, 100);
-    CHECK_NEAR(lrsched_lr(&kw, 10), lr, eps);
-    CHECK_NEAR(lrsched_lr(&kw, 11), m, eps);
+    CHECK_ABS(lrsched_lr(&kw, 10), lr, eps);
+    CHECK_ABS(lrsched_lr(&kw, 11), m, eps);
 
     srt_program l = prog(LRSCHED_LINEAR, 10, 110, 200);
-    CHECK_NEAR(lrsched_lr(&l, 10), lr, eps);
-    CHECK_NEAR(lrsched_lr(&l, 35), lr - (lr - m) * 0.25, eps);
-    CHECK_NEAR(lrsched_lr(&l, 60), lr - (lr - m) * 0.5, eps);
-    CHECK_NEAR(lrsched_lr(&l, 110), m, eps);
-    CHECK_NEAR(lrsched_lr(&l, 111), m, eps);
+    CHECK_ABS(lrsched_lr(&l, 10), lr, eps);
+    CHECK_ABS(lrsched_lr(&l, 35), lr - (lr - m) * 0.25, eps);
+    CHECK_ABS(lrsched_lr(&l, 60), lr - (lr - m) * 0.5, eps);
+    CHECK_ABS(lrsched_lr(&l, 110), m, eps);
+    CHECK_ABS(lrsched_lr(&l, 111), m, eps);
     l.warmup = 0;
-    CHECK_NEAR(lrsched_lr(&l, 1), lr - (lr - m) / 110, eps);
+    CHECK_ABS(lrsched_lr(&l, 1), lr - (lr - m) / 110, eps);
     if (!failures) printf("rt_test_lrsched: ok\n");
     return failures != 0;
 }
