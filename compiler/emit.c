@@ -24,6 +24,7 @@
  * disagreement about a size is an internal error naming both numbers.
  */
 #include "emit.h"
+#include "catalog.h"
 #include "sim.h"
 
 #include "../runtime/include/shardrt.h"
@@ -183,6 +184,31 @@ static void rt_call(Str *s, const char *ind, const char *op, const char *stream,
     sput(s, "\n");
 }
 
+/* The spec's user-defined activation, checked once per spec (libclang parses
+ * its header; emit_build_main reports the errors, so a failure here is a bug),
+ * or NULL when the model uses a built-in one. */
+static const CatalogExtern *ext_of(const Spec *s)
+{
+    static const Spec *done;
+    static CatalogExtern x;
+    if (s->model.activation != ACT_EXTERN) return NULL;
+    if (done != s) {
+        if (!catalog_check_extern(s, &x) || !x.abi) die("emit: the user-defined activation failed its check");
+        done = s;
+    }
+    return &x;
+}
+
+/* A user op's call in place of a runtime op: the CPU backend runs each op when
+ * it is issued, so a direct call is ordered after the compute stream's earlier
+ * ops.  SRT_CHECK does not see its reads and writes: shardrt.h has no public
+ * way to record them (all of them are on the compute stream's own buffers). */
+static void ext_call(Str *s, const char *ind, const CatalogExtern *x, int fn, const char *comment,
+                     const char *const *views, int nviews)
+{
+    sf(s, "%s%s  /* %s */\n", ind, catalog_extern_call(x, fn, views, nviews), comment);
+}
+
 /* ---- what the generator supports ------------------------------------------------- */
 
 /* The location of a key the user (or -D) set, or none. */
@@ -233,8 +259,10 @@ bool emit_supported(const Spec *s, bool report)
     if (s->checkpointing.activations != CKPT_NONE)
         ok = refuse(report, s, "checkpointing.activations", "activation checkpointing",
                     "build with -D checkpointing.activations=none");
-    if (s->model.activation != ACT_GELU && s->model.activation != ACT_SWIGLU)
-        ok = refuse(report, s, "model.activation", "an activation other than GELU and SwiGLU", NULL);
+    /* a user-defined activation (extern) replaces GELU's calls: see ext_of */
+    if (s->model.activation != ACT_GELU && s->model.activation != ACT_SWIGLU && s->model.activation != ACT_EXTERN)
+        ok = refuse(report, s, "model.activation", "an activation other than GELU and SwiGLU (or a user-defined one)",
+                    NULL);
     if (s->model.family == FAM_GPT && !s->model.bias)
         ok = refuse(report, s, "model.bias", "a GPT without biases (LayerNorm without a bias)", NULL);
     if (s->precision.dtype == DT_FP16)
@@ -1605,7 +1633,8 @@ static void gen_fwd_fn(const CE *e, Str *o)
           " * stays in the layer's saved buffer. */\n"
           "static void %s_fwd(srt_ctx *c, const %s_fwd_t *a)\n{\n"
           "    const %s_part_t *w = &%s_LAYER[a->layer];\n",
-       m->layernorm ? "LayerNorm" : "RMSNorm", m->family == FAM_LLAMA ? " (RoPE)" : "", m->gated ? "a SwiGLU" : "a GELU",
+       m->layernorm ? "LayerNorm" : "RMSNorm", m->family == FAM_LLAMA ? " (RoPE)" : "", m->gated ? "a SwiGLU"
+       : ext_of(e->spec) ? arena_printf(&g_arena, "a user-defined %s", ext_of(e->spec)->name) : "a GELU",
        px, px, px, e->PX);
     saved_views(e, o);
     sput(o, "    srt_t y = DV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the layer's output */\n");
@@ -1652,7 +1681,12 @@ static void gen_fwd_fn(const CE *e, Str *o)
     } else {
         rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2",
                 "PW(FC1_W, (int64_t)FF * C)", opt_w(e, g, R_FC1_B, "FF", false), "N", "C", "FF", NULL);
-        rt_call(o, I, "gelu_fwd", "SRT_COMPUTE", "gelu", "act", "fc1", NULL);
+        const CatalogExtern *x = ext_of(e->spec);
+        if (x)
+            ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
+                     (const char *[]){"act", "fc1"}, 2);
+        else
+            rt_call(o, I, "gelu_fwd", "SRT_COMPUTE", "gelu", "act", "fc1", NULL);
     }
     rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "MLP down projection: (B,T,FF) -> (B,T,C)", "tmp", "act",
             "PW(FC2_W, (int64_t)C * FF)", fb, "N", "FF", "C", NULL);
@@ -1731,7 +1765,12 @@ static void gen_bwd_fn(const CE *e, Str *o)
                 opt_w(e, g, R_GATE_B, "FF", true), "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
     } else {
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dfc1", NULL);
-        rt_call(o, I, "gelu_bwd", "SRT_COMPUTE", "2: gelu", "dfc1", "fc1", "dact", NULL);
+        const CatalogExtern *x = ext_of(e->spec);
+        if (x)
+            ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
+                     (const char *[]){"dfc1", "fc1", "dact"}, 3);
+        else
+            rt_call(o, I, "gelu_bwd", "SRT_COMPUTE", "2: gelu", "dfc1", "fc1", "dact", NULL);
         rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
         rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.c_fc", "dln2", "PG(FC1_W, (int64_t)FF * C)",
                 opt_w(e, g, R_FC1_B, "FF", true), "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
@@ -1972,6 +2011,16 @@ static void gen_owned_fn(CE *e, Str *o)
 
 /* ---- the generated file: prologue, program ----------------------------------------- */
 
+/* path made absolute (the trainer is compiled from a temporary folder). */
+static const char *abs_path(const char *path)
+{
+    char *r = realpath(path, NULL);
+    if (!r) die("emit: cannot resolve %s: %s", path, strerror(errno));
+    const char *a = arena_printf(&g_arena, "%s", r);
+    free(r);
+    return a;
+}
+
 static const char *const dt_c[] = {"SRT_F32", "SRT_BF16", "SRT_F16"};
 
 /* The header comment, the includes, the model constants and the helpers. */
@@ -1987,6 +2036,8 @@ static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
     sput(o, " *\n * The plan (`shardc plan`):\n *\n");
     comment_text(o, " *  ", capture_text(report_fn, mp));
     sput(o, " */\n#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\n#include \"shardrt.h\"\n\n");
+    const CatalogExtern *x = ext_of(s);
+    if (x) sf(o, "/* the user-defined activation (docs/custom-ops.md) */\n#include \"%s\"\n\n", abs_path(x->header));
     double dloss = 1.0 / ((double)p->T * (double)p->m * (double)p->dp);
     sf(o, "/* The model and the microbatch, llm.c's names (per rank). */\n"
           "enum {\n"
@@ -2433,7 +2484,7 @@ static int run_tool(const Argv *a, const char *making, const char *what)
 
 /* Compiles and links the generated source at c_path into out (through a
  * temporary file renamed at the end, so no partial trainer is left). */
-static int build_trainer(const BuildOpts *b, const char *c_path)
+static int build_trainer(const BuildOpts *b, const char *c_path, const CatalogExtern *x)
 {
     static const char *const lib_subs[] = {"", "lib", "runtime", "kernels/cpu", NULL};
     static const char *const inc_subs[] = {"include", "runtime/include", NULL};
@@ -2469,7 +2520,29 @@ static int build_trainer(const BuildOpts *b, const char *c_path)
     arg(&cc, "-o");
     arg(&cc, obj);
     if (run_tool(&cc, obj, "the C compiler failed on the generated code (a shardc bug)") != 0) return EXIT_INTERNAL;
+    /* the user's op: its C source beside the trainer's, its header's folder on the path */
+    const char *uobj = NULL;
+    if (x) {
+        const char *src = abs_path(x->cpu), *hdir = abs_path(x->header);
+        hdir = arena_strndup(&g_arena, hdir, (size_t)(strrchr(hdir, '/') - hdir));
+        uobj = arena_printf(&g_arena, "%s.tmp.%ld.user.o", b->out, (long)getpid());
+        Argv uc = a;
+        arg(&uc, "-std=gnu11");
+        arg(&uc, "-O2");
+        arg(&uc, "-I");
+        arg(&uc, hdir);
+        arg(&uc, "-c");
+        arg(&uc, src);
+        arg(&uc, "-o");
+        arg(&uc, uobj);
+        if (run_tool(&uc, uobj, arena_printf(&g_arena, "the C compiler failed on %s, the user-defined %s", src,
+                                             x->name)) != 0) {
+            unlink(obj);
+            return EXIT_USER;
+        }
+    }
     arg(&a, obj);
+    if (uobj) arg(&a, uobj);
     arg(&a, "-o");
     arg(&a, tmp);
     arg(&a, rtlib);
@@ -2488,6 +2561,7 @@ static int build_trainer(const BuildOpts *b, const char *c_path)
     int rc = run_tool(&a, tmp, arena_printf(&g_arena, "linking the trainer against %s failed (a runtime built "
                                             "from other sources than this shardc?)", rtlib));
     unlink(obj);
+    if (uobj) unlink(uobj);
     if (rc != 0) return EXIT_INTERNAL;
     if (rename(tmp, b->out) != 0) {
         fprintf(stderr, "shardc build: error: cannot write %s: %s\n", b->out, strerror(errno));
@@ -2514,6 +2588,22 @@ int emit_build_main(int argc, char **argv)
     if (diag_errors) return EXIT_USER;
     Spec *spec = arena_alloc(&g_arena, sizeof *spec);
     if (!sema_resolve(items, b.ov, b.nov, spec) || diag_errors) return EXIT_USER;
+    /* a user-defined op: its header against its kind's ABI, its sources there */
+    CatalogExtern x;
+    if (!catalog_check_extern(spec, &x) || diag_errors) return EXIT_USER;
+    if (x.abi && strcmp(b.backend, "cuda") == 0) {
+        fprintf(stderr, "shardc build: error: --backend cuda with the user-defined %s '%s': the CUDA backend "
+                        "does not exist yet\n", x.abi->kind, x.name);
+        fprintf(stderr, "hint: build with --backend cpu (it compiles %s into the trainer)\n",
+                x.cpu ? x.cpu : "the op's cpu source");
+        return EXIT_USER;
+    }
+    if (x.abi && !x.cpu) {
+        diag_error(key_loc(spec, "model.activation"), "shardc build: the user-defined %s '%s' has no cpu source, and the CPU backend needs one",
+                   x.abi->kind, x.name);
+        diag_hint("add cpu = \"FILE.c\" to its extern block");
+        return EXIT_USER;
+    }
     MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
     if (!mem_plan(spec, mp, true) || diag_errors) return EXIT_USER;
     if (!emit_supported(spec, true)) return EXIT_USER;
@@ -2557,7 +2647,7 @@ int emit_build_main(int argc, char **argv)
         close(fd);
         c_path = t;
     }
-    int rc = build_trainer(&b, c_path);
+    int rc = build_trainer(&b, c_path, x.abi ? &x : NULL);
     if (temp) unlink(c_path);
     return rc;
 }
