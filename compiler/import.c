@@ -480,18 +480,6 @@ static void import_put(Imp *im, const char *path, const char *val, const char *f
     e->from = arena_strdup(&g_arena, buf);
 }
 
-/* Rewrites printf's exponent "e+08"/"e-05" as "e8"/"e-5" (the spec's style). */
-static void import_tidy_exponent(char *s)
-{
-    char *e = strchr(s, 'e');
-    if (!e) return;
-    char *p = e + 1, *w = e + 1;
-    if (*p == '+') p++;
-    else if (*p == '-') *w++ = *p++;
-    while (*p == '0' && p[1]) p++;
-    memmove(w, p, strlen(p) + 1);
-}
-
 /* The shortest text in printf format conv ("%.*g" or "%.*e") that reads back as v. */
 static void import_shortest(char *buf, size_t cap, const char *conv, double v)
 {
@@ -499,7 +487,7 @@ static void import_shortest(char *buf, size_t cap, const char *conv, double v)
         snprintf(buf, cap, conv, conv[3] == 'e' ? prec - 1 : prec, v);
         if (strtod(buf, NULL) == v) break;
     }
-    import_tidy_exponent(buf);
+    schema_tidy_exponent(buf);
 }
 
 /* A real number as the shortest spec text that reads back exactly: 0.01,
@@ -527,12 +515,7 @@ static const char *import_fmt_int(int64_t v)
 {
     if (v >= 1000000 && v % 100000 == 0) {
         char buf[64];
-        for (int prec = 1; prec <= 17; prec++) {
-            snprintf(buf, sizeof buf, "%.*e", prec - 1, (double)v);
-            if (strtod(buf, NULL) == (double)v) break;
-        }
-        import_tidy_exponent(buf);
-        /* "5.000e8" never happens: %.*e with the shortest precision */
+        import_shortest(buf, sizeof buf, "%.*e", (double)v);   /* 5e8, never 5.000e8 */
         return arena_strdup(&g_arena, buf);
     }
     return arena_printf(&g_arena, "%lld", (long long)v);

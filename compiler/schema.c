@@ -242,7 +242,7 @@ const char *schema_enum_list(const SchemaKey *k, const char *sep)
 /* ---- numbers with units: the canonical spellings ------------------------- */
 
 /* Rewrites printf's exponent "e+20"/"e-05" as "e20"/"e-5" (the spec's style). */
-static void tidy_exponent(char *s)
+void schema_tidy_exponent(char *s)
 {
     char *e = strchr(s, 'e');
     if (!e) return;
@@ -264,7 +264,7 @@ const char *schema_fmt_double(double v)
     }
     /* 20, not 2e1: whole numbers of ordinary size read better in full */
     if (strchr(buf, 'e') && v == floor(v) && fabs(v) < 1e15) snprintf(buf, sizeof buf, "%.0f", v);
-    tidy_exponent(buf);
+    schema_tidy_exponent(buf);
     /* 6e-4, not 0.0006: the exponent form with the same digits when shorter */
     if (!strchr(buf, 'e') && v != floor(v)) {
         char alt[64];
@@ -272,7 +272,7 @@ const char *schema_fmt_double(double v)
             snprintf(alt, sizeof alt, "%.*e", prec, v);
             if (strtod(alt, NULL) == v) break;
         }
-        tidy_exponent(alt);
+        schema_tidy_exponent(alt);
         if (strlen(alt) < strlen(buf)) strcpy(buf, alt);
     }
     return arena_strdup(&g_arena, buf);

@@ -209,6 +209,7 @@ const char *schema_type_phrase(const SchemaKey *k);     /* "a byte size such as 
 const char *schema_fmt_range(const SchemaKey *k);       /* "[1, 65536]" or "" */
 /* Canonical spellings (arena strings) that the lexer reads back exactly. */
 const char *schema_fmt_double(double v);        /* shortest round-trip: 6e-4 */
+void schema_tidy_exponent(char *s);             /* printf's "e+08" as "e8" */
 const char *schema_fmt_bytes(int64_t b);        /* largest exact unit: 80GiB */
 const char *schema_fmt_bandwidth(double bps);   /* 450GB/s                   */
 

@@ -10,15 +10,6 @@
 set -u
 . "$(dirname "$0")/train_lib.sh"
 fail=0
-cmp() {   # cmp KIND REF RUN TOL LABEL
-    if ! "$PY" tests/e2e/train_compare.py "$1" "$2" "$3" "$4" > "$T/cmp.txt"; then
-        echo "FAIL: $5: $1"
-        cat "$T/cmp.txt"
-        fail=1
-    else
-        echo "ok: $5: $(tail -1 "$T/cmp.txt")"
-    fi
-}
 # run NAME NP [-D ...]: build, train 8 steps with a checkpoint at the end, export
 run() {
     local name=$1 np=$2
@@ -39,8 +30,8 @@ for dp in 2 4; do
         for mb in $((16 / dp)) $((8 / dp)); do
             name=dp${dp}z${z}mb${mb}
             run "$name" "$dp" -D zero.stage="$z" -D train.micro_batch="$mb" || continue
-            cmp losses "$T/ref.jsonl" "$T/$name.jsonl" 1e-5 "$name"
-            cmp weights "$T/ref.safetensors" "$T/$name.safetensors" 1e-5 "$name"
+            train_cmp losses "$T/ref.jsonl" "$T/$name.jsonl" 1e-5 "$name"
+            train_cmp weights "$T/ref.safetensors" "$T/$name.safetensors" 1e-5 "$name"
         done
     done
 done
@@ -53,12 +44,12 @@ else
     echo "ok: a run from another seed is told apart"
 fi
 run bref 1 -D zero.stage=0 -D train.micro_batch=4 -D precision.dtype=bf16 || exit 1
-cmp losses "$T/ref.jsonl" "$T/bref.jsonl" 2e-2 "bf16 dp1 vs fp32 dp1"
+train_cmp losses "$T/ref.jsonl" "$T/bref.jsonl" 2e-2 "bf16 dp1 vs fp32 dp1"
 for v in "2 1" "4 3"; do
     set -- $v
     run "bdp$1z$2" "$1" -D zero.stage="$2" -D train.micro_batch=2 -D precision.dtype=bf16 || continue
-    cmp losses "$T/bref.jsonl" "$T/bdp$1z$2.jsonl" 2e-3 "bf16 dp$1 ZeRO-$2"
-    cmp weights "$T/bref.safetensors" "$T/bdp$1z$2.safetensors" 1e-2 "bf16 dp$1 ZeRO-$2"
+    train_cmp losses "$T/bref.jsonl" "$T/bdp$1z$2.jsonl" 2e-3 "bf16 dp$1 ZeRO-$2"
+    train_cmp weights "$T/bref.safetensors" "$T/bdp$1z$2.safetensors" 1e-2 "bf16 dp$1 ZeRO-$2"
 done
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

@@ -4,6 +4,7 @@
 #   train_setup "$@"                      SHARDC, BUILD, T (a temporary folder), DATA
 #   train_build NAME [-D key=value ...]   $T/NAME from specs/tiny-gpt.tspec
 #   train_run NP NAME [trainer options]   mpirun -np NP, output in $T/NAME.out/.err
+#   train_cmp KIND REF RUN TOL LABEL      train_compare.py; prints ok/FAIL, sets fail=1
 SHARDC=${1:?usage: $0 SHARDC BUILD_DIR}
 BUILD=${2:?usage: $0 SHARDC BUILD_DIR}
 SHARDC=$(cd "$(dirname "$SHARDC")" && pwd)/$(basename "$SHARDC")
@@ -35,4 +36,14 @@ train_run() {
     local np=$1 name=$2
     shift 2
     timeout 120 mpirun --oversubscribe -np "$np" "$T/$name" "$@" > "$T/$name.out" 2> "$T/$name.err"
+}
+
+train_cmp() {
+    if ! "$PY" tests/e2e/train_compare.py "$1" "$2" "$3" "$4" > "$T/cmp.txt"; then
+        echo "FAIL: $5: $1"
+        cat "$T/cmp.txt"
+        fail=1
+    else
+        echo "ok: $5: $(tail -1 "$T/cmp.txt")"
+    fi
 }
