@@ -1,0 +1,61 @@
+/* cuda_runtime.h — the emulator's stand-in for CUDA's device side, enough for
+ * kernels/cuda: every CUDA thread of a block is a fiber on one OS thread, run
+ * until it reaches a barrier; __syncthreads releases when every live thread
+ * of the block waits, a warp operation when every live lane of the warp
+ * does.  A barrier that can never be released (divergent __syncthreads or
+ * shuffles) ends the test.  Blocks run one after another, so __shared__
+ * variables can be statics; odd blocks run their threads in reverse order,
+ * so that a missing barrier shows up as a wrong result.
+ */
+#ifndef KG_EMU_CUDA_RUNTIME_H
+#define KG_EMU_CUDA_RUNTIME_H
+
+#include "cuda_runtime_api.h"
+
+#include <functional>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct dim3 { unsigned x, y, z; };
+extern dim3 kg_emu_grid_dim, kg_emu_block_dim, kg_emu_block_idx;
+dim3 kg_emu_thread_idx(void);
+#define threadIdx (kg_emu_thread_idx())
+#define blockIdx kg_emu_block_idx
+#define blockDim kg_emu_block_dim
+#define gridDim kg_emu_grid_dim
+
+void __syncthreads(void);
+int __syncthreads_or(int pred);
+unsigned __ballot_sync(unsigned mask, int pred);
+float __shfl_xor_sync(unsigned mask, float v, int lane_xor);
+
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+/* Rounded fp32 operations (the host compiler contracts nothing without -mfma). */
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+/* One OS thread runs every fiber, and fibers switch only at barriers. */
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
+{
+    unsigned long long old = *p;
+    *p = old + v;
+    return old;
+}
+
+/* Runs body as grid blocks of block threads (CUDA's limits checked). */
+void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body);
+#define KG_LAUNCH(kern, grid, block, s, ...) \
+    kg_emu_run((unsigned)(grid), (unsigned)(block), [=]() { kern(__VA_ARGS__); })
+
+#endif
