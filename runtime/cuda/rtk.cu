@@ -1,0 +1,100 @@
+// rtk.cu — the CUDA backend's own kernels, for what kernels/cuda does not
+// provide: the loss accumulation and the bias gradient.  Both reduce in a
+// fixed order (no atomics), so a run and its resumption give the same bits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+enum { RTK_BIAS_CHUNKS = 32 };   // cu.h's CU_BIAS_CHUNKS
+
+// acc[0] += (sum of x in row order, per thread then a fixed tree) / n * scale.
+__global__ static void rtk_loss_add(double *acc, const float *x, int n, double scale)
+{
+    __shared__ double part[256];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) acc[0] += part[0] / (double)n * scale;
+}
+
+extern "C" cudaError_t cu_k_loss_add(double *acc, const float *x, int n, double scale, cudaStream_t s)
+{
+    if (n <= 0) return cudaSuccess;
+    rtk_loss_add<<<1, 256, 0, s>>>(acc, x, n, scale);
+    return cudaGetLastError();
+}
+
+// Element i of a float tensor of dtype dt (0 f32, 1 bf16, 2 f16) as fp32.
+__device__ static float rtk_load(const void *p, int dt, int64_t i)
+{
+    if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == 2) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+// Stores v as dtype dt (round to nearest even).
+__device__ static void rtk_store(void *p, int dt, int64_t i, float v)
+{
+    if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == 2) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
+// partials[chunk][j] = sum of dout[i][j] over the chunk's rows, in row order.
+__global__ static void rtk_bias_partial(float *partials, const void *dout, int dt, int N, int OC, int rows)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int chunk = blockIdx.y;
+    if (j >= OC) return;
+    int r0 = chunk * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    for (int i = r0; i < r1; i++) s += rtk_load(dout, dt, (int64_t)i * OC + j);
+    partials[(int64_t)chunk * OC + j] = s;
+}
+
+// dbias[j] += sum of the partials in chunk order.
+__global__ static void rtk_bias_final(void *dbias, int bdt, const float *partials, int OC, int chunks)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= OC) return;
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++) s += partials[(int64_t)k * OC + j];
+    rtk_store(dbias, bdt, j, rtk_load(dbias, bdt, j) + s);
+}
+
+extern "C" cudaError_t cu_k_bias_grad(void *dbias, int dbias_dt, const void *dout, int dt, int N, int OC,
+                                      float *partials, cudaStream_t s)
+{
+    if (N <= 0 || OC <= 0) return cudaSuccess;
+    int rows = (N + RTK_BIAS_CHUNKS - 1) / RTK_BIAS_CHUNKS;
+    int chunks = (N + rows - 1) / rows;
+    dim3 grid((unsigned)((OC + 127) / 128), (unsigned)chunks);
+    rtk_bias_partial<<<grid, 128, 0, s>>>(partials, dout, dt, N, OC, rows);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    rtk_bias_final<<<(unsigned)((OC + 127) / 128), 128, 0, s>>>(dbias, dbias_dt, partials, OC, chunks);
+    return cudaGetLastError();
+}
+
+// out[i][j] += bias[j] over N rows of OC (the GEMM's bias when the epilogue
+// cannot take the bias pointer).
+__global__ static void rtk_bias_add(void *out, int dt, const void *bias, int bdt, int64_t total, int OC)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    rtk_store(out, dt, i, rtk_load(out, dt, i) + rtk_load(bias, bdt, i % OC));
+}
+
+extern "C" cudaError_t cu_k_bias_add(void *out, int dt, const void *bias, int bias_dt, int N, int OC, cudaStream_t s)
+{
+    int64_t total = (int64_t)N * OC;
+    if (total <= 0) return cudaSuccess;
+    rtk_bias_add<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(out, dt, bias, bias_dt, total, OC);
+    return cudaGetLastError();
+}
