@@ -25,7 +25,8 @@
  *
  * Events: the builder places the waits that shape the overlap (the compute
  * stream waits for a collective before the part that needs it, or one op
- * later for an overlapped gradient reduction; such a wait keeps the awaited
+ * later for an overlapped gradient reduction, or for ZeRO 0-1's reductions at
+ * the end of step; such a wait keeps the awaited
  * op's buffers alive until it).  A last pass then walks the list with a vector
  * clock per stream and adds an OP_WAIT, just before the op that needs it, for
  * every remaining cross-stream dependency: a read or write of a buffer after
@@ -77,6 +78,7 @@ typedef struct Bld {
     int *chunk_li;              /* class-local index of each chunk's first layer */
     int *fwd_done, *bwd_done;   /* per chunk */
     int *seg_bucket, *bucket_inst, *bucket_layer;
+    int *late, nlate;           /* ZeRO 0-1 bucket reductions the optimizer waits for */
     int *key_first, *key_segs;  /* CSR: segments holding grads of grad-layer key */
     int64_t *repl_bucketed, *repl_whole;   /* per key: replicated elements in bucketed / whole segments */
     int tok_seg;                /* the segment of the token embedding, or -1 */
@@ -358,6 +360,8 @@ static void build_keys(Bld *b)
     b->seg_bucket = arena_alloc(&g_arena, sizeof(int) * (size_t)c->nsegs);
     b->bucket_inst = arena_alloc(&g_arena, sizeof(int) * (size_t)(c->nbuckets + 1));
     b->bucket_layer = arena_alloc(&g_arena, sizeof(int) * (size_t)(c->nbuckets + 1));
+    b->late = arena_alloc(&g_arena, sizeof(int) * (size_t)(c->nbuckets + 1));
+    b->nlate = 0;
     for (int k = 0; k < c->nbuckets; k++) {
         const Bucket *bk = &c->buckets[k];
         b->bucket_inst[k] = -1;
@@ -593,11 +597,17 @@ static void persistent_opt(Bld *b)
     bool nvme = s->offload.optimizer == OFF_NVME;
     b->nvme_opt = -1;
     b->nslots = 0;
+    /* the host optimizer keeps fp32 master weights even in fp32 training: the
+     * working copy it updates lives on the device (or in a staging buffer) */
+    int64_t hper[3] = {per[0] ? per[0] : 4, per[1], per[2]};
+    /* likewise the device's with offloaded parameters: they are not on the device */
+    bool params_away = b->p->zero == 3 && s->offload.params != OFF_NONE;
+    int64_t dper[3] = {per[0] || !params_away ? per[0] : 4, per[1], per[2]};
     for (int i = 0; i < 3; i++) {
-        b->opt[i] = buf_new(b, names[i], CAT_OPTIMIZER, SPACE_DEVICE, b->S_dev * per[i], true);
-        b->hopt[i] = nvme ? -1 : buf_new(b, names[i], CAT_OPTIMIZER, SPACE_HOST, b->S_host * per[i], true);
+        b->opt[i] = buf_new(b, names[i], CAT_OPTIMIZER, SPACE_DEVICE, b->S_dev * dper[i], true);
+        b->hopt[i] = nvme ? -1 : buf_new(b, names[i], CAT_OPTIMIZER, SPACE_HOST, b->S_host * hper[i], true);
     }
-    int64_t state = per[0] + per[1] + per[2];
+    int64_t state = hper[0] + hper[1] + hper[2];
     b->state_bytes = state;
     if (nvme && b->S_host > 0) {
         /* one staging slot per sub-group in flight: reading the next sub-group
@@ -702,7 +712,14 @@ static void reduce_bucket(Bld *b, int k, int mb)
     op_rd(b, o, src);
     op_wr(b, o, p->zero < 2 ? src : b->grads_shard);
     if (p->zero >= 2 && b->S_host > 0) op_wr(b, o, src);     /* the owned shard, reduced in place */
-    defer_wait(b, o, b->overlap ? 1 : 0);
+    /* ZeRO 0-1 reduce in place in the persistent grads, once, after the last
+     * microbatch: nothing but the end of step touches the bucket again, so the
+     * compute stream waits only there (waiting here would hold the stage's last
+     * backward, and under pp every earlier stage's, for the reduction); one
+     * stage without overlap_comm keeps the synchronous reduction */
+    bool late = p->zero < 2 && (b->overlap || p->pp > 1);
+    if (late && b->nlate < b->c->nbuckets) b->late[b->nlate++] = o;
+    else defer_wait(b, o, b->overlap ? 1 : 0);
     if (p->zero >= 2 && b->S_host > 0) {
         int d = op_new(b, OP_GRAD_D2H, ST_COPY, -1, mb, b->c->buckets[k].chunk);
         b->s->ops[d].aux = k;
@@ -1013,8 +1030,9 @@ static void head(Bld *b, int chunk, int mb, bool final)
     }
     int64_t logits = p->T * (b->m->Vpad / p->tp) * p->wbytes;     /* (T, Vpad/t) */
     op_wr(b, o, buf_new(b, arena_printf(&g_arena, "logits.mb%d", mb), CAT_LOGITS, SPACE_DEVICE, logits, false));
-    int64_t stats = p->T_sp * (b->m->layernorm ? 2 : 1) * 4, ce = 4 * p->T * 4;
-    op_scratch(b, o, stats + 2 * a->x + ce + a->full);
+    /* the final norm, its output and gradient on all tokens (gathered under SP) */
+    int64_t stats = p->T * (b->m->layernorm ? 2 : 1) * 4, ce = 4 * p->T * 4;
+    op_scratch(b, o, stats + 2 * a->full + ce + a->full);
     b->HD[mb] = buf_new(b, arena_printf(&g_arena, "act.dy.mb%d", mb), CAT_ACTIVATIONS, SPACE_DEVICE, a->x, false);
     int part = b->sp ? buf_new(b, arena_printf(&g_arena, "act.dy.mb%d.partial", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
                                a->full, false)
@@ -1962,6 +1980,7 @@ void sched_build(const Partition *p, const RankClass *c, Sched *s)
     emit_msgs(&b, 1e300);
     wait_sends(&b, 1e300);
     flush_waits(&b);
+    for (int i = 0; i < b.nlate; i++) emit_wait(&b, b.late[i]);
     reduce_whole(&b);
     grads_to_host(&b);
     grad_norm(&b);

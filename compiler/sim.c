@@ -427,20 +427,32 @@ static int merge_spans(Span2 *v, int n)
     return k;
 }
 
-/* Whether the compute stream of class c idled from `from` until op g for the
- * pipeline: the chain of dependencies that held g, followed through the ops
- * that ended in the gap, reaches a receive or another stage. */
-static bool pipeline_wait(const Ctx *x, int c, int g, double from)
+/* The pipeline's share of an idle stretch [from, to] of class c's compute
+ * stream that ended when op g could go (g < 0: nothing did, the step ended;
+ * `last` is the op that ended it).  The chain of dependencies that held g,
+ * from its cause back to `from`, tiles the stretch: each op on it accounts for
+ * the time from its own cause's end to its end.  The stretch is bubble where
+ * that op is another stage's compute (its forward or backward: the fill and
+ * drain of (p-1)/m, and any imbalance between stages; at the step's end its
+ * optimizer, which this stage has run while that one drained); the rest — a
+ * transfer, tp or dp communication on any stage — is not the pipeline's, and
+ * this stage's own communication among it shows as exposed. */
+static double pipeline_share(const Ctx *x, int c, int g, int last, double from, double to)
 {
-    for (int z = x->cause[g]; z >= 0 && x->t[z].end > from; z = x->cause[z]) {
-        int k = op_of(x, z)->kind;
-        if (x->cls_of[z] != c || k == OP_RECV_FWD || k == OP_RECV_BWD) return true;
+    double share = 0, hi = to;
+    for (int z = g >= 0 ? x->cause[g] : last; z >= 0 && hi > from; z = x->cause[z]) {
+        int cz = x->cause[z];
+        double lo = fmax(from, cz >= 0 ? x->t[cz].end : x->t[z].start), end = fmin(hi, x->t[z].end);
+        if (end > lo && x->cls_of[z] != c && op_of(x, z)->stream == ST_COMPUTE)
+            share += end - lo;
+        if (lo < hi) hi = lo;
     }
-    return false;
+    return share;
 }
 
-/* Busy time, pipeline work and bubble, and exposed communication of class c. */
-static void class_metrics(const Ctx *x, int c, double step, SimClass *sc)
+/* Busy time, pipeline work and bubble, and exposed communication of class c
+ * (`last`: the op that ends the step). */
+static void class_metrics(const Ctx *x, int c, double step, int last, SimClass *sc)
 {
     const Sched *s = sched_of(x, c);
     int b = x->base[c];
@@ -460,12 +472,12 @@ static void class_metrics(const Ctx *x, int c, double step, SimClass *sc)
         int g = x->st_ops[k];
         if (x->t[g].start > prev) {
             idle[ni++] = (Span2){prev, x->t[g].start};
-            if (pipeline_wait(x, c, g, prev)) sc->bubble += x->t[g].start - prev;
+            sc->bubble += pipeline_share(x, c, g, last, prev, x->t[g].start);
         }
         if (x->t[g].end > prev) prev = x->t[g].end;
     }
     if (step > prev) idle[ni++] = (Span2){prev, step};
-    if (x->nc > 1 && step > fmax(prev, sc->end)) sc->bubble += step - fmax(prev, sc->end);
+    if (step > prev) sc->bubble += pipeline_share(x, c, -1, last, prev, step);
     /* exposed: a group's ops running while the compute stream idles */
     Span2 *busy = malloc(sizeof(Span2) * (size_t)(s->nops + 1));
     for (int grp = GRP_NONE + 1; grp < NGROUPS; grp++) {
@@ -518,9 +530,12 @@ static void metrics(const Ctx *x, Sim *out)
     out->step_time = 0;
     for (int g = 0; g < x->N; g++) out->step_time = fmax(out->step_time, x->t[g].end);
     double step = out->step_time, nb = 0;
+    int last = -1;
+    for (int g = 0; g < x->N; g++)
+        if (last < 0 || x->t[g].end > x->t[last].end) last = g;
     for (int c = 0; c < x->nc; c++) {
         SimClass *sc = &out->classes[c];
-        class_metrics(x, c, step, sc);
+        class_metrics(x, c, step, last, sc);
         if (sc->work > 0) out->bubble += sc->bubble / sc->work, nb++;
         for (int g = 0; g < NGROUPS; g++) out->exposed[g] += sc->exposed[g] / x->nc;
         out->copy_time = fmax(out->copy_time, sc->busy[ST_COPY]);

@@ -57,7 +57,9 @@ typedef struct SimClass {
     double work;                /* seconds of pipeline compute: embedding, layer
                                    forward / recompute / backward, head         */
     double bubble;              /* seconds the compute stream idles for the
-                                   pipeline (receives, other stages, the tail)  */
+                                   pipeline: the idle stretches (and the tail)
+                                   where the chain that held it runs through
+                                   other stages' compute, not communication     */
 } SimClass;
 
 typedef struct Sim {

@@ -67,6 +67,76 @@ static void test_bubbles(void)
     }
 }
 
+/* pp 4 · dp 2 on 1F1B, ZeRO 1, with the data-parallel reduction of a stage
+ * as long as several backward units, in several buckets: each stage's
+ * reductions run as its last backward completes their buckets, and the
+ * compute stream waits for them only at the optimizer (not within that
+ * backward, which would hold every earlier stage's last backward too), so the step is the pipeline (the bubble of the formula) plus
+ * the first stage's reduction, once, not once per stage; and "bubble" stays
+ * the pipeline's share, the reduction counted as exposed dp. */
+static void test_dp_under_pp(void)
+{
+    int p = 4, m = 8;
+    MemPlan *mp = cal_plan(arena_printf(&g_arena,
+        "model gpt { layers = %d  hidden = 4096  heads = 32  vocab = 128  seq_len = 2048 }\n"
+        "parallel { pp = %d  dp = 2  schedule = 1f1b }\n zero { stage = 1  reduce_bucket = 3e8 }\n"
+        "precision { dtype = bf16 }\n"
+        "train { global_batch = %d  micro_batch = 1  grad_clip = 0 }\n"
+        "cluster { nodes = %d  gpus_per_node = 1  gpu = h100_sxm_80gb  intra_node = 1000000GB/s\n"
+        "          inter_node = 40GB/s  network_latency_us = 0 }\n",
+        4 * p, p, 2 * m, 2 * p));
+    CHECK(mp != NULL);
+    if (!mp) return;
+    CHECK_EQ(mp->part.m, m);
+    Sim sim;
+    sim_run(mp, &sim);
+    double want = (double)(p - 1) / m, work = 0, reduce = 0, pp = 0;
+    for (int c = 0; c < mp->nclasses; c++) {
+        work = fmax(work, sim.classes[c].work);
+        reduce = fmax(reduce, sim.classes[c].busy[ST_DP_COMM]);     /* the reductions and parameter gathers */
+        pp = fmax(pp, sim.classes[c].busy[ST_PP_COMM]);
+    }
+    /* the reduction is long against a backward unit (else nothing is tested) */
+    CHECK(reduce > 3 * work / m / 1.5);
+    /* at most the formula: where a stage's own reduction outlasts its drain,
+     * the wait is the reduction's (exposed dp), not the pipeline's */
+    if (sim.bubble > 1.1 * want || sim.bubble < 0.5 * want) {
+        fprintf(stderr, "bubble of 1f1b p=%d m=%d dp=2: %.4f, the formula says %.4f\n", p, m, sim.bubble, want);
+        failures++;
+    }
+    if (sim.step_time > work * (1 + want) * 1.03 + reduce + pp) {
+        fprintf(stderr, "1f1b p=%d m=%d dp=2: step %.4f s, the pipeline %.4f s plus one reduction %.4f s and the transfers %.4f s\n",
+                p, m, sim.step_time, work * (1 + want), reduce, pp);
+        failures++;
+    }
+    CHECK(sim.exposed[GRP_DP] > 0.5 * reduce / sim.step_time);
+}
+
+/* tp 2 · pp 4 on 1F1B over a slow link: the tp collectives are exposed, and
+ * the fill and drain are stretched by the other stages' exposed tp waits; those
+ * are tp's (exposed tp), so the bubble stays the formula's. */
+static void test_tp_under_pp(void)
+{
+    int p = 4, m = 8;
+    MemPlan *mp = cal_plan(arena_printf(&g_arena,
+        "model gpt { layers = %d  hidden = 8192  heads = 64  vocab = 128  seq_len = 2048 }\n"
+        "parallel { tp = 2  pp = %d  dp = 1  schedule = 1f1b }\n precision { dtype = bf16 }\n"
+        "train { global_batch = %d  micro_batch = 1  grad_clip = 0 }\n"
+        "cluster { nodes = 1  gpus_per_node = %d  gpu = h100_sxm_80gb  intra_node = 50GB/s  network_latency_us = 0 }\n",
+        2 * p, p, m, 2 * p));
+    CHECK(mp != NULL);
+    if (!mp) return;
+    CHECK_EQ(mp->part.m, m);
+    Sim sim;
+    sim_run(mp, &sim);
+    double want = (double)(p - 1) / m;
+    CHECK(sim.exposed[GRP_TP] > 0.08);          /* else nothing is tested */
+    if (fabs(sim.bubble - want) > 0.1 * want) {
+        fprintf(stderr, "bubble of 1f1b p=%d m=%d tp=2: %.4f, the formula says %.4f\n", p, m, sim.bubble, want);
+        failures++;
+    }
+}
+
 /* One stage, one GPU, no communication: MFU is the FLOP-weighted efficiency
  * of the layer's GEMMs and attention core (less the small memory-bound work). */
 static void test_mfu_compute_only(void)
@@ -286,6 +356,8 @@ static void test_speed(void)
 int main(void)
 {
     test_bubbles();
+    test_dp_under_pp();
+    test_tp_under_pp();
     test_mfu_compute_only();
     test_critical_path();
     test_exposed();
