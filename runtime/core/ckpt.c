@@ -126,6 +126,31 @@ float ckpt_f32_from_bf16(uint16_t h)
     return f;
 }
 
+/* fp32 -> IEEE fp16, rounding to nearest even: subnormals below 2^-14,
+ * infinity above 65504 (and for infinity), NaN stays NaN (quiet). */
+uint16_t ckpt_f16_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00;                 /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00;                /* rounds past 65504: inf */
+    if (a >= 0x38800000u) {                                    /* normal: rebias 127 -> 15 */
+        uint32_t r = a - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1);
+        return sign | (uint16_t)(r >> 13);
+    }
+    if (a < 0x33000000u) return sign;                          /* below half the least subnormal */
+    /* subnormal: the mantissa with its implicit bit, shifted into 2^-24 units */
+    int e = (int)(a >> 23);
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    int shift = 126 - e;                                       /* 14..24 */
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    return sign | (uint16_t)q;
+}
+
 /* IEEE fp16 -> fp32 (exact, subnormals included). */
 float ckpt_f32_from_f16(uint16_t h)
 {

@@ -153,9 +153,10 @@ int ckpt_read(ckpt_reader *r, const char *kind, const char *name, int64_t r0, in
               int64_t c0, int64_t c1, int64_t f0, int64_t f1, float *out, char *err,
               size_t errlen);
 
-/* fp32 -> bf16 (round to nearest even; NaN stays NaN) and back; also fp16 -> fp32. */
+/* fp32 -> bf16 / fp16 (round to nearest even; NaN stays NaN) and back. */
 uint16_t ckpt_bf16_from_f32(float f);
 float ckpt_f32_from_bf16(uint16_t h);
+uint16_t ckpt_f16_from_f32(float f);
 float ckpt_f32_from_f16(uint16_t h);
 
 #endif

@@ -13,6 +13,8 @@ struct metrics {
     FILE *out, *log;
     bool tty;
     bool open_line;             /* a terminal line not yet ended by '\n' */
+    bool has_scale, skipped;    /* metrics_note_scale, for the next step only */
+    double scale;
 };
 
 /* Monotonic wall clock in microseconds. */
@@ -61,6 +63,14 @@ static const char *fmt_bytes(char *buf, size_t len, double b)
     return buf;
 }
 
+/* fp16: the next step's loss scale and whether the step was skipped. */
+void metrics_note_scale(metrics *m, double scale, bool skipped)
+{
+    m->has_scale = true;
+    m->scale = scale;
+    m->skipped = skipped;
+}
+
 /* One step: the progress line (when due) and the JSONL record. */
 void metrics_step(metrics *m, int64_t step, double loss, double lr, double grad_norm,
                   double seconds, int64_t arena_bytes)
@@ -72,8 +82,10 @@ void metrics_step(metrics *m, int64_t step, double loss, double lr, double grad_
     if (m->tty || step == 1 || step % m->cfg.log_every == 0 || last) {
         char mem[32], mfus[32] = "-";
         if (isfinite(mfu)) snprintf(mfus, sizeof mfus, "%.1f%%", 100 * mfu);
-        fprintf(m->out, "%sstep %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | mfu %s | mem %s | %.0f ms%s",
-                m->tty ? "\r" : "", (long long)step, (long long)m->cfg.steps, loss, lr, grad_norm, tps,
+        char ls[64] = "";
+        if (m->has_scale) snprintf(ls, sizeof ls, " | scale %g%s", m->scale, m->skipped ? " (overflow: skipped)" : "");
+        fprintf(m->out, "%sstep %lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f tok/s | mfu %s | mem %s | %.0f ms%s",
+                m->tty ? "\r" : "", (long long)step, (long long)m->cfg.steps, loss, lr, grad_norm, ls, tps,
                 mfus, fmt_bytes(mem, sizeof mem, (double)arena_bytes), seconds * 1e3,
                 m->tty ? "\033[K" : "\n");
         m->open_line = m->tty;
@@ -88,6 +100,10 @@ void metrics_step(metrics *m, int64_t step, double loss, double lr, double grad_
         json_num(m->log, "loss", loss, "%.17g");
         json_num(m->log, "lr", lr, "%.17g");
         json_num(m->log, "grad_norm", grad_norm, "%.17g");
+        if (m->has_scale) {
+            json_num(m->log, "loss_scale", m->scale, "%.17g");
+            fprintf(m->log, ",\"skipped\":%s", m->skipped ? "true" : "false");
+        }
         json_num(m->log, "tokens_per_s", tps, "%.1f");
         json_num(m->log, "mfu", mfu, "%.6f");
         fprintf(m->log, ",\"arena_bytes\":%lld", (long long)arena_bytes);
@@ -95,6 +111,7 @@ void metrics_step(metrics *m, int64_t step, double loss, double lr, double grad_
         fputs("}\n", m->log);
         fflush(m->log);
     }
+    m->has_scale = false;
 }
 
 /* An evaluation: its own line, and a JSONL record. */

@@ -47,6 +47,9 @@ metrics *metrics_open(const metrics_cfg *cfg, char *err, size_t errlen);
 /* Reports one step: seconds = the step's wall time; arena_bytes = memory in use. */
 void metrics_step(metrics *m, int64_t step, double loss, double lr, double grad_norm,
                   double seconds, int64_t arena_bytes);
+/* fp16: the loss scale the next metrics_step was taken with, and whether it
+ * was skipped (an overflow); both go into its line and its JSONL record. */
+void metrics_note_scale(metrics *m, double scale, bool skipped);
 /* Reports an evaluation's loss. */
 void metrics_eval(metrics *m, int64_t step, double val_loss);
 /* Ends the progress line and closes the log. */

@@ -445,6 +445,30 @@ static void rm_tree(const char *dir)
     rmdir(dir);
 }
 
+/* fp32 -> fp16: every finite fp16 value round-trips, ties round to even,
+ * overflow gives infinity, the subnormals and their rounding are exact. */
+static void test_f16_from_f32(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;   /* NaNs: checked below */
+        if (ckpt_f16_from_f32(ckpt_f32_from_f16((uint16_t)h)) != h) bad++;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(ckpt_f16_from_f32(1.0f + 0x1p-11f), 0x3c00);     /* a tie: to the even 1.0 */
+    CHECK_EQ(ckpt_f16_from_f32(1.0f + 3 * 0x1p-11f), 0x3c02); /* a tie: up to the even */
+    CHECK_EQ(ckpt_f16_from_f32(65504.0f), 0x7bff);
+    CHECK_EQ(ckpt_f16_from_f32(65519.0f), 0x7bff);            /* below the halfway point */
+    CHECK_EQ(ckpt_f16_from_f32(65520.0f), 0x7c00);            /* the halfway point: inf */
+    CHECK_EQ(ckpt_f16_from_f32(-1e10f), 0xfc00);
+    CHECK_EQ(ckpt_f16_from_f32(0x1p-25f), 0x0000);            /* half the least subnormal: to even 0 */
+    CHECK_EQ(ckpt_f16_from_f32(0x1.8p-25f), 0x0001);
+    CHECK_EQ(ckpt_f16_from_f32(3 * 0x1p-25f), 0x0002);        /* 1.5 subnormal units: to even 2 */
+    CHECK_EQ(ckpt_f16_from_f32(0x1.ffcp-15f), 0x0400);        /* rounds up into the normals */
+    uint16_t n = ckpt_f16_from_f32(NAN);
+    CHECK((n & 0x7c00) == 0x7c00 && (n & 0x3ff));
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/rt_test_ckpt.XXXXXX");
@@ -461,6 +485,7 @@ int main(void)
     snprintf(f, sizeof f, "%s/f", root);
     test_roundtrip(a);
     test_dtypes(b);
+    test_f16_from_f32();
     test_errors(c, d);
     test_crash_points(e);
     test_sigkill(f);
