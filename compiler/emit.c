@@ -224,8 +224,7 @@ static Loc key_loc(const Spec *s, const char *path)
 static bool refuse(bool report, const Spec *s, const char *key, const char *what, const char *hint)
 {
     if (report) {
-        diag_error(key_loc(s, key), "shardc build: %s is not supported by the code generator yet: it comes with issue 6",
-                   what);
+        diag_error(key_loc(s, key), "shardc build: %s is not supported by the code generator", what);
         if (hint) diag_hint("%s", hint);
     }
     return false;
@@ -236,37 +235,24 @@ static bool refuse(bool report, const Spec *s, const char *key, const char *what
 bool emit_supported(const Spec *s, bool report)
 {
     bool ok = true;
-    /* tp > 1: Megatron without sequence parallelism for the Llama family (its q,
-     * k, v projections split by heads as plain row ranges); GPT's fused c_attn
-     * would need a head-interleaved shard layout, and kv heads fewer than tp
-     * their replication */
-    if (s->parallel.tp > 1 && s->model.family != FAM_LLAMA)
-        ok = refuse(report, s, "parallel.tp", "tensor parallelism (tp > 1)",
-                    "the GPT family's fused QKV needs a head-interleaved tp layout (the Llama family builds with "
-                    "tp > 1); build with -D parallel.tp=1");
-    else if (s->parallel.tp > 1 && s->model.kv_heads > 0 && s->model.kv_heads % s->parallel.tp != 0)
-        ok = refuse(report, s, "parallel.tp", "tensor parallelism with fewer kv heads than tp (replicated kv)",
-                    "build with -D parallel.tp=1");
-    if (s->parallel.tp > 1 && s->parallel.sequence_parallel)
-        ok = refuse(report, s, "parallel.sequence_parallel", "sequence parallelism",
-                    "build with -D parallel.sequence_parallel=off");
-    if (s->parallel.pp > 1)
-        ok = refuse(report, s, "parallel.pp", "pipeline parallelism (pp > 1)", "build with -D parallel.pp=1");
-    if (s->offload.optimizer != OFF_NONE)
-        ok = refuse(report, s, "offload.optimizer", "optimizer offload", "build with -D offload.optimizer=none");
-    if (s->offload.params != OFF_NONE)
-        ok = refuse(report, s, "offload.params", "parameter offload", "build with -D offload.params=none");
-    if (s->checkpointing.activations != CKPT_NONE)
-        ok = refuse(report, s, "checkpointing.activations", "activation checkpointing",
-                    "build with -D checkpointing.activations=none");
+    /* tp > 1: Megatron, both families (GPT's fused c_attn split per head:
+     * SPLIT_QKV); the Llama's one kv head replicated (kv_heads = 1), not yet
+     * inside GPT's fused c_attn */
+    if (s->parallel.tp > 1 && s->model.family == FAM_GPT && s->model.kv_heads > 0 &&
+        s->model.kv_heads % s->parallel.tp != 0)
+        ok = refuse(report, s, "parallel.tp", "the GPT family's fused QKV with fewer kv heads than tp (replicated kv)",
+                    "build with -D parallel.tp=1, or use the Llama family");
+    /* parameter offload with one dp rank: the layers would read the persistent
+     * parameters straight from the (offloaded) shard */
+    if (s->offload.params != OFF_NONE && s->parallel.dp < 2)
+        ok = refuse(report, s, "offload.params", "parameter offload with one data-parallel rank",
+                    "build with -D offload.params=none, or dp >= 2");
     /* a user-defined activation (extern) replaces GELU's calls: see ext_of */
     if (s->model.activation != ACT_GELU && s->model.activation != ACT_SWIGLU && s->model.activation != ACT_EXTERN)
         ok = refuse(report, s, "model.activation", "an activation other than GELU and SwiGLU (or a user-defined one)",
                     NULL);
     if (s->model.family == FAM_GPT && !s->model.bias)
         ok = refuse(report, s, "model.bias", "a GPT without biases (LayerNorm without a bias)", NULL);
-    if (s->precision.dtype == DT_FP16)
-        ok = refuse(report, s, "precision.dtype", "fp16 with loss scaling", "use dtype = bf16");
     return ok;
 }
 
@@ -304,6 +290,10 @@ static int buf_kind(const Buffer *b)
     if (strncmp(n, "batch.tokens.", 13) == 0) return BK_TOKENS;
     if (strncmp(n, "batch.targets.", 14) == 0) return BK_TARGETS;
     if (strncmp(n, "logits.", 7) == 0) return BK_LOGITS;
+    /* a stage's boundary: its last layer's output to send, its output gradient received */
+    if (strncmp(n, "pp.send_fwd.", 12) == 0) return BK_Y;
+    if (strncmp(n, "pp.recv_bwd.", 12) == 0) return BK_DY;
+    if (strncmp(n, "pp.send_bwd.", 12) == 0) return BK_DX;   /* its first layer's input gradient */
     /* "act.y.mb3" and "act.dy.mb3", not their tp variants ("act.dy.mb3.partial") */
     if (strncmp(n, "act.y.", 6) == 0) return strchr(n + 6, '.') ? BK_OTHER : BK_Y;
     if (strncmp(n, "act.dy.", 7) == 0) return strchr(n + 7, '.') ? BK_OTHER : BK_DY;
@@ -321,14 +311,19 @@ enum { MAX_PIECES = 32 };
 
 /* A named tensor inside a buffer: bytes at an offset, live over [born, dies]
  * (steps of the emitted sequence, for the backward scratch's packing). */
-typedef struct Piece { const char *name; int64_t off, bytes; int born, dies; } Piece;
+typedef struct Piece {
+    const char *name;
+    int64_t off, bytes;
+    int born, dies;
+    const char *base;           /* its row field when merged from several buffers (carve_merge), else NULL */
+} Piece;
 typedef struct Carve { Piece p[MAX_PIECES]; int n; int64_t total; } Carve;
 
 /* Appends a piece after the others. */
 static void carve_add(Carve *cv, const char *name, int64_t bytes)
 {
     if (cv->n == MAX_PIECES) die("emit: too many pieces in one buffer");
-    cv->p[cv->n++] = (Piece){name, cv->total, bytes, 0, 0};
+    cv->p[cv->n++] = (Piece){name, cv->total, bytes, 0, 0, NULL};
     cv->total += bytes;
 }
 
@@ -336,7 +331,7 @@ static void carve_add(Carve *cv, const char *name, int64_t bytes)
 static void carve_live(Carve *cv, const char *name, int64_t bytes, int born, int dies)
 {
     if (cv->n == MAX_PIECES) die("emit: too many pieces in one buffer");
-    cv->p[cv->n++] = (Piece){name, -1, bytes, born, dies};
+    cv->p[cv->n++] = (Piece){name, -1, bytes, born, dies, NULL};
 }
 
 /* The offset of the piece called name. */
@@ -397,18 +392,19 @@ static void carve_pack(Carve *cv, int64_t limit, const char *what)
 /* The kinds of step calls, each one function of the generated file and one table. */
 typedef enum Fn {
     FN_LOAD, FN_EMBF, FN_FWD, FN_HEAD, FN_BWD, FN_EMBB, FN_GATHER, FN_REDUCE, FN_PGATHER, FN_ZERO,
-    FN_REC, FN_WAIT, FN_TP, FN_HEAD_EVAL, NFN,
+    FN_REC, FN_WAIT, FN_TP, FN_HEAD_EVAL, FN_PP, FN_RECOMP, FN_ATTN, FN_CKPT, NFN,
     FN_INLINE = NFN,            /* a statement with its own code (once per step)   */
 } Fn;
 
 static const char *const fn_names[NFN] = {
     "load", "embed_fwd", "fwd", "head", "bwd", "embed_bwd", "gather", "reduce", "param_gather", "zero",
-    "record", "wait", "tp", "head_eval",
+    "record", "wait", "tp", "head_eval", "pp", "recompute", "attn", "ckpt",
 };
-/* The table each kind's rows live in (head_eval reads the head's). */
+/* The table each kind's rows live in (head_eval reads the head's, a full
+ * recompute the forward's). */
 static const int fn_table[NFN] = {
     FN_LOAD, FN_EMBF, FN_FWD, FN_HEAD, FN_BWD, FN_EMBB, FN_GATHER, FN_REDUCE, FN_PGATHER, FN_ZERO,
-    FN_REC, FN_WAIT, FN_TP, FN_HEAD,
+    FN_REC, FN_WAIT, FN_TP, FN_HEAD, FN_PP, FN_FWD, FN_ATTN, FN_CKPT,
 };
 
 /* One statement of a step: a call of a kind's function on a row, or code. */
@@ -417,6 +413,7 @@ typedef struct Stmt {
     int row;                    /* in the kind's table                             */
     const char *label;          /* "fwd L3 mb0"                                    */
     const char *code;           /* FN_INLINE                                       */
+    int op;                     /* the schedule op it comes from, or -1            */
 } Stmt;
 
 enum { MAX_UNITS = 2, MAX_SLOTS = R_NROLES, MAX_EVENTS = 4096 };
@@ -447,6 +444,14 @@ typedef struct CE {
     int wb, gb;                 /* bytes of a working / gradient element           */
     /* the persistent buffers (-1 none) */
     int b_params, b_pshard, b_persist, b_grads, b_gshard, b_gwhole, b_master, b_mom1, b_mom2;
+    /* offload (-1 none): the host's fp32 gradients and optimizer states, the
+     * NVMe states, the parameters' host staging (h2d, NVMe); where params.shard is */
+    int b_hgrads, b_hmaster, b_hmom1, b_hmom2, b_nvme, b_hstage, b_hswap, params_space;
+    int64_t S_host;             /* optimizer elements on the host: shard space [S_dev, S_dev + S_host) */
+    int nstates;                /* fp32 states per host element: master, then the moments */
+    bool *hreduced;             /* per segment: its host part reached grads.fp32 this step */
+    int64_t dev_lo, dev_hi;     /* the last device optimizer sub-group (for its param_d2h) */
+    bool uses_part;             /* the step calls the shard-part helper (offload)   */
     int64_t *whole_rel;         /* per segment: element offset in grads.whole, or -1 */
     int64_t *persist_rel;       /* per segment: element offset in params.persistent  */
     int *seg_bucket;
@@ -458,6 +463,10 @@ typedef struct CE {
     int nu, ng;                 /* unit and gradient slots in a row                */
     /* carved buffers */
     Carve saved, fscr, bscr, hscr;
+    /* activation checkpointing (carve_ckpt): the policy, what the forward keeps,
+     * the selectively recomputed attention core, a full recompute's scratch */
+    int pol;
+    Carve kept, attn, rscr;
     /* the step */
     Stmt *st;
     int nst, capst;
@@ -466,6 +475,7 @@ typedef struct CE {
     const char **row_label[NFN];    /* each row's op, for the rows' comments */
     int row_cap[NFN];
     int head_stmt;              /* the first head's statement (eval), or -1       */
+    int cur_op;                 /* the op build_stmts is turning into statements, or -1 */
     int64_t S_dev;              /* optimizer elements on the device               */
     bool has_sumsq_op, has_norm_op;
     int *gbuf;                  /* per segment: the gathered buffer now, or -1     */
@@ -513,6 +523,13 @@ static int class_buf(const CE *e, int k)
     return -1;
 }
 
+/* Sequence parallelism: the layers' activations are sequence shards (this
+ * rank's N/tp tokens) between the collectives, full (B,T,C) inside them. */
+static bool sp_on(const CE *e)
+{
+    return e->p->tp > 1 && e->p->T_sp < e->p->T;
+}
+
 /* Dies unless buffer id holds exactly bytes (a planner/emitter disagreement). */
 static void expect_bytes(const CE *e, int id, int64_t bytes, const char *what)
 {
@@ -548,13 +565,105 @@ static void carve_saved(CE *e)
             (long long)e->p->act.saved[CKPT_NONE]);
 }
 
+/* The step of the layer graph producing tensor i (-1: the layer input). */
+static int graph_producer(const LayerGraph *g, int i)
+{
+    for (int k = 0; k < g->nst; k++)
+        for (int j = 0; j < g->st[k].nout; j++)
+            if (g->st[k].out[j] == i) return k;
+    return -1;
+}
+
+/* The last step of the layer graph reading tensor i (its producer if none does). */
+static int graph_last_use(const LayerGraph *g, int i, int prod)
+{
+    int last = prod;
+    for (int k = 0; k < g->nst; k++)
+        for (int j = 0; j < g->st[k].nin; j++)
+            if (g->st[k].in[j] == i && k > last) last = k;
+    return last;
+}
+
+/* Does the forward keep graph tensor t for backward under checkpoint policy
+ * pol?  part.c's rule: full keeps nothing (a recompute replays the layer),
+ * selective all but the attention core. */
+static bool graph_kept(const ActTensor *t, int pol)
+{
+    if (pol == CKPT_FULL) return false;
+    return t->kind == AK_SAVED || (t->kind == AK_SAVED_ATTN && pol == CKPT_NONE);
+}
+
+/* A forward's transients under policy pol: each graph tensor it does not keep
+ * (not the input or output), live from its step to its last reader's, packed
+ * into the limit part.c computed as their peak.  The row-parallel outputs are
+ * the generated forward's tmp (attention projection) and tmp2 (MLP). */
+static void carve_fwd_scratch(CE *e, const LayerGraph *g, int pol, Carve *cv, int64_t limit)
+{
+    if (sp_on(e)) {     /* sequence parallel: only the norm of the gathered input (gen_fwd_fn) */
+        carve_add(cv, "norm.sp", e->p->T * e->m->h * e->wb);
+        carve_add(cv, "norm.sp.stats", e->p->T * 4 * (e->m->layernorm ? 2 : 1));
+        /* checkpointing: what the forward does not keep lives here, fp32 first (part.c's SP bound) */
+        for (int pass = 0; pass < 2 && pol != CKPT_NONE; pass++)
+            for (int i = 0; i < g->nt; i++) {
+                const ActTensor *t = &g->t[i];
+                if (t->kind != AK_INPUT && t->kind != AK_OUTPUT && !graph_kept(t, pol) && t->fp32 == (pass == 0))
+                    carve_add(cv, t->name, graph_bytes(e, t));
+            }
+        if (cv->total > limit)
+            die("emit: a sequence-parallel layer's forward needs %lld bytes of scratch, the plan gives it %lld",
+                (long long)cv->total, (long long)limit);
+        return;
+    }
+    for (int i = 0; i < g->nt; i++) {
+        const ActTensor *t = &g->t[i];
+        if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || graph_kept(t, pol)) continue;
+        int prod = graph_producer(g, i);
+        const char *name = strcmp(t->name, "proj.partial") == 0 ? "tmp"
+                         : strcmp(t->name, "fc2.partial") == 0 ? "tmp2" : t->name;
+        carve_live(cv, name, graph_bytes(e, t), prod, graph_last_use(g, i, prod));
+    }
+    carve_pack(cv, limit, "a layer's forward");
+    for (int i = 0; i < cv->n; i++)     /* fp32 statistics among working-dtype tensors */
+        if (cv->p[i].off % 4) die("emit: %s at byte %lld of a layer's forward scratch is not 4-byte aligned",
+                                  cv->p[i].name, (long long)cv->p[i].off);
+}
+
+/* The layer's tensors under the spec's activation checkpointing: what the
+ * forward keeps (kept: everything without checkpointing, all but the attention
+ * core under selective, nothing under full), the selectively recomputed
+ * attention core (attn: the buffer the backward reads it from), the forward's
+ * transients (fscr), and under full the transients of the recompute (rscr),
+ * which keeps everything as a forward without checkpointing does (saved). */
+static void carve_ckpt(CE *e)
+{
+    const ActBytes *a = &e->p->act;
+    LayerGraph g;
+    model_layer_graph(e->m, false, &g);
+    e->pol = e->spec->checkpointing.activations;
+    if (e->pol == CKPT_NONE) e->kept = e->saved;
+    for (int pass = 0; pass < 2 && e->pol != CKPT_NONE; pass++)    /* fp32 statistics first, as carve_saved */
+        for (int i = 0; i < g.nt; i++) {
+            const ActTensor *t = &g.t[i];
+            if (t->fp32 != (pass == 0)) continue;
+            if (graph_kept(t, e->pol)) carve_add(&e->kept, t->name, graph_bytes(e, t));
+            if (e->pol == CKPT_SELECTIVE && t->kind == AK_SAVED_ATTN) carve_add(&e->attn, t->name, graph_bytes(e, t));
+        }
+    if (e->pol != CKPT_NONE &&
+        (e->kept.total != a->saved[e->pol] || e->attn.total != (e->pol == CKPT_SELECTIVE ? a->attn : 0)))
+        die("emit: a layer keeps %lld + %lld bytes under checkpointing, the plan %lld + %lld", (long long)e->kept.total,
+            (long long)e->attn.total, (long long)a->saved[e->pol], (long long)(e->pol == CKPT_SELECTIVE ? a->attn : 0));
+    carve_fwd_scratch(e, &g, e->pol, &e->fscr, a->fwd_scratch[e->pol]);
+    if (e->pol == CKPT_FULL) carve_fwd_scratch(e, &g, CKPT_NONE, &e->rscr, a->fwd_scratch[CKPT_NONE]);
+}
+
 /* The backward's internal gradients with their lifetimes over the steps of
  * the generated backward (gen_bwd_fn: the numbers are its steps), packed
  * into the plan's scratch. */
 static void carve_bwd(CE *e, int64_t limit)
 {
     const Model *m = e->m;
-    int64_t tp = e->p->tp, T = e->p->T, h = m->h, ff = m->ffn / tp, w = e->wb, qkv = (m->h + 2 * m->kv * m->hd) / tp;
+    int64_t tp = e->p->tp, T = e->p->T, h = m->h, ff = m->ffn / tp, w = e->wb;
+    int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd;
     Carve *cv = &e->bscr;
     if (tp == 1) carve_live(cv, "dx2", T * h * w, 0, 6);   /* tp > 1: the row's d1 */
     carve_live(cv, "dact", T * ff * w, 1, 2);
@@ -568,6 +677,12 @@ static void carve_bwd(CE *e, int64_t limit)
     carve_live(cv, "datt", T * (h / tp) * w, 6, 7);
     carve_live(cv, "dqkv", T * qkv * w, 7, 8);
     carve_live(cv, "dln1", T * h * w, 8, 9);
+    if (sp_on(e)) {     /* each part's norm recomputed on its gathered input */
+        carve_live(cv, "norm2.sp", T * h * w, 3, 4);
+        carve_live(cv, "norm2.sp.stats", T * 4 * (m->layernorm ? 2 : 1), 3, 4);
+        carve_live(cv, "norm1.sp", T * h * w, 8, 9);
+        carve_live(cv, "norm1.sp.stats", T * 4 * (m->layernorm ? 2 : 1), 8, 9);
+    }
     carve_pack(cv, limit, "a layer's backward");
 }
 
@@ -652,8 +767,32 @@ static void group_init(Group *g)
     for (int r = 0; r < R_NROLES; r++) g->ct[r] = -1;
 }
 
+/* The index of model layer L among the class's layers (its chunks' layers in
+ * chunk order: with interleaved virtual stages they are not contiguous), or -1. */
+static int layer_slot(const CE *e, int L)
+{
+    int base = 0;
+    for (int k = 0; k < e->rc->nchunks; k++) {
+        const Chunk *ch = &e->rc->chunks[k];
+        if (L >= ch->first_layer && L < ch->first_layer + ch->nlayers) return base + L - ch->first_layer;
+        base += ch->nlayers;
+    }
+    return -1;
+}
+
+/* The model layer of slot li (layer_slot's inverse). */
+static int slot_layer(const CE *e, int li)
+{
+    for (int k = 0; k < e->rc->nchunks; k++) {
+        if (li < e->rc->chunks[k].nlayers) return e->rc->chunks[k].first_layer + li;
+        li -= e->rc->chunks[k].nlayers;
+    }
+    die("emit: layer slot out of range");
+}
+
 /* The groups: embeddings, each layer, the head (the tied embedding is its
- * weight when the model ties them). */
+ * weight when the model ties them; on a last stage without the embedding, its
+ * copy, which the tied reduction keeps equal). */
 static void plan_groups(CE *e)
 {
     const Model *m = e->m;
@@ -675,9 +814,11 @@ static void plan_groups(CE *e)
         if (ci < 0) continue;
         if (t->layer == LAYER_PRE) group_role(e, &e->pre, t->role, ci);
         else if (t->layer == m->l) group_role(e, &e->post, t->role, ci);
-        else group_role(e, &e->layer[t->layer - e->first_layer], t->role, ci);
+        else group_role(e, &e->layer[layer_slot(e, t->layer)], t->role, ci);
     }
     if (m->tied && e->pre.ct[R_TOK_EMBED] >= 0) group_role(e, &e->post, R_HEAD_W, e->pre.ct[R_TOK_EMBED]);
+    for (int i = 0; i < rc->ntensors; i++)
+        if (rc->tensors[i].copy) group_role(e, &e->post, R_HEAD_W, i);
     e->nu = e->ng = 1;
     Group *all[3] = {&e->pre, &e->post, NULL};
     for (int li = -2; li < e->nl; li++) {
@@ -698,7 +839,7 @@ static void stmt(CE *e, int fn, int row, const char *label, const char *code)
         if (e->nst) memcpy(n, e->st, sizeof(Stmt) * (size_t)e->nst);
         e->st = n, e->capst = cap;
     }
-    e->st[e->nst++] = (Stmt){fn, row, label, code};
+    e->st[e->nst++] = (Stmt){fn, row, label, code, e->cur_op};
 }
 
 /* Appends a row to kind fn's table (its text: "{...}, comment") and a
@@ -806,9 +947,99 @@ static void need_compute(const CE *e, const Op *o)
 /* The group of a layer op. */
 static const Group *layer_group(const CE *e, const Op *o)
 {
-    int li = o->layer - e->first_layer;
-    if (li < 0 || li >= e->nl) die("emit: op of layer %d outside the class", o->layer);
+    int li = layer_slot(e, o->layer);
+    if (li < 0) die("emit: op of layer %d outside the class", o->layer);
     return &e->layer[li];
+}
+
+/* The inline code of the owned-range helper for shard space [lo, hi). */
+static const char *owned_call(CE *e, int stream, const char *what, int64_t lo, int64_t hi, int64_t staging,
+                              int64_t pstage)
+{
+    e->uses_owned = true;
+    return arena_printf(&g_arena, "%s_owned(c, %s, %s, %lld, %lld, %lld, %lld);", e->px, stream_name(stream), what,
+                        (long long)lo, (long long)hi, (long long)staging, (long long)pstage);
+}
+
+/* Offload: the call of the shard-part helper: n elements of this rank's
+ * reduced slice of a segment (at device offset in, shard elements a rank)
+ * from element skip, into the device shard or the host's fp32 gradients at
+ * out, copied or (acc) added. */
+static const char *part_call(CE *e, int stream, int64_t in, int64_t shard, int64_t skip, int64_t n, bool host,
+                             int64_t out, bool acc)
+{
+    e->uses_part = true;
+    return arena_printf(&g_arena, "%s_part(c, %s, %lld, %lld, %lld, %lld, %d, %lld, %d);", e->px, stream_name(stream),
+                        (long long)in, (long long)shard, (long long)skip, (long long)n, host ? 1 : 0, (long long)out,
+                        acc ? 1 : 0);
+}
+
+/* The buffer among an op's reads (rd) or writes whose name starts with prefix, or -1. */
+static int op_prefix(const CE *e, const Op *o, bool rd, const char *prefix)
+{
+    const int *ids = rd ? o->rd : o->wr;
+    int n = rd ? o->nrd : o->nwr;
+    for (int i = 0; i < n; i++)
+        if (strncmp(e->s->bufs[ids[i]].name, prefix, strlen(prefix)) == 0) return ids[i];
+    return -1;
+}
+
+/* Elements of a segment's shard (at shard_offset so) that stay on the device:
+ * the host optimizer owns shard space from S_dev on. */
+static int64_t dev_part(const CE *e, int64_t so, int64_t shard)
+{
+    return so >= e->S_dev ? 0 : so + shard <= e->S_dev ? shard : e->S_dev - so;
+}
+
+/* One NVMe optimizer transfer of host sub-group o->chunk: read (OP_OPT_READ)
+ * its master weights and moments into its staging slot, or write them back
+ * (OP_OPT_WRITE, with the updated parameters when those live on NVMe).  The
+ * file holds the states one after the other: [master S_host][m S_host][v S_host]. */
+static void nvme_opt_op(CE *e, const Op *o, const char *label)
+{
+    bool rd = o->kind == OP_OPT_READ;
+    int64_t sub = e->spec->zero.sub_group_size, h0 = (int64_t)o->chunk * sub;
+    int64_t n = e->S_host - h0 < sub ? e->S_host - h0 : sub;
+    if (o->chunk < 0 || n <= 0) die("emit: %s names no host sub-group", label);
+    const char *st = stream_name(o->stream);
+    int slot = op_prefix(e, o, !rd, "optimizer.nvme_staging");
+    if (e->b_nvme >= 0 && slot >= 0) {
+        if (e->s->bufs[slot].bytes < n * 4 * e->nstates)
+            die("emit: %s stages %lld bytes, the plan's %s has %lld", label, (long long)(n * 4 * e->nstates),
+                e->s->bufs[slot].name, (long long)e->s->bufs[slot].bytes);
+        for (int k = 0; k < e->nstates; k++)
+            stmt(e, FN_INLINE, 0, label,
+                 arena_printf(&g_arena, "srt_nvme_%s(c, %s, srt_hview(c, %lld, %lld, SRT_F32), %lld);",
+                              rd ? "read" : "write", st, (long long)(boff(e, slot) + k * n * 4), (long long)n,
+                              (long long)(boff(e, e->b_nvme) + ((int64_t)k * e->S_host + h0) * 4)));
+    } else if (rd) {
+        die("emit: %s reads no NVMe optimizer state", label);
+    }
+    if (!rd && e->b_hswap >= 0 && op_prefix(e, o, false, "params.shard") >= 0) {
+        if (e->s->bufs[e->b_hswap].bytes < n * e->wb)
+            die("emit: %s writes %lld parameter bytes through %s of %lld", label, (long long)(n * e->wb),
+                e->s->bufs[e->b_hswap].name, (long long)e->s->bufs[e->b_hswap].bytes);
+        stmt(e, FN_INLINE, 0, label,
+             arena_printf(&g_arena, "srt_nvme_write(c, %s, srt_hview(c, %lld, %lld, WDT), %lld);", st,
+                          (long long)boff(e, e->b_hswap), (long long)n,
+                          (long long)(boff(e, e->b_pshard) + (e->S_dev + h0) * e->wb)));
+    }
+}
+
+/* The view of a parameter shard slice (elements [j, j + n) of params.shard)
+ * where it is read from: the device, the host arena, or, for NVMe, the host
+ * swap staging after a read into it (returned in *pre). */
+static const char *shard_src(CE *e, const char *st, int64_t j, int64_t n, const char **pre)
+{
+    int64_t off = boff(e, e->b_pshard) + j * e->wb;
+    *pre = NULL;
+    if (e->params_space == SPACE_DEVICE) return arena_printf(&g_arena, "DV(%lld, %lld, WDT)", (long long)off, (long long)n);
+    if (e->params_space == SPACE_HOST) return arena_printf(&g_arena, "HV(%lld, %lld, WDT)", (long long)off, (long long)n);
+    if (e->b_hswap < 0 || e->s->bufs[e->b_hswap].bytes < n * e->wb)
+        die("emit: a parameter shard slice of %lld elements does not fit the NVMe staging", (long long)n);
+    const char *v = arena_printf(&g_arena, "HV(%lld, %lld, WDT)", (long long)boff(e, e->b_hswap), (long long)n);
+    *pre = arena_printf(&g_arena, "srt_nvme_read(c, %s, %s, %lld);", st, v, (long long)off);
+    return v;
 }
 
 /* One OP_GRAD_REDUCE: per segment of the bucket, an all-reduce in place
@@ -832,6 +1063,25 @@ static void reduce_op(CE *e, const Op *o, const char *label)
     for (int i = bk->first_seg; i < bk->first_seg + bk->nseg; i++) {
         const Segment *sg = &rc->segs[i];
         int64_t in = whole ? boff(e, src) + e->whole_rel[i] * e->gb : boff(e, src) + (sg->offset - first->offset) * e->gb;
+        int64_t dn = dev_part(e, sg->shard_offset, sg->shard);
+        if (dn < sg->shard) {
+            /* offload: part of this shard is the host optimizer's: reduce in
+             * place (mode 3), the device's part to the shard; a bucket's host
+             * part goes to the host in its grad_d2h, a whole segment's here */
+            bool acc = e->reduced[i];
+            e->reduced[i] = true;
+            row(e, FN_REDUCE, arena_printf(&g_arena, "%s seg%d", label, i), "{%s, 3, %lld, -1, %lld, %lld}", st,
+                (long long)in, (long long)sg->padded, (long long)sg->shard);
+            if (dn > 0)
+                stmt(e, FN_INLINE, 0, label,
+                     part_call(e, o->stream, in, sg->shard, 0, dn, false, boff(e, e->b_gshard) + sg->shard_offset * e->gb,
+                               acc));
+            if (whole)
+                stmt(e, FN_INLINE, 0, label,
+                     part_call(e, o->stream, in, sg->shard, dn, sg->shard - dn, true,
+                               boff(e, e->b_hgrads) + (sg->shard_offset + dn - e->S_dev) * 4, false));
+            continue;
+        }
         int mode = e->reduced[i] ? 2 : 1;
         e->reduced[i] = true;
         row(e, FN_REDUCE, arena_printf(&g_arena, "%s seg%d", label, i), "{%s, %d, %lld, %lld, %lld, %lld}", st, mode,
@@ -850,7 +1100,14 @@ static void param_gather_op(CE *e, const Op *o, const char *label)
     if (last < 0 || last >= rc->nsegs) die("emit: %s names no segment", label);
     for (int i = e->prev_pgather + 1; i <= last; i++) {
         const Segment *sg = &rc->segs[i];
-        if (e->p->zero == 3) {
+        if (e->p->zero == 3 && sg->persistent && e->params_space != SPACE_DEVICE) {
+            /* the shard is on the host or on NVMe: gather from there */
+            const char *pre, *in = shard_src(e, stream_name(o->stream), sg->shard_offset, sg->shard, &pre);
+            if (pre) stmt(e, FN_INLINE, 0, label, pre);
+            stmt(e, FN_INLINE, 0, label,
+                 arena_printf(&g_arena, "srt_all_gather(c, %s, SRT_DP, DV(%lld, %lld, WDT), %s);", stream_name(o->stream),
+                              (long long)(boff(e, e->b_persist) + e->persist_rel[i] * e->wb), (long long)sg->padded, in));
+        } else if (e->p->zero == 3) {
             if (!sg->persistent) continue;
             row(e, FN_PGATHER, arena_printf(&g_arena, "%s seg%d", label, i), "{%s, %lld, %lld, %lld, %lld}",
                 stream_name(o->stream), (long long)(boff(e, e->b_persist) + e->persist_rel[i] * e->wb),
@@ -865,13 +1122,6 @@ static void param_gather_op(CE *e, const Op *o, const char *label)
     e->prev_pgather = last;
 }
 
-/* The inline code of the owned-range helper for shard space [lo, hi). */
-static const char *owned_call(CE *e, int stream, const char *what, int64_t lo, int64_t hi, int64_t staging)
-{
-    e->uses_owned = true;
-    return arena_printf(&g_arena, "%s_owned(c, %s, %s, %lld, %lld, %lld);", e->px, stream_name(stream), what,
-                        (long long)lo, (long long)hi, (long long)staging);
-}
 
 /* The one buffer among an op's reads (rd) or writes whose name ends with
  * suffix (the tp transients: ".resid1", ".dresid1"). */
@@ -926,20 +1176,275 @@ static void tp_grads_op(CE *e, const Op *o, const char *label)
             (long long)o->bytes);
 }
 
-/* A TP collective of activations: all-reduce in place (Megatron's f and g). */
+/* A TP collective of activations: all-reduce in place (Megatron's f and g),
+ * or under sequence parallelism an all-gather of a sequence shard (the
+ * layer's input, a gradient, or the x2 shard of a saved buffer) into a full
+ * (B,T,C) buffer, or a reduce-scatter of full partial sums into a shard.
+ * Rows: kind 0 all-reduce, 1 all-gather, 2 reduce-scatter; n: the full
+ * tensor's elements. */
 static void tp_comm_op(CE *e, const Op *o, const char *label)
 {
     if (o->sub == SUB_GRADS) {
         tp_grads_op(e, o, label);
         return;
     }
+    if (o->kind == OP_TP_ALLGATHER || o->kind == OP_TP_REDUCE_SCATTER) {
+        bool ag = o->kind == OP_TP_ALLGATHER;
+        if (!sp_on(e) || o->nrd != 1 || o->nwr != 1)
+            die("emit: %s: a sequence-parallel collective without sequence parallelism", label);
+        const Buffer *in = &e->s->bufs[o->rd[0]], *out = &e->s->bufs[o->wr[0]];
+        int64_t full = e->p->act.full, shard = full / e->p->tp, at = boff(e, o->rd[0]);
+        bool rec = ag && ends_with(in->name, ".recomputed");    /* full checkpointing's replayed tensors */
+        bool inside = rec && in->bytes == e->p->act.x + e->saved.total;    /* after the layer's input shard */
+        if (ag && (buf_kind(in) == BK_SAVED || rec) && o->sub == SUB_MLP)  /* the MLP's input shard */
+            at += (inside ? e->p->act.x : 0) + carve_off(rec ? &e->saved : &e->kept, "x2");
+        else if (inside && o->sub == SUB_ATTN) (void)0;                  /* the layer's input shard, first */
+        else if (in->bytes != (ag ? shard : full))
+            die("emit: %s reads %lld bytes, not a %s", label, (long long)in->bytes,
+                ag ? "sequence shard" : "full tensor");
+        bool into = !ag && ends_with(out->name, ".recomputed") && out->bytes == shard + e->saved.total;
+        if (!into && out->bytes != (ag ? full : shard))     /* into: the next layer's replayed input, first */
+            die("emit: %s writes %lld bytes, not a %s", label, (long long)out->bytes,
+                ag ? "full tensor" : "sequence shard");
+        row(e, FN_TP, label, "{%s, %d, 0, %lld, %lld, %lld}", stream_name(o->stream), ag ? 1 : 2,
+            (long long)boff(e, o->wr[0]), (long long)at, (long long)(full / e->wb));
+        return;
+    }
     if (o->kind != OP_TP_ALLREDUCE || o->nrd != 1 || o->nwr != 1 || o->rd[0] != o->wr[0])
-        die("emit: the code generator has no code for %s (sequence parallelism)", label);
+        die("emit: the code generator has no code for %s", label);
     const Buffer *b = &e->s->bufs[o->wr[0]];
     if (b->bytes != e->p->act.x) die("emit: %s reduces %lld bytes, a [T, C] activation has %lld", label,
                                      (long long)b->bytes, (long long)e->p->act.x);
     row(e, FN_TP, label, "{%s, 0, 0, %lld, %lld, %lld}", stream_name(o->stream), (long long)b->offset,
         (long long)b->offset, (long long)(b->bytes / e->wb));
+}
+
+/* A transfer between pipeline stages on the pp stream: a send of a stage
+ * boundary (the last layer's output forward, the first layer's input gradient
+ * backward) to the next / previous stage, or a receive from it.  Interleaved
+ * virtual stages wrap around: the last stage's chunk feeds the first's next. */
+static void pp_msg_op(CE *e, const Op *o, const char *label)
+{
+    bool send = o->kind == OP_SEND_FWD || o->kind == OP_SEND_BWD;
+    bool fwd = o->kind == OP_SEND_FWD || o->kind == OP_RECV_FWD;
+    if (send ? o->nrd != 1 : o->nwr != 1) die("emit: %s moves %d buffers, not one", label, send ? o->nrd : o->nwr);
+    int id = send ? o->rd[0] : o->wr[0];
+    expect_bytes(e, id, e->p->act.boundary, "a stage boundary");
+    if (e->p->act.boundary != o->bytes) die("emit: %s moves %lld bytes, the boundary has %lld", label,
+                                            (long long)o->bytes, (long long)e->p->act.boundary);
+    int64_t pp = e->p->pp, st = e->rc->stage;
+    int64_t peer = send == fwd ? (st + 1) % pp : (st + pp - 1) % pp;   /* send fwd / recv bwd: the next stage */
+    row(e, FN_PP, label, "{%s, %d, %lld, %lld, %lld}", stream_name(o->stream), send ? 0 : 1, (long long)boff(e, id),
+        (long long)(e->s->bufs[id].bytes / e->wb), (long long)peer);
+}
+
+/* The tied embedding's gradient summed between the first stage (the embedding)
+ * and the last (the head's copy) over SRT_EMBED: one row per tied tensor, in
+ * the gradient buffer it accumulates in (grads, or grads.whole for ZeRO 2-3). */
+static void tied_reduce_op(CE *e, const Op *o, const char *label)
+{
+    const RankClass *rc = e->rc;
+    int64_t total = 0;
+    for (int i = 0; i < rc->ntensors; i++) {
+        const ClassTensor *ct = &rc->tensors[i];
+        const Segment *sg = &rc->segs[ct->seg];
+        if (!ct->copy && !(e->m->tied && e->m->t[ct->tensor].role == R_TOK_EMBED)) continue;
+        int64_t at = e->p->zero < 2 ? boff(e, e->b_grads) + ct->offset * e->gb
+                                    : boff(e, e->b_gwhole) + (e->whole_rel[ct->seg] + ct->offset - sg->offset) * e->gb;
+        if (e->p->zero >= 2 && e->whole_rel[ct->seg] < 0) die("emit: %s: the tied tensor is not in grads.whole", label);
+        total += ct->numel;
+        row(e, FN_PP, arena_printf(&g_arena, "%s %s", label, e->m->t[ct->tensor].name), "{%s, 2, %lld, %lld, -1}",
+            stream_name(o->stream), (long long)at, (long long)ct->numel);
+    }
+    if (total * e->gb != o->bytes)
+        die("emit: %s all-reduces %lld gradient bytes, the schedule says %lld", label, (long long)(total * e->gb),
+            (long long)o->bytes);
+}
+
+/* ---- activation checkpointing: the layer's buffers as sched.c names them ------------------ */
+
+/* The buffer "act.L<layer>.mb<mb>.<what>" among an op's reads (rd) or writes, or -1. */
+static int act_of(const CE *e, const Op *o, bool rd, int layer, const char *what)
+{
+    const char *name = arena_printf(&g_arena, "act.L%d.mb%d.%s", layer, o->mb, what);
+    const int *ids = rd ? o->rd : o->wr;
+    int n = rd ? o->nrd : o->nwr;
+    for (int i = 0; i < n; i++)
+        if (strcmp(e->s->bufs[ids[i]].name, name) == 0) return ids[i];
+    return -1;
+}
+
+/* The input of layer `layer` (B,T,C) among an op's reads (rd) or writes, or -1:
+ * x, or under full checkpointing the group's checkpoint (ckpt, unless it is a
+ * partitioned slice) or a transient (x.transient). */
+static int layer_input(const CE *e, const Op *o, bool rd, int layer)
+{
+    static const char *const what[] = {"x", "ckpt", "x.transient"};
+    for (size_t i = 0; i < sizeof what / sizeof what[0]; i++) {
+        int id = act_of(e, o, rd, layer, what[i]);
+        if (id >= 0 && e->s->bufs[id].bytes == e->p->act.x) return id;
+    }
+    return -1;
+}
+
+/* The embedding's output: the first layer's input (its checkpoint under full
+ * checkpointing). */
+static int embed_output(const CE *e, const Op *o)
+{
+    int x = layer_input(e, o, false, 0);
+    if (x < 0) die("emit: op %s has no output buffer", sched_op_label(e->s, (int)(o - e->s->ops)));
+    return x;
+}
+
+/* Partitioned activations: a group's first layer keeps only its tp rank's
+ * slice of its input (ckpt, which the forward writes), all-gathered again
+ * before the recompute.  Emitted with the forward (its attention part) that
+ * reads the input x. */
+static void ckpt_slice(CE *e, const Op *o, int x, const char *label)
+{
+    int sl = act_of(e, o, false, o->layer, "ckpt");
+    if (sl < 0 || e->s->bufs[sl].bytes == e->p->act.x) return;
+    if (e->s->bufs[sl].bytes * e->p->tp != e->p->act.x || e->s->bufs[sl].bytes % e->wb)
+        die("emit: %s keeps a checkpoint slice of %lld bytes, not 1/%lld of the input's %lld", label,
+            (long long)e->s->bufs[sl].bytes, (long long)e->p->tp, (long long)e->p->act.x);
+    row(e, FN_CKPT, arena_printf(&g_arena, "%s (checkpoint slice)", label), "{%s, 3, %lld, %lld, %lld}",
+        stream_name(o->stream), (long long)boff(e, sl), (long long)boff(e, x), (long long)(e->s->bufs[sl].bytes / e->wb));
+}
+
+/* The tp collectives of activation checkpointing: the all-gather of a
+ * partitioned checkpoint (ckpt -> ckpt.gathered), and a full recompute's
+ * all-reduce in place of a layer's output, which is the start of the next
+ * layer's recomputed buffer.  False for any other tp collective. */
+static bool ckpt_tp_op(CE *e, const Op *o, const char *label)
+{
+    if (o->kind == OP_TP_ALLREDUCE && o->nrd == 1 && o->nwr == 1 && o->rd[0] == o->wr[0] &&
+        ends_with(e->s->bufs[o->wr[0]].name, ".recomputed")) {
+        const Buffer *b = &e->s->bufs[o->wr[0]];
+        if (o->bytes != e->p->act.x || b->bytes != e->p->act.x + e->saved.total)
+            die("emit: %s reduces %lld bytes of %s (%lld bytes)", label, (long long)o->bytes, b->name,
+                (long long)b->bytes);
+        row(e, FN_TP, label, "{%s, 0, 0, %lld, %lld, %lld}", stream_name(o->stream), (long long)b->offset,
+            (long long)b->offset, (long long)(e->p->act.x / e->wb));
+        return true;
+    }
+    if (o->kind != OP_TP_ALLGATHER || o->nrd != 1 || o->nwr != 1 || !ends_with(e->s->bufs[o->wr[0]].name, ".ckpt.gathered"))
+        return false;
+    const Buffer *in = &e->s->bufs[o->rd[0]], *out = &e->s->bufs[o->wr[0]];
+    if (!ends_with(in->name, ".ckpt") || in->bytes * e->p->tp != out->bytes || out->bytes != e->p->act.x)
+        die("emit: %s gathers %s (%lld bytes) into %lld", label, in->name, (long long)in->bytes, (long long)out->bytes);
+    row(e, FN_CKPT, label, "{%s, 2, %lld, %lld, %lld}", stream_name(o->stream), (long long)out->offset,
+        (long long)in->offset, (long long)(in->bytes / e->wb));
+    return true;
+}
+
+/* cpu checkpointing: a checkpoint to the pinned host arena after its
+ * forward, and back before its recompute, on the stream the schedule says. */
+static void ckpt_copy_op(CE *e, const Op *o, const char *label)
+{
+    bool d2h = o->kind == OP_CKPT_D2H;
+    if (o->nrd != 1 || o->nwr != 1) die("emit: %s copies %d buffers to %d", label, o->nrd, o->nwr);
+    const Buffer *src = &e->s->bufs[o->rd[0]], *dst = &e->s->bufs[o->wr[0]];
+    if (src->space != (d2h ? SPACE_DEVICE : SPACE_HOST) || dst->space != (d2h ? SPACE_HOST : SPACE_DEVICE) ||
+        src->bytes != dst->bytes || src->bytes % e->wb)
+        die("emit: %s copies %s (%lld bytes) to %s (%lld)", label, src->name, (long long)src->bytes, dst->name,
+            (long long)dst->bytes);
+    row(e, FN_CKPT, label, "{%s, %d, %lld, %lld, %lld}", stream_name(o->stream), d2h ? 0 : 1, (long long)dst->offset,
+        (long long)src->offset, (long long)(src->bytes / e->wb));
+}
+
+/* Where a layer backward's tensors are: returns the layer input's buffer (its
+ * offset is the input's), the saved tensors' offset in *so and the selectively
+ * recomputed attention core's in *ao (-1 without).  Full checkpointing: the
+ * layer's recomputed buffer holds its saved tensors, after its input when the
+ * previous layer's recompute wrote the input there; else the input is the
+ * group's checkpoint (gathered when partitioned). */
+static int bwd_state(const CE *e, const Op *o, int64_t *so, int64_t *ao)
+{
+    const char *label = sched_op_label(e->s, (int)(o - e->s->ops));
+    *ao = -1;
+    if (e->pol != CKPT_FULL) {
+        int saved = op_need(e, o, true, BK_SAVED, "saved");
+        expect_bytes(e, saved, e->kept.total, "a layer's saved tensors");
+        *so = boff(e, saved);
+        if (e->pol == CKPT_SELECTIVE) {
+            int at = act_of(e, o, true, o->layer, "attn");
+            if (at < 0) die("emit: %s has no recomputed attention core", label);
+            expect_bytes(e, at, e->attn.total, "the recomputed attention core");
+            *ao = boff(e, at);
+        }
+        int x = layer_input(e, o, true, o->layer);
+        if (x < 0 && !sp_on(e)) die("emit: %s has no input buffer", label);
+        return x;
+    }
+    int rec = act_of(e, o, true, o->layer, "recomputed");
+    if (rec < 0) die("emit: %s has no recomputed buffer", label);
+    if (e->s->bufs[rec].bytes == e->p->act.x + e->saved.total) {
+        *so = boff(e, rec) + e->p->act.x;
+        return rec;
+    }
+    expect_bytes(e, rec, e->saved.total, "a layer's recomputed tensors");
+    *so = boff(e, rec);
+    int x = act_of(e, o, true, o->layer, "ckpt.gathered");
+    if (x < 0) x = act_of(e, o, true, o->layer, "ckpt");
+    if (x < 0) die("emit: %s has no checkpoint to read", label);
+    expect_bytes(e, x, e->p->act.x, "a layer's checkpointed input");
+    return x;
+}
+
+/* OP_RECOMPUTE.  Full: the layer's forward again into its recomputed buffer
+ * (after its input when the previous layer's recompute wrote the input
+ * there), its output into the next layer's, none for a group's last layer.
+ * Selective: the attention core again. */
+static void recompute_op(CE *e, const Op *o, const char *label)
+{
+    need_compute(e, o);
+    const ActBytes *a = &e->p->act;
+    if (e->pol == CKPT_SELECTIVE) {
+        int saved = op_need(e, o, true, BK_SAVED, "saved"), at = act_of(e, o, false, o->layer, "attn");
+        if (at < 0) die("emit: %s writes no attention core", label);
+        expect_bytes(e, saved, e->kept.total, "a layer's kept tensors");
+        expect_bytes(e, at, e->attn.total, "the recomputed attention core");
+        row(e, FN_ATTN, label, "{%lld, %lld}", (long long)boff(e, saved), (long long)boff(e, at));
+        return;
+    }
+    if (e->pol != CKPT_FULL) die("emit: %s: a recompute without checkpointing", label);
+    int rec = act_of(e, o, false, o->layer, "recomputed");
+    if (rec < 0) die("emit: %s writes no recomputed buffer", label);
+    bool inside = e->s->bufs[rec].bytes == a->x + e->saved.total;
+    if (!inside) expect_bytes(e, rec, e->saved.total, "a layer's recomputed tensors");
+    int64_t so = boff(e, rec) + (inside ? a->x : 0), xo, yo, r1 = -1;
+    int in = act_of(e, o, true, o->layer, "ckpt.gathered");
+    if (in < 0) in = act_of(e, o, true, o->layer, "ckpt");
+    if (in >= 0) expect_bytes(e, in, a->x, "a layer's checkpointed input");
+    xo = inside ? boff(e, rec) : in >= 0 ? boff(e, in) : -1;
+    int next = act_of(e, o, false, o->layer + 1, "recomputed");
+    yo = next >= 0 ? boff(e, next) : -1;
+    if (sp_on(e)) {     /* SP: the part's gathered input in, its full partial sums out (none: group's last) */
+        xo = boff(e, r1 = op_suffix(e, o, true, ".gathered"));
+        expect_bytes(e, r1, a->full, "a recompute's gathered input");
+        int part = -1;
+        for (int w = 0; w < o->nwr; w++)
+            if (ends_with(e->s->bufs[o->wr[w]].name, ".partial")) part = o->wr[w];
+        yo = part >= 0 ? boff(e, part) : -1;
+        if (part >= 0) expect_bytes(e, part, a->full, "a recompute's partial sums");
+    } else if (o->sub == SUB_MLP) {
+        xo = boff(e, r1 = op_suffix(e, o, true, ".resid1"));
+    } else if (o->sub == SUB_ATTN) {
+        yo = boff(e, r1 = op_suffix(e, o, false, ".resid1"));
+    }
+    if (xo < 0) die("emit: %s has no input", label);
+    int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
+    if (e->s->bufs[scr].bytes < e->rscr.total)
+        die("emit: a layer's recompute needs %lld bytes of scratch, the plan gives it %lld", (long long)e->rscr.total,
+            (long long)e->s->bufs[scr].bytes);
+    if (e->p->tp > 1)
+        row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s, %d, %lld}", layer_slot(e, o->layer), (long long)xo,
+            (long long)so, (long long)yo, (long long)boff(e, scr), units_of(e, layer_group(e, o), o), o->sub,
+            (long long)(r1 >= 0 ? boff(e, r1) : -1));
+    else
+        row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s}", layer_slot(e, o->layer), (long long)xo, (long long)so,
+            (long long)yo, (long long)boff(e, scr), units_of(e, layer_group(e, o), o));
+    e->st[e->nst - 1].fn = FN_RECOMP;   /* the forward's table, the recompute's function */
 }
 
 /* The statements of one op. */
@@ -958,51 +1463,63 @@ static void op_stmts(CE *e, int i, bool *zeroed)
     }
     case OP_EMBED_FWD: {
         need_compute(e, o);
-        int x = op_need(e, o, false, BK_X, "output"), tok = op_need(e, o, true, BK_TOKENS, "tokens");
-        expect_bytes(e, x, e->p->act.x, "the embedding's output");
+        int tok = op_need(e, o, true, BK_TOKENS, "tokens");
+        /* SP: the full partial sums, reduce-scattered into the first layer's shard */
+        int x = sp_on(e) ? op_suffix(e, o, false, ".partial") : embed_output(e, o);
+        expect_bytes(e, x, sp_on(e) ? e->p->act.full : e->p->act.x, "the embedding's output");
         row(e, FN_EMBF, label, "{%lld, %lld, %s}", (long long)boff(e, x), (long long)boff(e, tok),
             units_of(e, &e->pre, o));
         break;
     }
     case OP_LAYER_FWD: {
         need_compute(e, o);
-        int saved = op_need(e, o, false, BK_SAVED, "saved"), x, y, r1 = -1;
-        if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
+        /* full checkpointing keeps nothing: no saved buffer (-1) */
+        int saved = e->kept.total ? op_need(e, o, false, BK_SAVED, "saved") : -1, x, y, r1 = -1;
+        if (sp_on(e)) {             /* SP: the gathered input in, the partial sums (full) out */
+            x = r1 = op_suffix(e, o, true, ".gathered");
+            y = op_suffix(e, o, false, ".partial");
+        } else if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
             r1 = op_suffix(e, o, true, ".resid1");
             x = r1;
         } else {
-            x = op_need(e, o, true, BK_X, "input");
+            x = layer_input(e, o, true, o->layer);
+            if (x < 0) die("emit: op %s has no input buffer", label);
         }
-        if (o->sub == SUB_ATTN) {   /* out: the partial sums of the attention part */
+        if (!sp_on(e) && o->sub == SUB_ATTN) {   /* out: the partial sums of the attention part */
             r1 = op_suffix(e, o, false, ".resid1");
             y = r1;
-        } else {
-            y = op_buf(e, o, false, BK_X);
+        } else if (!sp_on(e)) {
+            y = layer_input(e, o, false, o->layer + 1);
             if (y < 0) y = op_need(e, o, false, BK_Y, "output");
         }
         int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
-        expect_bytes(e, saved, e->saved.total, "a layer's saved tensors");
-        expect_bytes(e, y, e->p->act.x, "a layer's output");
+        if (saved >= 0) expect_bytes(e, saved, e->kept.total, "a layer's saved tensors");
+        expect_bytes(e, y, sp_on(e) ? e->p->act.full : e->p->act.x, "a layer's output");
+        if (sp_on(e)) expect_bytes(e, x, e->p->act.full, "a layer's gathered input");
         if (e->s->bufs[scr].bytes < e->fscr.total)
             die("emit: a layer's forward needs %lld bytes of scratch, the plan gives it %lld",
                 (long long)e->fscr.total, (long long)e->s->bufs[scr].bytes);
         if (e->p->tp > 1)
-            row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s, %d, %lld}", o->layer - e->first_layer,
-                (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, y), (long long)boff(e, scr),
+            row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s, %d, %lld}", layer_slot(e, o->layer),
+                (long long)boff(e, x), (long long)(saved >= 0 ? boff(e, saved) : -1), (long long)boff(e, y), (long long)boff(e, scr),
                 units_of(e, layer_group(e, o), o), o->sub, (long long)boff(e, r1));
         else
-            row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s}", o->layer - e->first_layer, (long long)boff(e, x),
-                (long long)boff(e, saved), (long long)boff(e, y), (long long)boff(e, scr),
+            row(e, FN_FWD, label, "{%d, %lld, %lld, %lld, %lld, %s}", layer_slot(e, o->layer), (long long)boff(e, x),
+                (long long)(saved >= 0 ? boff(e, saved) : -1), (long long)boff(e, y), (long long)boff(e, scr),
                 units_of(e, layer_group(e, o), o));
+        if (o->sub != SUB_MLP) ckpt_slice(e, o, x, label);
         break;
     }
     case OP_HEAD: {
         need_compute(e, o);
-        int y = op_need(e, o, true, BK_Y, "input"), tgt = op_need(e, o, true, BK_TARGETS, "targets");
+        int tgt = op_need(e, o, true, BK_TARGETS, "targets");
         int lg = op_need(e, o, false, BK_LOGITS, "logits"), scr = op_need(e, o, false, BK_SCRATCH, "scratch");
-        int dy = op_need(e, o, false, BK_DY, "output gradient");
+        /* SP: the gathered last output in, the full partial gradient out (reduce-scattered next) */
+        int y = sp_on(e) ? op_suffix(e, o, true, ".gathered") : op_need(e, o, true, BK_Y, "input");
+        int dy = sp_on(e) ? op_suffix(e, o, false, ".partial") : op_need(e, o, false, BK_DY, "output gradient");
         expect_bytes(e, lg, e->p->T * (e->m->Vpad / e->p->tp) * e->wb, "the logits");
-        expect_bytes(e, dy, e->p->act.x, "the last layer's output gradient");
+        expect_bytes(e, y, sp_on(e) ? e->p->act.full : e->p->act.x, "the last layer's output");
+        expect_bytes(e, dy, sp_on(e) ? e->p->act.full : e->p->act.x, "the last layer's output gradient");
         if (e->s->bufs[scr].bytes < e->hscr.total)
             die("emit: the head needs %lld bytes of scratch, the plan gives it %lld", (long long)e->hscr.total,
                 (long long)e->s->bufs[scr].bytes);
@@ -1015,39 +1532,51 @@ static void op_stmts(CE *e, int i, bool *zeroed)
     }
     case OP_LAYER_BWD: {
         need_compute(e, o);
-        int dy, dx, d1 = -1;
-        if (o->sub == SUB_ATTN) {   /* the MLP part's reduced input gradient in */
+        int dy, dx, d1 = -1, x = -1;
+        if (sp_on(e)) {             /* SP: gathered gradient and input in, the full partial sums out */
+            dy = d1 = op_suffix(e, o, true, ".dy.gathered");
+            x = op_suffix(e, o, true, ".regathered");
+            dx = op_suffix(e, o, false, ".dpartial");
+            if (o->sub == SUB_MLP) d1 = dx;
+        } else if (o->sub == SUB_ATTN) {   /* the MLP part's reduced input gradient in */
             d1 = dy = op_suffix(e, o, true, ".dresid1");
         } else {
             dy = op_buf(e, o, true, BK_DY);
             if (dy < 0) dy = op_need(e, o, true, BK_DX, "output gradient");
         }
-        if (o->sub == SUB_MLP) {    /* out: the partial sums of its input gradient */
+        if (!sp_on(e) && o->sub == SUB_MLP) {    /* out: the partial sums of its input gradient */
             d1 = dx = op_suffix(e, o, false, ".dresid1");
-        } else {
+        } else if (!sp_on(e)) {
             dx = op_need(e, o, false, BK_DX, "input gradient");
         }
-        int x = op_need(e, o, true, BK_X, "input"), saved = op_need(e, o, true, BK_SAVED, "saved");
+        int64_t so, ao;     /* the saved (or recomputed) tensors; selective: the attention core */
+        int xs = bwd_state(e, o, &so, &ao);
+        if (x < 0) x = xs;
         int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
-        expect_bytes(e, dx, e->p->act.x, "a layer's input gradient");
+        expect_bytes(e, dx, sp_on(e) ? e->p->act.full : e->p->act.x, "a layer's input gradient");
+        if (sp_on(e)) expect_bytes(e, x, e->p->act.full, "a layer's gathered input");
         if (e->s->bufs[scr].bytes < e->bscr.total)
             die("emit: a layer's backward needs %lld bytes of scratch, the plan gives it %lld",
                 (long long)e->bscr.total, (long long)e->s->bufs[scr].bytes);
         const Group *g = layer_group(e, o);
         zero_buckets(e, o, zeroed, label);
         if (e->p->tp > 1)
-            row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s, %d, %lld}", o->layer - e->first_layer,
-                (long long)boff(e, dy), (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, dx),
-                (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o), o->sub, (long long)boff(e, d1));
+            row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s, %d, %lld%s}", layer_slot(e, o->layer),
+                (long long)boff(e, dy), (long long)boff(e, x), (long long)so, (long long)boff(e, dx),
+                (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o), o->sub, (long long)boff(e, d1),
+                ao >= 0 ? arena_printf(&g_arena, ", %lld", (long long)ao) : "");
         else
-            row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s}", o->layer - e->first_layer,
-                (long long)boff(e, dy), (long long)boff(e, x), (long long)boff(e, saved), (long long)boff(e, dx),
-                (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o));
+            row(e, FN_BWD, label, "{%d, %lld, %lld, %lld, %lld, %lld, %s, %s%s}", layer_slot(e, o->layer),
+                (long long)boff(e, dy), (long long)boff(e, x), (long long)so, (long long)boff(e, dx),
+                (long long)boff(e, scr), units_of(e, g, o), buckets_of(e, g, o),
+                ao >= 0 ? arena_printf(&g_arena, ", %lld", (long long)ao) : "");
         break;
     }
     case OP_EMBED_BWD: {
         need_compute(e, o);
-        int dx = op_need(e, o, true, BK_DX, "gradient"), tok = op_need(e, o, true, BK_TOKENS, "tokens");
+        int tok = op_need(e, o, true, BK_TOKENS, "tokens");
+        int dx = sp_on(e) ? op_suffix(e, o, true, ".dx.gathered") : op_need(e, o, true, BK_DX, "gradient");
+        expect_bytes(e, dx, sp_on(e) ? e->p->act.full : e->p->act.x, "the embedding's gradient");
         zero_buckets(e, o, zeroed, label);
         row(e, FN_EMBB, label, "{%lld, %lld, %s}", (long long)boff(e, dx), (long long)boff(e, tok),
             buckets_of(e, &e->pre, o));
@@ -1058,35 +1587,118 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         int out = op_need(e, o, false, BK_GATHERED, "gathered");
         expect_bytes(e, out, sg->padded * e->wb, "a gathered fetch unit");
         e->gbuf[o->aux] = out;
+        int fs = op_prefix(e, o, true, "params.fetch_staging");   /* offloaded parameters: fetched first */
+        if (e->params_space != SPACE_DEVICE && fs < 0) die("emit: %s gathers an offloaded shard unfetched", label);
         row(e, FN_GATHER, label, "{%s, %lld, %lld, %lld, %lld}", stream_name(o->stream), (long long)boff(e, out),
-            (long long)(boff(e, e->b_pshard) + sg->shard_offset * e->wb), (long long)sg->padded, (long long)sg->shard);
+            (long long)(fs >= 0 ? boff(e, fs) : boff(e, e->b_pshard) + sg->shard_offset * e->wb), (long long)sg->padded,
+            (long long)sg->shard);
         break;
     }
     case OP_GRAD_REDUCE: reduce_op(e, o, label); break;
+    case OP_RECV_FWD:
+    case OP_SEND_FWD:
+    case OP_RECV_BWD:
+    case OP_SEND_BWD: pp_msg_op(e, o, label); break;
+    case OP_TIED_REDUCE: tied_reduce_op(e, o, label); break;
     case OP_TP_ALLREDUCE:
     case OP_TP_ALLGATHER:
-    case OP_TP_REDUCE_SCATTER: tp_comm_op(e, o, label); break;
+    case OP_TP_REDUCE_SCATTER:
+        if (!ckpt_tp_op(e, o, label)) tp_comm_op(e, o, label);   /* a partitioned checkpoint's gather, or */
+        break;
+    case OP_RECOMPUTE: recompute_op(e, o, label); break;
+    case OP_CKPT_D2H:
+    case OP_CKPT_H2D: ckpt_copy_op(e, o, label); break;
     case OP_PARAM_GATHER: param_gather_op(e, o, label); break;
     case OP_GRAD_SUMSQ:
-        stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_SUMSQ", 0, e->S_dev, -1));
+        stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_SUMSQ", 0, e->S_dev + e->S_host, -1, -1));
         if (!e->has_norm_op)    /* one rank: no all-reduce, but the norm and the clipping scale */
             stmt(e, FN_INLINE, 0, "grad_norm (this rank alone)",
                  arena_printf(&g_arena, "srt_grad_norm_finish(c, %s, SRT_WORLD);", stream_name(o->stream)));
         break;
     case OP_GRAD_NORM:
-        if (o->aux == 1) die("emit: the fp16 overflow check has no code yet");
-        if (!e->has_sumsq_op) stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_SUMSQ", 0, e->S_dev, -1));
+        if (o->aux == 1) {  /* fp16's overflow flag: it travels in the sum of squares below */
+            stmt(e, FN_INLINE, 0, label,
+                 "/* fp16 overflow check: a non-finite gradient makes the norm non-finite (skip) */");
+            break;
+        }
+        if (!e->has_sumsq_op) stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_SUMSQ", 0, e->S_dev + e->S_host, -1, -1));
         stmt(e, FN_INLINE, 0, label,
              arena_printf(&g_arena, "srt_grad_norm_finish(c, %s, SRT_WORLD);", stream_name(o->stream)));
         break;
     case OP_OPT_STEP: {
-        if (o->stream != ST_COMPUTE) die("emit: %s: the host optimizer comes with offload", label);
-        int64_t sub = e->spec->zero.sub_group_size, lo = (int64_t)o->aux * sub;
+        int64_t sub = e->spec->zero.sub_group_size;
+        if (o->stream == ST_HOST) {     /* offload: a host sub-group, its states in the host arena or a slot */
+            int64_t lo = e->S_dev + (int64_t)o->aux * sub, S = e->S_dev + e->S_host;
+            int64_t hi = lo + sub < S ? lo + sub : S;
+            int slot = e->b_nvme >= 0 ? op_prefix(e, o, false, "optimizer.nvme_staging") : -1;
+            if (e->b_nvme >= 0 && slot < 0) die("emit: %s has no NVMe staging slot", label);
+            stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_OPT", lo, hi, slot >= 0 ? boff(e, slot) : -1, -1));
+            break;
+        }
+        need_compute(e, o);
+        int64_t lo = (int64_t)o->aux * sub;
         int64_t hi = lo + sub < e->S_dev ? lo + sub : e->S_dev;
         int stage = op_buf(e, o, false, BK_STAGE32);
         if (stage >= 0) expect_bytes(e, stage, (hi - lo) * 4, "the fp32 gradients of an optimizer sub-group");
+        /* offloaded parameters: the updated ones go out through a device staging */
+        int pst = e->params_space != SPACE_DEVICE ? op_prefix(e, o, false, "params.d2h_staging") : -1;
+        if (pst >= 0) expect_bytes(e, pst, (hi - lo) * e->wb, "the updated parameters of a sub-group");
+        e->dev_lo = lo, e->dev_hi = hi;
         stmt(e, FN_INLINE, 0, label,
-             owned_call(e, o->stream, "OWN_OPT", lo, hi, stage >= 0 ? boff(e, stage) : -1));
+             owned_call(e, o->stream, "OWN_OPT", lo, hi, stage >= 0 ? boff(e, stage) : -1, pst >= 0 ? boff(e, pst) : -1));
+        break;
+    }
+    case OP_GRAD_D2H:
+        if (e->S_host == 0) die("emit: %s but no host optimizer", label);
+        if (e->p->zero < 2) {   /* the reduced gradients' host part, piece by piece */
+            stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_D2H", e->S_dev, e->S_dev + e->S_host, -1, -1));
+        } else {                /* each segment's host part of this rank's reduced slice of the bucket */
+            const Bucket *bk = &e->rc->buckets[o->aux];
+            const Segment *first = &e->rc->segs[bk->first_seg];
+            int src = op_need(e, o, true, BK_BUCKET, "gradient bucket");
+            for (int i = bk->first_seg; i < bk->first_seg + bk->nseg; i++) {
+                const Segment *sg = &e->rc->segs[i];
+                int64_t dn = dev_part(e, sg->shard_offset, sg->shard);
+                if (dn == sg->shard) continue;
+                bool acc = e->hreduced[i];
+                e->hreduced[i] = true;
+                stmt(e, FN_INLINE, 0, label,
+                     part_call(e, o->stream, boff(e, src) + (sg->offset - first->offset) * e->gb, sg->shard, dn,
+                               sg->shard - dn, true, boff(e, e->b_hgrads) + (sg->shard_offset + dn - e->S_dev) * 4, acc));
+            }
+        }
+        break;
+    case OP_OPT_READ:
+    case OP_OPT_WRITE: nvme_opt_op(e, o, label); break;
+    case OP_PARAM_H2D: {    /* a host sub-group's updated parameters to the device */
+        int64_t sub = e->spec->zero.sub_group_size, lo = e->S_dev + (int64_t)o->chunk * sub, S = e->S_dev + e->S_host;
+        if (e->b_hstage < 0) die("emit: %s has no host staging", label);
+        stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_H2D", lo, lo + sub < S ? lo + sub : S, -1, -1));
+        break;
+    }
+    case OP_PARAM_D2H: {    /* a device sub-group's updated parameters to the host or NVMe shard */
+        int src = op_prefix(e, o, true, "params.d2h_staging");
+        int64_t n = e->dev_hi - e->dev_lo, off = boff(e, e->b_pshard) + e->dev_lo * e->wb;
+        if (src < 0 || n <= 0) die("emit: %s follows no device optimizer step", label);
+        const char *st = stream_name(o->stream);
+        stmt(e, FN_INLINE, 0, label,
+             e->params_space == SPACE_HOST
+                 ? arena_printf(&g_arena, "srt_copy(c, %s, HV(%lld, %lld, WDT), DV(%lld, %lld, WDT));", st,
+                                (long long)off, (long long)n, (long long)boff(e, src), (long long)n)
+                 : arena_printf(&g_arena, "srt_nvme_write(c, %s, DV(%lld, %lld, WDT), %lld);", st,
+                                (long long)boff(e, src), (long long)n, (long long)off));
+        break;
+    }
+    case OP_PARAM_FETCH: {  /* an offloaded shard slice of a fetch unit to the device */
+        const Segment *sg = &e->rc->segs[o->aux];
+        int dst = op_prefix(e, o, false, "params.fetch_staging");
+        if (dst < 0) die("emit: %s has no fetch staging", label);
+        expect_bytes(e, dst, sg->shard * e->wb, "a fetched parameter shard");
+        const char *pre, *in = shard_src(e, stream_name(o->stream), sg->shard_offset, sg->shard, &pre);
+        if (pre) stmt(e, FN_INLINE, 0, label, pre);
+        stmt(e, FN_INLINE, 0, label,
+             arena_printf(&g_arena, "srt_copy(c, %s, DV(%lld, %lld, WDT), %s);", stream_name(o->stream),
+                          (long long)boff(e, dst), (long long)sg->shard, in));
         break;
     }
     default:
@@ -1104,9 +1716,11 @@ static void build_stmts(CE *e)
     bool *zeroed = arena_alloc(&g_arena, sizeof(bool) * (size_t)(s->nbufs + 1));
     e->gbuf = arena_alloc(&g_arena, sizeof(int) * (size_t)(e->rc->nsegs + 1));
     e->reduced = arena_alloc(&g_arena, sizeof(bool) * (size_t)(e->rc->nsegs + 1));
+    e->hreduced = arena_alloc(&g_arena, sizeof(bool) * (size_t)(e->rc->nsegs + 1));
     for (int i = 0; i < e->rc->nsegs; i++) e->gbuf[i] = -1;
     e->prev_pgather = -1;
     e->head_stmt = -1;
+    e->cur_op = -1;
     for (int i = 0; i < s->nops; i++) {
         ev[i] = -1;
         const Op *o = &s->ops[i];
@@ -1127,6 +1741,7 @@ static void build_stmts(CE *e)
                           (long long)(s->bufs[e->b_gwhole].bytes / e->gb)));
     for (int i = 0; i < s->nops; i++) {
         const Op *o = &s->ops[i];
+        e->cur_op = i;
         if (o->kind == OP_WAIT) {
             int t = o->aux;
             row(e, FN_WAIT, sched_op_label(s, i), "{%s, %d}", stream_name(o->stream), ev[t]);
@@ -1370,7 +1985,7 @@ static void param_init(const CE *e, const Tensor *t, double *std, bool *one)
     if (t->role == R_ATTN_OUT_W || t->role == R_FC2_W) *std /= sqrt(2.0 * (double)e->m->l);
 }
 
-static const char *const split_c[] = {"SRT_SPLIT_NONE", "SRT_SPLIT_ROWS", "SRT_SPLIT_COLS"};
+static const char *const split_c[] = {"SRT_SPLIT_NONE", "SRT_SPLIT_ROWS", "SRT_SPLIT_COLS", "SRT_SPLIT_QKV"};
 
 /* The class's srt_param, srt_buffer, segment and tensor tables. */
 static void gen_class_tables(CE *e, Str *o)
@@ -1416,8 +2031,9 @@ static void gen_class_tables(CE *e, Str *o)
     for (int i = 0; i < rc->ntensors; i++) {
         const ClassTensor *ct = &rc->tensors[i];
         const Tensor *t = &e->m->t[ct->tensor];
-        sf(o, "    {%lld, %lld, %s, %s},  /* %s */\n", (long long)ct->offset, (long long)ct->numel,
-           t->decay ? "true" : "false", t->split == SPLIT_NONE && e->p->tp > 1 ? "true" : "false", t->name);
+        sf(o, "    {%lld, %lld, %s, %s, %s},  /* %s%s */\n", (long long)ct->offset, (long long)ct->numel,
+           t->decay ? "true" : "false", t->split == SPLIT_NONE && e->p->tp > 1 ? "true" : "false",
+           ct->copy ? "true" : "false", t->name, ct->copy ? " (the head's copy)" : "");
     }
     sput(o, "};\n\n");
 }
@@ -1462,7 +2078,7 @@ static void gen_step_tables(CE *e, Str *o)
         sf(o, "static const %s_part_t %s_LAYER[%d] = {\n", px, PX, e->nl);
         for (int li = 0; li < e->nl; li++) {
             sput(o, "    ");
-            gen_group_row(o, &e->layer[li], "    ", arena_printf(&g_arena, "layer %d", e->first_layer + li), ",\n");
+            gen_group_row(o, &e->layer[li], "    ", arena_printf(&g_arena, "layer %d", slot_layer(e, li)), ",\n");
         }
         sput(o, "};\n");
     }
@@ -1478,11 +2094,11 @@ static void gen_step_tables(CE *e, Str *o)
         sf(o, "typedef struct { int layer; int64_t x, saved, y, scratch, u[%d]; } %s_fwd_t;\n", e->nu, px);
     sf(o, "typedef struct { int64_t y, tgt, logits, scratch, dy, u[%d], g[%d]; } %s_head_t;\n", e->nu, e->ng, px);
     if (e->p->tp > 1)   /* part: SUB_MLP / SUB_ATTN; d1: the MLP part's input gradient (partial, then reduced) */
-        sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d]; int part; int64_t d1; } "
-              "%s_bwd_t;\n", e->nu, e->ng, px);
-    else
-        sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d]; } %s_bwd_t;\n", e->nu,
-           e->ng, px);
+        sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d]; int part; int64_t d1;%s } "
+              "%s_bwd_t;\n", e->nu, e->ng, e->pol == CKPT_SELECTIVE ? " int64_t attn;" : "", px);
+    else    /* attn: selective checkpointing's recomputed attention core */
+        sf(o, "typedef struct { int layer; int64_t dy, x, saved, dx, scratch, u[%d], g[%d];%s } %s_bwd_t;\n", e->nu,
+           e->ng, e->pol == CKPT_SELECTIVE ? " int64_t attn;" : "", px);
     sf(o, "typedef struct { int64_t dx, tok, g[%d]; } %s_embed_bwd_t;\n", e->ng, px);
     sf(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } %s_gather_t;\n", px);
     sf(o, "typedef struct { srt_stream st; int mode; int64_t in, out, n, shard; } %s_reduce_t;\n", px);
@@ -1490,7 +2106,14 @@ static void gen_step_tables(CE *e, Str *o)
     sf(o, "typedef struct { srt_stream st; int64_t off, n; } %s_zero_t;\n", px);
     sf(o, "typedef struct { srt_stream st; int ev; } %s_record_t;\n", px);
     sf(o, "typedef struct { srt_stream st; int ev; } %s_wait_t;\n", px);
-    sf(o, "typedef struct { srt_stream st; int kind, grad; int64_t out, in, n; } %s_tp_t;\n\n", px);
+    sf(o, "typedef struct { srt_stream st; int kind, grad; int64_t out, in, n; } %s_tp_t;\n", px);
+    if (e->nrows[FN_ATTN])  /* selective checkpointing: a layer's kept tensors, its recomputed attention core */
+        sf(o, "typedef struct { int64_t saved, attn; } %s_attn_t;\n", px);
+    if (e->nrows[FN_CKPT])  /* mode: gen_ckpt_fn; dst, src: byte offsets (device or host arena); n: elements */
+        sf(o, "typedef struct { srt_stream st; int mode; int64_t dst, src, n; } %s_ckpt_t;\n", px);
+    if (e->nrows[FN_PP])    /* kind 0 send, 1 receive (activations, peer: a pp rank), 2 the tied all-reduce */
+        sf(o, "typedef struct { srt_stream st; int kind; int64_t off, n, peer; } %s_pp_t;\n", px);
+    sput(o, "\n");
     for (int f = 0; f < NFN; f++) {
         if (fn_table[f] != f || e->nrows[f] == 0) continue;
         bool big = e->nrows[f] > ROW_COMMENTS_MAX;   /* the calls' comments name the ops */
@@ -1514,7 +2137,20 @@ static void gen_step_tables(CE *e, Str *o)
 static const char *piece(const Carve *cv, const char *base, const char *name, int64_t at, const char *n,
                          const char *dt)
 {
+    for (int i = 0; i < cv->n; i++)     /* a merged carve names each piece's buffer */
+        if (strcmp(cv->p[i].name, name) == 0 && cv->p[i].base) base = cv->p[i].base;
     return arena_printf(&g_arena, "DV(a->%s + %lld, %s, %s)", base, (long long)(carve_off(cv, name) + at), n, dt);
+}
+
+/* Appends src's pieces to dst as pieces of the buffer at row field base
+ * (a function's layer tensors from several buffers: saved, scratch, attn). */
+static void carve_merge(Carve *dst, const Carve *src, const char *base)
+{
+    for (int i = 0; i < src->n; i++) {
+        if (dst->n == MAX_PIECES) die("emit: too many pieces in one buffer");
+        dst->p[dst->n] = src->p[i];
+        dst->p[dst->n++].base = base;
+    }
 }
 
 /* "PW(ROLE, n)" when the layers have the role (a bias), else "NONE". */
@@ -1560,19 +2196,36 @@ static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const c
                 arena_printf(&g_arena, "%s_rstd", v), "N", "C", NULL);
 }
 
-/* The saved tensors of a layer as views (forward and backward share them). */
-static void saved_views(const CE *e, Str *o)
+/* The saved tensors of a layer as views (forward and backward share them;
+ * sv: where they are, by activation checkpointing: carve_merge's pieces).
+ * Under sequence parallelism (scr: the function's scratch) x is the gathered
+ * input of the part (the MLP part's: x2), the norms run on it into the
+ * scratch (ln1 and ln2 share it: each part has one), recomputed in backward
+ * rather than gathered from the plan's saved norm shards, which stay unused;
+ * x2 is this rank's shard of the attention residual, and own the element
+ * offset of this rank's tokens in a (B,T,C) tensor. */
+static void saved_views(const CE *e, Str *o, const Carve *scr, const Carve *sv)
 {
-    const Carve *sv = &e->saved;
     const Model *m = e->m;
-    sput(o, "    srt_t x = DV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the layer's input */\n");
-    norm_stats(e, o, sv, "saved", "norm1.stats", "ln1");
-    sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(sv, "saved", "norm1.out", 0, "(int64_t)N * C", "WDT"));
+    bool sp = sp_on(e);
+    sf(o, "    srt_t x = DV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
+       sp ? "part's input, gathered over tp" : "layer's input");
+    if (sp)
+        sf(o, "    const int64_t NS = N / %lld;  /* this rank's tokens (sequence parallel) */\n"
+              "    const int64_t own = srt_group_rank(c, SRT_TP) * NS * C;  /* where they are in (B,T,C) */\n",
+           (long long)e->p->tp);
+    /* the forward's scratch has one norm for both parts, the backward's one per part */
+    bool one = scr != &e->bscr;
+    const char *nb = sp ? "scratch" : "saved", *n1 = !sp ? "norm1.out" : one ? "norm.sp" : "norm1.sp";
+    const char *n2 = !sp ? "norm2.out" : one ? "norm.sp" : "norm2.sp";
+    const Carve *nc = sp ? scr : sv;
+    norm_stats(e, o, nc, nb, !sp ? "norm1.stats" : arena_printf(&g_arena, "%s.stats", n1), "ln1");
+    sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(nc, nb, n1, 0, "(int64_t)N * C", "WDT"));
     if (m->family == FAM_GPT) {   /* one fused projection: q, k, v side by side in each row */
         sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QKV", "WDT"));
         sput(o, "    srt_t q = qkv, k = AT(qkv, QD), v = AT(qkv, QD + KVD);  /* rows QKV apart */\n");
     } else {                      /* three projections, each its own (B,T,·) array */
-        int64_t T = e->p->T, w = e->wb, qd = m->h / e->p->tp, kvd = m->kv * m->hd / e->p->tp;
+        int64_t T = e->p->T, w = e->wb, qd = m->h / e->p->tp, kvd = model_kv_rank(m) * m->hd;
         sf(o, "    srt_t q = %s;  /* (B,T,QD) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QD", "WDT"));
         sf(o, "    srt_t k = %s;  /* (B,T,KVD) */\n", piece(sv, "saved", "qkv", T * qd * w, "(int64_t)N * KVD", "WDT"));
         sf(o, "    srt_t v = %s;  /* (B,T,KVD) */\n",
@@ -1580,10 +2233,11 @@ static void saved_views(const CE *e, Str *o)
     }
     sf(o, "    srt_t att = %s;  /* (B,T,QD) attention output */\n", piece(sv, "saved", "attn.out", 0, "(int64_t)N * QD", "WDT"));
     sf(o, "    srt_t lse = %s;  /* (B,NH,T) */\n", piece(sv, "saved", "attn.lse", 0, "(int64_t)N * NH", "SRT_F32"));
-    sf(o, "    srt_t x2 = %s;  /* (B,T,C) after the attention residual */\n",
-       piece(sv, "saved", "x2", 0, "(int64_t)N * C", "WDT"));
-    norm_stats(e, o, sv, "saved", "norm2.stats", "ln2");
-    sf(o, "    srt_t ln2 = %s;  /* (B,T,C) */\n", piece(sv, "saved", "norm2.out", 0, "(int64_t)N * C", "WDT"));
+    if (!sp || one)     /* the backward under SP regathers x2 as the MLP part's x */
+        sf(o, "    srt_t x2 = %s;  /* (B,T,C) after the attention residual%s */\n",
+           piece(sv, "saved", "x2", 0, sp ? "NS * C" : "(int64_t)N * C", "WDT"), sp ? ": this rank's tokens" : "");
+    norm_stats(e, o, nc, nb, !sp ? "norm2.stats" : arena_printf(&g_arena, "%s.stats", n2), "ln2");
+    sf(o, "    srt_t ln2 = %s;  /* (B,T,C) */\n", piece(nc, nb, n2, 0, "(int64_t)N * C", "WDT"));
     if (m->gated) {
         sf(o, "    srt_t gate = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "gate", 0, "(int64_t)N * FF", "WDT"));
         sf(o, "    srt_t up = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "up", 0, "(int64_t)N * FF", "WDT"));
@@ -1622,26 +2276,42 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd)
     }
 }
 
-/* The layer's forward. */
-static void gen_fwd_fn(const CE *e, Str *o)
+/* The layer's forward (kind "fwd"), or under full checkpointing its replay
+ * (kind "recompute"): the same code keeping everything, so the recomputed
+ * tensors are the forward's bit for bit; a group's last layer replays
+ * without an output (y < 0).  kv: the layer's tensors; scr: the scratch. */
+static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, const Carve *scr)
 {
+    bool replay = strcmp(kind, "recompute") == 0;
     const Model *m = e->m;
     const Group *g = &e->layer[0];
     const char *px = e->px, *I = "    ";
     sf(o, "/* One layer's forward for one microbatch: pre-%s attention%s and %s MLP,\n"
           " * each with a residual.  In: x (B,T,C); out: y (B,T,C); what backward needs\n"
-          " * stays in the layer's saved buffer. */\n"
-          "static void %s_fwd(srt_ctx *c, const %s_fwd_t *a)\n{\n"
+          " * stays in the layer's saved buffer%s. */\n"
+          "static void %s_%s(srt_ctx *c, const %s_fwd_t *a)\n{\n"
           "    const %s_part_t *w = &%s_LAYER[a->layer];\n",
        m->layernorm ? "LayerNorm" : "RMSNorm", m->family == FAM_LLAMA ? " (RoPE)" : "", m->gated ? "a SwiGLU"
        : ext_of(e->spec) ? arena_printf(&g_arena, "a user-defined %s", ext_of(e->spec)->name) : "a GELU",
-       px, px, px, e->PX);
-    saved_views(e, o);
-    sput(o, "    srt_t y = DV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the layer's output */\n");
-    sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
-       piece(&e->fscr, "scratch", "tmp", 0, "(int64_t)N * C", "WDT"));
-    bool tp = e->p->tp > 1;
-    if (tp) {   /* Megatron: this rank's heads and MLP columns; tp rank 0 adds the residuals and biases */
+       replay ? " (full checkpointing's recompute: its recomputed buffer)"
+       : e->pol == CKPT_FULL ? " (full checkpointing: nothing, its tensors live in the scratch)"
+       : e->pol == CKPT_SELECTIVE ? ", but for the attention core (selective checkpointing)" : "",
+       px, kind, px, px, e->PX);
+    saved_views(e, o, scr, kv);
+    bool tp = e->p->tp > 1, sp = sp_on(e);
+    sf(o, "    srt_t y = %sDV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
+       replay ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
+    if (sp) {   /* each rank adds the residual of its own tokens: the reduce-scatter sums one copy */
+        sf(o, "    srt_t x_own = DV(a->x + own * WB, NS * C, WDT), y_own = %sDV(a->y + own * WB, NS * C, WDT);\n",
+           replay ? "a->y < 0 ? NONE : " : "");
+        if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
+            sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
+        sput(o, "    if (a->part == 2) goto mlp;\n");
+    } else {
+        sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
+           piece(scr, "scratch", "tmp", 0, "(int64_t)N * C", "WDT"));
+    }
+    if (tp && !sp) {   /* Megatron: this rank's heads and MLP columns; tp rank 0 adds the residuals and biases */
         sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
                 "    srt_t r1 = DV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
                 "    if (a->part == 2) goto mlp;\n");
@@ -1660,8 +2330,14 @@ static void gen_fwd_fn(const CE *e, Str *o)
         fb = strcmp(fb, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", fb) : fb;
     }
     rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", tp ? "row-parallel attention output projection: partial sums" :
-            "attention output projection", "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, "N", "QD", "C", NULL);
-    if (tp) {
+            "attention output projection", sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, "N", "QD", "C",
+            NULL);
+    if (sp) {
+        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x_own", NULL);
+        sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\nmlp:\n");
+        rt_call(o, I, "convert", "SRT_COMPUTE", "x2 = this rank's tokens of the gathered x2 (kept for backward)", "x2",
+                "x_own", NULL);
+    } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", "add_fwd", "SRT_COMPUTE", "r1 = x + this rank's partial attention", "r1", "x", "tmp", NULL);
         sput(o, "    } else {\n");
@@ -1671,7 +2347,7 @@ static void gen_fwd_fn(const CE *e, Str *o)
     } else {
         rt_call(o, I, "add_fwd", "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
     }
-    norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
+    norm_fwd(e, o, g, "ln2", "ln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
     if (m->gated) {
         rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2",
                 "PW(GATE_W, (int64_t)FF * C)", opt_w(e, g, R_GATE_B, "FF", false), "N", "C", "FF", NULL);
@@ -1688,9 +2364,16 @@ static void gen_fwd_fn(const CE *e, Str *o)
         else
             rt_call(o, I, "gelu_fwd", "SRT_COMPUTE", "gelu", "act", "fc1", NULL);
     }
-    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "MLP down projection: (B,T,FF) -> (B,T,C)", "tmp", "act",
+    if (replay)
+        sput(o, "    if (a->y < 0) return;  /* the last layer of a recompute group: no output needed */\n");
+    if (!sp && carve_off(scr, "tmp2") != carve_off(scr, "tmp"))  /* apart under full checkpointing's packing */
+        sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(scr, "scratch", "tmp2", 0, "(int64_t)N * C", "WDT"));
+    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "MLP down projection: (B,T,FF) -> (B,T,C)", sp ? "y" : "tmp", "act",
             "PW(FC2_W, (int64_t)C * FF)", fb, "N", "FF", "C", NULL);
-    if (tp) {
+    if (sp) {
+        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "this rank's tokens += their residual x2", "y_own", "y_own", "x_own",
+                NULL);
+    } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", "add_fwd", "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);
         sput(o, "    } else {\n");
@@ -1704,7 +2387,7 @@ static void gen_fwd_fn(const CE *e, Str *o)
 }
 
 /* The layer's backward; its numbered steps are the lifetimes carve_bwd packs. */
-static void gen_bwd_fn(const CE *e, Str *o)
+static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
 {
     const Model *m = e->m;
     const Group *g = &e->layer[0];
@@ -1714,11 +2397,17 @@ static void gen_bwd_fn(const CE *e, Str *o)
           " * weight gradients accumulated (+=) where the part table says. */\n"
           "static void %s_bwd(srt_ctx *c, const %s_bwd_t *a)\n{\n"
           "    const %s_part_t *w = &%s_LAYER[a->layer];\n", px, px, px, e->PX);
-    saved_views(e, o);
+    saved_views(e, o, &e->bscr, kv);
     sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = DV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
             "    /* the gradients inside the layer share the scratch by lifetime */\n");
-    bool tp = e->p->tp > 1;
-    if (tp)
+    bool tp = e->p->tp > 1, sp = sp_on(e);
+    if (sp) {   /* dy, x (the part's input) and d1 gathered over tp; dx and the MLP part's d1 full partial sums */
+        if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
+            sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
+        sput(o, "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then gathered */\n"
+                "    srt_t dy_own = DV(a->dy + own * WB, NS * C, WDT), dx2_own = DV(a->d1 + own * WB, NS * C, WDT);\n"
+                "    srt_t dx_own = DV(a->dx + own * WB, NS * C, WDT);\n");
+    } else if (tp)
         sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
                 "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n");
     else
@@ -1743,6 +2432,13 @@ static void gen_bwd_fn(const CE *e, Str *o)
     if (tp) {   /* a row-parallel bias sees its whole gradient on every rank: tp rank 0 takes it */
         fbg = strcmp(fbg, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", fbg) : fbg;
         pbg = strcmp(pbg, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", pbg) : pbg;
+    }
+    if (sp) {   /* each rank folds in the residual of its own tokens: the reduce-scatter sums one copy */
+        sput(o, "    if (a->part == 1) goto attn;\n");
+        rt_call(o, I, "zero", "SRT_COMPUTE", "0", "dx2", NULL);
+        rt_call(o, I, "convert", "SRT_COMPUTE", "0: dx2 = dy on this rank's tokens (the MLP residual)", "dx2_own",
+                "dy_own", NULL);
+    } else if (tp) {
         sput(o, "    if (a->part == 1) goto attn;\n    if (tp0) {\n");
         rt_call(o, "        ", "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual, on tp rank 0)", "dx2", "dy", NULL);
         sput(o, "    } else {\n");
@@ -1758,6 +2454,7 @@ static void gen_bwd_fn(const CE *e, Str *o)
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dgate", NULL);
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dup", NULL);
         rt_call(o, I, "swiglu_bwd", "SRT_COMPUTE", "2: swiglu", "dgate", "dup", "dact", "gate", "up", "N", "FF", "FF", NULL);
+        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
         rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
         rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.up_proj", "dln2", "PG(UP_W, (int64_t)FF * C)",
                 opt_w(e, g, R_UP_B, "FF", true), "dup", "ln2", "PW(UP_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
@@ -1771,12 +2468,18 @@ static void gen_bwd_fn(const CE *e, Str *o)
                      (const char *[]){"dfc1", "fc1", "dact"}, 3);
         else
             rt_call(o, I, "gelu_bwd", "SRT_COMPUTE", "2: gelu", "dfc1", "fc1", "dact", NULL);
+        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
         rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
         rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.c_fc", "dln2", "PG(FC1_W, (int64_t)FF * C)",
                 opt_w(e, g, R_FC1_B, "FF", true), "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
     }
-    norm_bwd(e, o, g, "ln2", "dx2", "dln2", "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
-    if (tp) {
+    norm_bwd(e, o, g, "ln2", "dx2", "dln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
+    if (sp) {
+        sput(o, "    return;  /* the reduce-scatter over tp completes this rank's tokens of dx2 */\nattn:\n");
+        rt_call(o, I, "zero", "SRT_COMPUTE", "5", "dx", NULL);
+        rt_call(o, I, "convert", "SRT_COMPUTE", "5: dx = dx2 on this rank's tokens (the attention residual)", "dx_own",
+                "dx2_own", NULL);
+    } else if (tp) {
         sput(o, "    return;  /* the all-reduce over tp completes dx2 */\nattn:\n    if (tp0) {\n");
         rt_call(o, "        ", "convert", "SRT_COMPUTE", "5: dx = dx2 (the attention residual, on tp rank 0)", "dx", "dx2",
                 NULL);
@@ -1796,6 +2499,7 @@ static void gen_bwd_fn(const CE *e, Str *o)
         rt_call(o, I, "rope_bwd", "SRT_COMPUTE", "7: un-rotate dq", "dq", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
         rt_call(o, I, "rope_bwd", "SRT_COMPUTE", "7: un-rotate dk", "dk", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
     }
+    if (sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "8: the input norm again, on the gathered x");
     rt_call(o, I, "zero", "SRT_COMPUTE", "8", "dln1", NULL);
     qkv_proj(e, o, g, true);
     norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
@@ -1828,7 +2532,7 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
             "NONE", "N", "C", "VP", NULL);
     rt_call(o, I, "xent_fwd_bwd", "SRT_COMPUTE", "losses; logits := dloss · (softmax - onehot)", "losses", "logits",
             "DV(a->tgt, N, SRT_I32)", "N", "VP", e->p->tp > 1 ? "(int)srt_group_rank(c, SRT_TP) * VP" : "0", "V",
-            "DLOSS", NULL);
+            e->spec->precision.dtype == DT_FP16 ? "DLOSS * srt_loss_scale(c)" : "DLOSS", NULL);
     rt_call(o, I, "loss_add", "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
     if (!eval) {
         sf(o, "    srt_t dlnf = %s;  /* (B,T,C) */\n", piece(hs, "scratch", "dlnf", 0, "(int64_t)N * C", "WDT"));
@@ -1877,14 +2581,96 @@ static void gen_embed_fns(const CE *e, Str *o)
     }
 }
 
+/* Does the step call kind fn? */
+static bool calls_kind(const CE *e, int fn)
+{
+    for (int i = 0; i < e->nst; i++)
+        if (e->st[i].fn == fn) return true;
+    return false;
+}
+
+/* Selective checkpointing's recompute: a layer's attention core again. */
+static void gen_attn_fn(const CE *e, Str *o)
+{
+    const Model *m = e->m;
+    Carve kv = {0};
+    carve_merge(&kv, &e->kept, "saved");
+    carve_merge(&kv, &e->attn, "attn");
+    sf(o, "/* Selective checkpointing: a layer's attention core again, from the q, k, v\n"
+          " * its forward kept (RoPE applied), into the buffer its backward reads it\n"
+          " * from: the forward's kernel on the forward's inputs, so the same bits. */\n"
+          "static void %s_attn(srt_ctx *c, const %s_attn_t *a)\n{\n", e->px, e->px);
+    if (m->family == FAM_GPT) {
+        sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(&kv, "saved", "qkv", 0, "(int64_t)N * QKV", "WDT"));
+        sput(o, "    srt_t q = qkv, k = AT(qkv, QD), v = AT(qkv, QD + KVD);  /* rows QKV apart */\n");
+    } else {
+        int64_t T = e->p->T, w = e->wb, qd = m->h / e->p->tp, kvd = model_kv_rank(m) * m->hd;
+        sf(o, "    srt_t q = %s, k = %s, v = %s;\n", piece(&kv, "saved", "qkv", 0, "(int64_t)N * QD", "WDT"),
+           piece(&kv, "saved", "qkv", T * qd * w, "(int64_t)N * KVD", "WDT"),
+           piece(&kv, "saved", "qkv", T * (qd + kvd) * w, "(int64_t)N * KVD", "WDT"));
+    }
+    sf(o, "    srt_t att = %s;  /* (B,T,QD) */\n", piece(&kv, "attn", "attn.out", 0, "(int64_t)N * QD", "WDT"));
+    sf(o, "    srt_t lse = %s;  /* (B,NH,T) */\n", piece(&kv, "attn", "attn.lse", 0, "(int64_t)N * NH", "SRT_F32"));
+    rt_call(o, "    ", "attention_fwd", "SRT_COMPUTE", "causal self-attention", "att", "lse", "q", "k", "v", "B", "T",
+            "NH", "NKV", "HS", "LDQ", "LDKV", NULL);
+    sput(o, "}\n\n");
+}
+
+/* The layer forwards of the spec's activation checkpointing: the forward
+ * (keeping what carve_ckpt says), the full recompute (the forward keeping
+ * everything), the selective recompute (the attention core). */
+static void gen_layer_fwd_fns(const CE *e, Str *o)
+{
+    if (calls_kind(e, FN_FWD)) {
+        Carve kv = {0};
+        carve_merge(&kv, &e->kept, "saved");
+        carve_merge(&kv, &e->fscr, "scratch");
+        gen_fwd_fn(e, o, "fwd", &kv, &e->fscr);
+    }
+    if (calls_kind(e, FN_RECOMP)) {
+        Carve kv = {0};
+        carve_merge(&kv, &e->saved, "saved");
+        carve_merge(&kv, &e->rscr, "scratch");
+        gen_fwd_fn(e, o, "recompute", &kv, &e->rscr);
+    }
+    if (calls_kind(e, FN_ATTN)) gen_attn_fn(e, o);
+}
+
+/* Activation checkpoints: cpu checkpointing's copies, the partitioned
+ * checkpoint's slice and its gather. */
+static void gen_ckpt_fn(const CE *e, Str *o)
+{
+    const char *px = e->px, *I = "        ";
+    sf(o, "/* Activation checkpoints.  mode 0: to the pinned host arena, 1: back to the\n"
+          " * device (cpu checkpointing); 2: all-gather of the tp ranks' slices, 3: this tp\n"
+          " * rank's slice of a layer input (partitioned activations). */\n"
+          "static void %s_ckpt(srt_ctx *c, const %s_ckpt_t *a)\n{\n    if (a->mode == 0) {\n", px, px);
+    rt_call(o, I, "copy", "a->st", NULL, "srt_hview(c, a->dst, a->n, WDT)", "DV(a->src, a->n, WDT)", NULL);
+    sput(o, "    } else if (a->mode == 1) {\n");
+    rt_call(o, I, "copy", "a->st", NULL, "DV(a->dst, a->n, WDT)", "srt_hview(c, a->src, a->n, WDT)", NULL);
+    sput(o, "    } else if (a->mode == 2) {\n");
+    rt_call(o, I, "all_gather", "a->st", NULL, "SRT_TP", "DV(a->dst, a->n * srt_group_size(c, SRT_TP), WDT)",
+            "DV(a->src, a->n, WDT)", NULL);
+    sput(o, "    } else {\n");
+    rt_call(o, I, "convert", "a->st", NULL, "DV(a->dst, a->n, WDT)",
+            "DV(a->src + srt_group_rank(c, SRT_TP) * a->n * WB, a->n, WDT)", NULL);
+    sput(o, "    }\n}\n\n");
+}
+
 /* The embedding, the layers, the head: the compute kinds this class calls. */
 static void gen_compute_fns(CE *e, Str *o)
 {
     gen_embed_fns(e, o);
-    if (e->nrows[FN_FWD]) gen_fwd_fn(e, o);
+    gen_layer_fwd_fns(e, o);
+    if (e->nrows[FN_CKPT]) gen_ckpt_fn(e, o);
     if (e->nrows[FN_HEAD]) gen_head_fn(e, o, false);
-    if (e->has_eval) gen_head_fn(e, o, true);
-    if (e->nrows[FN_BWD]) gen_bwd_fn(e, o);
+    if (e->has_eval && e->nrows[FN_HEAD]) gen_head_fn(e, o, true);     /* pp > 1: the last stage's */
+    if (e->nrows[FN_BWD]) {     /* full: the recomputed tensors; selective: the attention core apart */
+        Carve kv = {0};
+        carve_merge(&kv, e->pol == CKPT_FULL ? &e->saved : &e->kept, "saved");
+        carve_merge(&kv, &e->attn, "attn");
+        gen_bwd_fn(e, o, &kv);
+    }
 }
 
 /* The data movement, collective and event kinds. */
@@ -1914,12 +2700,13 @@ static void gen_comm_fns(CE *e, Str *o)
     sput(o, "    } else if (a->mode == 1) {\n");
     rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_DP", "DV(a->out, a->shard, GDT)", "DV(a->in, a->n, GDT)",
             NULL);
-    sput(o, "    } else {\n"
-            "        srt_t mine = DV(a->in + srt_group_rank(c, SRT_DP) * a->shard * GB, a->shard, GDT);\n"
-            "        srt_t acc = DV(a->out, a->shard, GDT);\n");
+    sput(o, "    } else {  /* mode 3 (offload): in place only; the caller moves the slice */\n"
+            "        srt_t mine = DV(a->in + srt_group_rank(c, SRT_DP) * a->shard * GB, a->shard, GDT);\n");
     rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_DP", "mine", "DV(a->in, a->n, GDT)", NULL);
-    rt_call(o, "        ", "add_fwd", "a->st", NULL, "acc", "acc", "mine", NULL);
-    sput(o, "    }\n}\n\n");
+    sput(o, "        if (a->mode == 2) {\n"
+            "            srt_t acc = DV(a->out, a->shard, GDT);\n");
+    rt_call(o, "            ", "add_fwd", "a->st", NULL, "acc", "acc", "mine", NULL);
+    sput(o, "        }\n    }\n}\n\n");
     }
     if (e->nrows[FN_PGATHER]) {
     sf(o, "/* Updated parameters to every dp rank: ZeRO 1-2 in place from this rank's\n"
@@ -1936,11 +2723,34 @@ static void gen_comm_fns(CE *e, Str *o)
     sput(o, "}\n\n");
     }
     if (e->nrows[FN_TP]) {
-    sf(o, "/* A collective over the tp group: an all-reduce (sum) in place of partial\n"
-          " * activations (Megatron's f and g) or of replicated tensors' gradients. */\n"
+    sf(o, "/* A collective over the tp group: kind 0 an all-reduce (sum) in place of\n"
+          " * partial activations (Megatron's f and g) or of replicated tensors'\n"
+          " * gradients; sequence parallelism: kind 1 all-gathers the sequence shards\n"
+          " * (n / tp elements each) into n, kind 2 reduce-scatters n partial sums. */\n"
           "static void %s_tp(srt_ctx *c, const %s_tp_t *a)\n{\n", px, px);
+    if (sp_on(e)) {
+        sf(o, "    int64_t ns = a->n / %lld;  /* a sequence shard */\n    if (a->kind == 1) {\n", (long long)e->p->tp);
+        rt_call(o, "        ", "all_gather", "a->st", NULL, "SRT_TP", "DV(a->out, a->n, WDT)", "DV(a->in, ns, WDT)", NULL);
+        sput(o, "        return;\n    }\n    if (a->kind == 2) {\n");
+        rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_TP", "DV(a->out, ns, WDT)", "DV(a->in, a->n, WDT)",
+                NULL);
+        sput(o, "        return;\n    }\n");
+    }
     rt_call(o, I, "all_reduce", "a->st", NULL, "SRT_TP", "DV(a->out, a->n, a->grad ? GDT : WDT)", "SRT_SUM", NULL);
     sput(o, "}\n\n");
+    }
+    if (e->nrows[FN_PP]) {
+    sf(o, "/* Pipeline transfers on the pp stream: kind 0 sends a stage boundary (B,T,C)\n"
+          " * to pp rank peer, 1 receives one from it; 2 sums the tied embedding's\n"
+          " * gradient between the first and the last stage (SRT_EMBED). */\n"
+          "static void %s_pp(srt_ctx *c, const %s_pp_t *a)\n{\n", px, px);
+    sput(o, "    if (a->kind == 0) {\n");
+    rt_call(o, "        ", "send", "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
+    sput(o, "    } else if (a->kind == 1) {\n");
+    rt_call(o, "        ", "recv", "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
+    sput(o, "    } else {\n");
+    rt_call(o, "        ", "all_reduce", "a->st", NULL, "SRT_EMBED", "DV(a->off, a->n, GDT)", "SRT_SUM", NULL);
+    sput(o, "    }\n}\n\n");
     }
     if (e->nrows[FN_REC])
         sf(o, "/* Events: recorded right after an op that a wait names, waited for there. */\n"
@@ -1951,6 +2761,82 @@ static void gen_comm_fns(CE *e, Str *o)
     sput(o, "\n");
 }
 
+/* Offload: the owned helper's start: a range across the device/host boundary
+ * is visited as its two parts. */
+static void gen_owned_host_head(CE *e, Str *o)
+{
+    sf(o, "    if (lo < %lld && hi > %lld) {  /* the device's part, then the host's */\n"
+          "        %s_owned(c, st, what, lo, %lld, staging, pstage);\n"
+          "        %s_owned(c, st, what, %lld, hi, staging, pstage);\n"
+          "        return;\n"
+          "    }\n"
+          "    bool host = lo >= %lld;\n",
+       (long long)e->S_dev, (long long)e->S_dev, e->px, (long long)e->S_dev, e->px, (long long)e->S_dev,
+       (long long)e->S_dev);
+}
+
+/* Offload: a piece in the host's range (h: its index in the host arrays). */
+static void gen_owned_host_piece(CE *e, Str *o, const char *grad, const char *param)
+{
+    const char *I = "                ";
+    bool nvme = e->b_nvme >= 0;
+    const char *hparam = e->b_hstage >= 0 ? arena_printf(&g_arena, "HV(%lld + (j - lo) * WB, n, WDT)", (long long)boff(e, e->b_hstage))
+                       : e->params_space == SPACE_HOST ? arena_printf(&g_arena, "HV(%lld + j * WB, n, WDT)", (long long)boff(e, e->b_pshard))
+                       : e->b_hswap >= 0 ? arena_printf(&g_arena, "HV(%lld + (j - lo) * WB, n, WDT)", (long long)boff(e, e->b_hswap))
+                                         : NULL;
+    if (!hparam) die("emit: the host optimizer has nowhere to write the parameters");
+    if (e->params_space == SPACE_NVME && e->s->bufs[e->b_hswap].bytes < e->spec->zero.sub_group_size * e->wb &&
+        e->s->bufs[e->b_hswap].bytes < e->S_host * e->wb)
+        die("emit: a host sub-group's parameters do not fit the NVMe staging %s", e->s->bufs[e->b_hswap].name);
+    const char *st[3];
+    int hb[3] = {e->b_hmaster, e->b_hmom1, e->b_hmom2};
+    for (int k = 0; k < 3; k++)
+        st[k] = nvme ? (k < e->nstates ? arena_printf(&g_arena, "HV(staging + (%d * (hi - lo) + j - lo) * 4, n, SRT_F32)", k)
+                                       : "NONE")
+                     : hb[k] >= 0 ? arena_printf(&g_arena, "HV(%lld + h * 4, n, SRT_F32)", (long long)boff(e, hb[k]))
+                                  : "NONE";
+    sf(o, "            if (host) {\n"
+          "                int64_t h = j - %lld;\n"
+          "                srt_t g = HV(%lld + h * 4, n, SRT_F32);  /* fp32 on the host */\n",
+       (long long)e->S_dev, (long long)boff(e, e->b_hgrads));
+    if (e->p->zero < 2) {
+        sput(o, "                if (what == OWN_D2H) {\n");
+        rt_call(o, "                    ", e->gb == 4 ? "copy" : "convert", "st", NULL, "g", grad, NULL);
+        sput(o, "                    continue;\n"
+                "                }\n");
+    }
+    if (e->b_hstage >= 0) {
+        sput(o, "                if (what == OWN_H2D) {\n");
+        rt_call(o, "                    ", "copy", "st", NULL, param, hparam, NULL);
+        sput(o, "                    continue;\n"
+                "                }\n");
+    }
+    sput(o, "                if (what == OWN_SUMSQ) {\n"
+            "                    if (!tt->copy && (!tt->replicated || tp0)) srt_grad_sumsq(c, st, g);\n"
+            "                    continue;\n"
+            "                }\n");
+    rt_call(o, I, "optimizer_step", "st", NULL, hparam, st[0], "g", st[1], st[2], "tt->decay", NULL);
+    sput(o, "                continue;\n"
+            "            }\n");
+}
+
+/* The shard-part helper (offload): see part_call. */
+static void gen_part_fn(CE *e, Str *o)
+{
+    sf(o, "/* Offload: n elements of this rank's reduced slice of a segment (at in,\n"
+          " * shard elements a rank), from element skip on, into the device gradient\n"
+          " * shard or (host) the host's fp32 gradients at out: copied, or added (acc). */\n"
+          "static void %s_part(srt_ctx *c, srt_stream st, int64_t in, int64_t shard, int64_t skip, int64_t n, int host,\n"
+          "                    int64_t out, int acc)\n{\n"
+          "    srt_t mine = DV(in + (srt_group_rank(c, SRT_DP) * shard + skip) * GB, n, GDT);\n"
+          "    srt_t dst = host ? HV(out, n, SRT_F32) : DV(out, n, GDT);\n"
+          "    if (acc) {\n", e->px);
+    rt_call(o, "        ", "add_fwd", "st", NULL, "dst", "dst", "mine", NULL);
+    sput(o, "    } else {\n");
+    rt_call(o, "        ", "convert", "st", NULL, "dst", "mine", NULL);
+    sput(o, "    }\n}\n\n");
+}
+
 /* The owned-range helper: the gradient norm's sums and the optimizer step,
  * piece by piece of this rank's shard space (a piece: one tensor's part of
  * one segment's shard, so weight decay is per tensor and padding is skipped). */
@@ -1959,25 +2845,39 @@ static void gen_owned_fn(CE *e, Str *o)
     const char *px = e->px;
     int z = e->p->zero;
     const char *grad = z < 2 ? arena_printf(&g_arena, "DV(%lld + f * GB, n, GDT)", (long long)boff(e, e->b_grads))
+                      : e->b_gshard < 0 ? "NONE"     /* offload: every element is the host's */
                              : arena_printf(&g_arena, "DV(%lld + j * GB, n, GDT)", (long long)boff(e, e->b_gshard));
+    bool away = e->params_space != SPACE_DEVICE;    /* offloaded parameters: updated into pstage */
     const char *param = z < 3 ? arena_printf(&g_arena, "DV(%lld + f * WB, n, WDT)", (long long)boff(e, e->b_params))
+                      : away  ? "DV(pstage + (j - lo) * WB, n, WDT)"
                               : arena_printf(&g_arena, "DV(%lld + j * WB, n, WDT)", (long long)boff(e, e->b_pshard));
     const char *master = e->b_master >= 0 ? arena_printf(&g_arena, "DV(%lld + j * 4, n, SRT_F32)", (long long)boff(e, e->b_master))
                                           : "p";
     const char *m1 = e->b_mom1 >= 0 ? arena_printf(&g_arena, "DV(%lld + j * 4, n, SRT_F32)", (long long)boff(e, e->b_mom1)) : "NONE";
     const char *m2 = e->b_mom2 >= 0 ? arena_printf(&g_arena, "DV(%lld + j * 4, n, SRT_F32)", (long long)boff(e, e->b_mom2)) : "NONE";
-    if (e->spec->precision.dtype != DT_FP32 && e->b_master < 0) die("emit: a 16-bit model without master weights");
+    if ((e->spec->precision.dtype != DT_FP32 || away) && e->S_dev > 0 && e->b_master < 0)
+        die("emit: a 16-bit model (or offloaded parameters) without master weights");
     if (e->b_master >= 0) expect_bytes(e, e->b_master, e->S_dev * 4, "the master weights");
     if (e->b_mom1 >= 0) expect_bytes(e, e->b_mom1, e->S_dev * 4, "the first moments");
     if (e->b_mom2 >= 0) expect_bytes(e, e->b_mom2, e->S_dev * 4, "the second moments");
     sf(o, "/* Visits this rank's pieces of shard space [lo, hi) (a piece: one tensor's part\n"
           " * of one segment's shard; padding is skipped): OWN_SUMSQ adds their squared\n"
           " * gradients to the norm (each element counted once in the world: ZeRO 0 on\n"
-          " * dp rank 0, replicated tp tensors on tp rank 0), OWN_OPT steps the optimizer\n"
+          " * dp rank 0, replicated tp tensors on tp rank 0, the tied embedding on the\n"
+          " * first stage, not its copy on the last), OWN_OPT steps the optimizer\n"
           " * on them with the tensor's weight decay (through fp32 gradients at staging\n"
-          " * when they are 16-bit).  j: the shard-space index, f: the flat one. */\n"
-          "static void %s_owned(srt_ctx *c, srt_stream st, int what, int64_t lo, int64_t hi, int64_t staging)\n{\n",
-       px);
+          " * when they are 16-bit).  j: the shard-space index, f: the flat one.\n"
+          " * Offload: the host optimizer owns shard space from %lld on (its gradients\n"
+          " * fp32 in the host arena); OWN_D2H copies the reduced gradients there\n"
+          " * (ZeRO 0-1), OWN_H2D the updated parameters back from the host staging,\n"
+          " * and OWN_OPT on a host range steps with the states in the host arena or,\n"
+          " * NVMe, in the sub-group's slot at staging ([master][m][v], hi - lo each).\n"
+          " * pstage: where the device step writes offloaded parameters. */\n"
+          "static void %s_owned(srt_ctx *c, srt_stream st, int what, int64_t lo, int64_t hi, int64_t staging,\n"
+          "                     int64_t pstage)\n{\n"
+          "    (void)pstage;\n",
+       (long long)e->S_dev, px);
+    if (e->S_host > 0) gen_owned_host_head(e, o);
     sf(o, "    int64_t d = ZERO >= 1 ? srt_group_rank(c, SRT_DP) : 0;\n"
           "    if (what == OWN_SUMSQ && ZERO == 0 && srt_group_rank(c, SRT_DP) != 0) return;\n"
           "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
@@ -1992,16 +2892,19 @@ static void gen_owned_fn(CE *e, Str *o)
           "            int64_t f = f0 > tt->flat ? f0 : tt->flat;\n"
           "            int64_t fe = f1 < tt->flat + tt->numel ? f1 : tt->flat + tt->numel;\n"
           "            if (f >= fe) continue;\n"
-          "            int64_t j = a0 + (f - f0), n = fe - f;\n"
-          "            srt_t g = %s;\n"
+          "            int64_t j = a0 + (f - f0), n = fe - f;\n",
+       e->rc->nsegs, px, px);
+    if (e->S_host > 0) gen_owned_host_piece(e, o, grad, param);
+    sf(o, "            srt_t g = %s;\n"
           "            if (what == OWN_SUMSQ) {\n"
-          "                if (!tt->replicated || tp0) srt_grad_sumsq(c, st, g);\n"
+          "                if (!tt->copy && (!tt->replicated || tp0)) srt_grad_sumsq(c, st, g);\n"
           "                continue;\n"
           "            }\n"
           "            srt_t p = %s;\n"
+          "            if (what == OWN_H2D) continue;  /* (no device piece in a host range) */\n"
           "            if (staging >= 0) {\n"
           "                srt_t g32 = DV(staging + (j - lo) * 4, n, SRT_F32);\n",
-       e->rc->nsegs, px, px, grad, param);
+       grad, param);
     rt_call(o, "                ", "convert", "st", NULL, "g32", "g", NULL);
     sput(o, "                g = g32;\n"
             "            }\n");
@@ -2061,7 +2964,7 @@ static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
           "    GB = %d,         /* bytes of a gradient element */\n"
           "    NROLES = %d,     /* parameter roles (the part tables' columns) */\n"
           "};\n",
-       (long long)p->b, (long long)m->s, (long long)m->h, (long long)(m->a / p->tp), (long long)(m->kv / p->tp),
+       (long long)p->b, (long long)m->s, (long long)m->h, (long long)(m->a / p->tp), (long long)model_kv_rank(m),
        (long long)m->hd, m->family == FAM_GPT ? "QKV" : "QD", m->family == FAM_GPT ? "QKV" : "KVD",
        (long long)(m->ffn / p->tp), (long long)m->V, (long long)(m->Vpad / p->tp), p->zero, p->wbytes,
        p->gbytes, R_NROLES);
@@ -2077,6 +2980,8 @@ static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
        flt(s->model.rope_theta > 0 ? s->model.rope_theta : 10000.0), dloss);
     sput(o, "/* A view of n elements of dt at a device arena offset (bytes). */\n"
             "#define DV(off, n, dt) srt_dview(c, (off), (n), (dt))\n"
+            "/* ... of the pinned host arena (offload). */\n"
+            "#define HV(off, n, dt) srt_hview(c, (off), (n), (dt))\n"
             "/* No tensor (an absent bias, an unused gradient). */\n"
             "#define NONE ((srt_t){NULL, 0, SRT_F32})\n"
             "/* Parameter / gradient of role r of the part w: its offset, or relative to\n"
@@ -2086,8 +2991,8 @@ static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
             "/* The view of t from element k on (q, k, v inside one buffer). */\n"
             "#define AT(t, k) ((srt_t){(char *)(t).p + (int64_t)(k) * WB, (t).n - (int64_t)(k), (t).dt})\n\n"
             "typedef srt_segment trainer_seg;  /* shardrt.h: the flat segments */\n"
-            "typedef struct { int64_t flat, numel; bool decay, replicated; } trainer_tensor;\n"
-            "enum { OWN_SUMSQ, OWN_OPT };\n\n");
+            "typedef struct { int64_t flat, numel; bool decay, replicated, copy; } trainer_tensor;\n"
+            "enum { OWN_SUMSQ, OWN_OPT, OWN_D2H, OWN_H2D };\n\n");
 }
 
 /* The srt_program and main. */
@@ -2128,12 +3033,61 @@ static void gen_program(const MemPlan *mp, const char *name, Str *o, bool *has_e
        s->train.weight_decay, s->train.momentum, s->train.grad_clip, s->train.lr_schedule);
     sf(o, "    .data_train = %s, .data_val = %s, .data_format = %d,\n", c_string(s->data.train),
        s->data.val && *s->data.val ? c_string(s->data.val) : "NULL", s->data.format);
+    if (s->precision.dtype == DT_FP16) {
+        bool dyn = s->precision.loss_scale == LS_DYNAMIC;
+        sf(o, "    .loss_scaling = %s, .ls_scale = %.17g, .ls_min = %.17g, .ls_window = %lld, .ls_hysteresis = %lld,\n",
+           dyn ? "SRT_LOSS_SCALE_DYNAMIC" : "SRT_LOSS_SCALE_STATIC",
+           dyn ? ldexp(1.0, (int)s->precision.initial_scale_power) : s->precision.static_scale,
+           s->precision.min_scale, (long long)s->precision.window, (long long)s->precision.hysteresis);
+    }
+    const char *nvme_path = s->offload.optimizer == OFF_NVME ? s->offload.optimizer_path
+                          : s->offload.params == OFF_NVME ? s->offload.params_path : NULL;
+    sf(o, "    .aio_block_size = %lld, .aio_queue_depth = %lld, .nvme_path = %s,\n", (long long)s->offload.aio_block_size,
+       (long long)s->offload.aio_queue_depth, nvme_path && *nvme_path ? c_string(nvme_path) : "NULL");
     sf(o, "    .model_flops_per_step = %.17g, .peak_flops = %.17g,\n    .classes = classes,\n};\n\n",
        m->flops_model_step, cost_peak(s));
     sput(o, "int main(int argc, char **argv)\n{\n    return srt_main(argc, argv, &program);\n}\n");
 }
 
 /* ---- one class ------------------------------------------------------------------------- */
+
+/* The persistent buffer called name in space sp, or -1. */
+static int named_buf(const CE *e, const char *name, int sp)
+{
+    for (int i = 0; i < e->s->nbufs; i++)
+        if (e->s->bufs[i].persistent && e->s->bufs[i].space == sp && strcmp(e->s->bufs[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Offload: the host and NVMe buffers and the host's share of the shard space
+ * (the host optimizer owns its last S_host elements: sched.c's opt_split). */
+static void offload_buffers(CE *e)
+{
+    e->b_hgrads = named_buf(e, "grads.fp32", SPACE_HOST);
+    e->b_hmaster = named_buf(e, "optimizer.master", SPACE_HOST);
+    e->b_hmom1 = named_buf(e, "optimizer.exp_avg", SPACE_HOST);
+    if (e->b_hmom1 < 0) e->b_hmom1 = named_buf(e, "optimizer.momentum", SPACE_HOST);
+    e->b_hmom2 = named_buf(e, "optimizer.exp_avg_sq", SPACE_HOST);
+    e->b_nvme = named_buf(e, "optimizer.nvme", SPACE_NVME);
+    e->b_hstage = named_buf(e, "params.h2d_staging", SPACE_HOST);
+    e->b_hswap = named_buf(e, "params.nvme_staging", SPACE_HOST);
+    e->params_space = SPACE_DEVICE;
+    for (int sp = SPACE_HOST; e->p->zero == 3 && sp <= SPACE_NVME && e->b_pshard < 0; sp++)
+        if ((e->b_pshard = named_buf(e, "params.shard", sp)) >= 0) e->params_space = sp;
+    e->S_host = e->b_hgrads >= 0 ? e->s->bufs[e->b_hgrads].bytes / 4 : 0;
+    e->S_dev -= e->S_host;
+    bool adam = e->spec->train.optimizer != OPT_SGD;
+    e->nstates = 1 + (adam || e->spec->train.momentum > 0) + adam;
+    if (e->S_host == 0) return;
+    if (e->b_nvme >= 0) {
+        expect_bytes(e, e->b_nvme, e->S_host * 4 * e->nstates, "the NVMe optimizer states");
+    } else {
+        if (e->b_hmaster < 0) die("emit: the host optimizer has no master weights");
+        expect_bytes(e, e->b_hmaster, e->S_host * 4, "the host master weights");
+        if (e->b_hmom1 >= 0) expect_bytes(e, e->b_hmom1, e->S_host * 4, "the host first moments");
+        if (e->b_hmom2 >= 0) expect_bytes(e, e->b_hmom2, e->S_host * 4, "the host second moments");
+    }
+}
 
 /* Finds the class's persistent buffers and checks their sizes. */
 static void class_buffers(CE *e)
@@ -2149,6 +3103,7 @@ static void class_buffers(CE *e)
     e->b_mom2 = class_buf(e, BK_MOM2);
     const RankClass *rc = e->rc;
     e->S_dev = e->p->zero >= 1 ? rc->shard : rc->padded;
+    offload_buffers(e);
     if (e->p->zero < 3) {
         if (e->b_params < 0) die("emit: no params buffer");
         expect_bytes(e, e->b_params, rc->padded * e->wb, "the parameters");
@@ -2160,9 +3115,74 @@ static void class_buffers(CE *e)
         if (e->b_grads < 0) die("emit: no grads buffer");
         expect_bytes(e, e->b_grads, rc->padded * e->gb, "the gradients");
     } else {
-        if (e->b_gshard < 0) die("emit: no grads.shard buffer");
-        expect_bytes(e, e->b_gshard, e->S_dev * e->gb, "the gradient shard");
+        if (e->b_gshard < 0 && e->S_dev > 0) die("emit: no grads.shard buffer");
+        if (e->b_gshard >= 0) expect_bytes(e, e->b_gshard, e->S_dev * e->gb, "the gradient shard");
     }
+}
+
+/* The op kinds that belong to a microbatch's backward: the forward of
+ * microbatch 0 is its ops before the first of these. */
+static bool pe_backward(int kind)
+{
+    return kind == OP_LAYER_BWD || kind == OP_EMBED_BWD || kind == OP_RECV_BWD || kind == OP_SEND_BWD ||
+           kind == OP_RECOMPUTE || kind == OP_CKPT_H2D;
+}
+
+/* Evaluation under pipeline parallelism: the step's statements of microbatch
+ * 0's forward on this stage (its load, receives, embedding, layers, tp
+ * collectives, sends; the last stage's head without backward), the ZeRO 3
+ * gathers (and offload fetches) of the units they compute with, and the
+ * waits and records between the ops kept.  Every stage keeps exactly
+ * microbatch 0's forward messages, so sends and receives pair up; the rows
+ * are the step's, so the buffers are the memory plan's (eval runs between
+ * steps).  Returns the statements, their count in *n. */
+static Stmt *pe_stmts(const CE *e, int *n)
+{
+    const Sched *s = e->s;
+    bool *keep = arena_alloc(&g_arena, sizeof(bool) * (size_t)(s->nops + 1));
+    int cut = s->nops, last = -1;
+    for (int i = 0; i < s->nops; i++)
+        if (s->ops[i].mb == 0 && pe_backward(s->ops[i].kind)) {
+            cut = i;
+            break;
+        }
+    for (int i = 0; i < cut; i++) {
+        const Op *o = &s->ops[i];
+        if (o->mb != 0 || o->kind == OP_WAIT || o->kind == OP_CKPT_D2H || o->kind == OP_GATHER ||
+            o->kind == OP_PARAM_FETCH)
+            continue;
+        keep[i] = true;
+        last = i;
+        /* the latest gather (and fetch) of each unit it computes with */
+        for (int u = 0; u < 2; u++) {
+            if (o->unit[u] < 0) continue;
+            static const int kinds[2] = {OP_GATHER, OP_PARAM_FETCH};
+            for (int k = 0; k < 2; k++)
+                for (int j = i - 1; j >= 0; j--)
+                    if (s->ops[j].kind == kinds[k] && s->ops[j].aux == o->unit[u]) {
+                        keep[j] = true;
+                        break;
+                    }
+        }
+    }
+    if (last < 0) die("emit: stage %d has no forward of microbatch 0 to evaluate", e->ci);
+    /* a wait stays when it waits for a kept op and a kept op follows on its stream */
+    for (int i = 0; i < s->nops; i++) {
+        const Op *o = &s->ops[i];
+        if (o->kind != OP_WAIT || !keep[o->aux]) continue;
+        for (int j = i + 1; j < s->nops && !keep[i]; j++)
+            if (keep[j] && s->ops[j].kind != OP_WAIT && s->ops[j].stream == o->stream) keep[i] = true;
+    }
+    Stmt *ev = arena_alloc(&g_arena, sizeof(Stmt) * (size_t)(e->nst + 1));
+    *n = 0;
+    for (int i = 0; i < e->nst; i++) {
+        const Stmt *st = &e->st[i];
+        if (st->op < 0 || !keep[st->op] || st->fn == FN_INLINE || st->fn == FN_ZERO) continue;
+        ev[*n] = *st;
+        if (st->fn == FN_HEAD) ev[*n].fn = FN_HEAD_EVAL;
+        (*n)++;
+    }
+    return ev;
 }
 
 /* Emits one rank class: its tables, functions, step and evaluation. */
@@ -2178,7 +3198,7 @@ static void gen_class(MemPlan *mp, int ci, Str *o, bool loops, bool *has_eval)
     plan_whole(&e);
     plan_groups(&e);
     carve_saved(&e);
-    carve_add(&e.fscr, "tmp", e.p->T * e.m->h * e.wb);
+    carve_ckpt(&e);
     carve_bwd(&e, e.p->act.bwd_scratch);
     int64_t head_scratch = 0;
     for (int i = 0; i < e.s->nops; i++)
@@ -2189,15 +3209,22 @@ static void gen_class(MemPlan *mp, int ci, Str *o, bool loops, bool *has_eval)
     if (e.rc->chunks[e.rc->nchunks - 1].head) carve_head(&e, head_scratch);
     build_stmts(&e);
 
-    sf(o, "/* ==== stage %d: %lld ranks (tp %lld x dp %lld), layers %d-%d%s%s ==== */\n\n", ci,
-       (long long)e.rc->count, (long long)e.p->tp, (long long)e.p->dp, e.first_layer, e.first_layer + e.nl - 1,
+    Str chunks = {0};   /* the layers of each chunk (several with interleaved virtual stages) */
+    for (int k = 0; k < e.rc->nchunks; k++)
+        sf(&chunks, "%s%d-%d", k ? ", " : "", e.rc->chunks[k].first_layer,
+           e.rc->chunks[k].first_layer + e.rc->chunks[k].nlayers - 1);
+    sf(o, "/* ==== stage %d: %lld ranks (tp %lld x dp %lld), layers %s%s%s ==== */\n\n", ci,
+       (long long)e.rc->count, (long long)e.p->tp, (long long)e.p->dp, chunks.p ? chunks.p : "none",
        e.rc->chunks[0].embed ? ", the embedding" : "", e.rc->chunks[e.rc->nchunks - 1].head ? ", the head" : "");
-    e.has_eval = e.head_stmt >= 0 && e.rc->chunks[0].embed;
+    free(chunks.p);
+    /* pp 1: the stage with the embedding and the head; pp > 1: every stage (pe_stmts) */
+    e.has_eval = e.p->pp > 1 || (e.head_stmt >= 0 && e.rc->chunks[0].embed);
     gen_class_tables(&e, o);
     gen_step_tables(&e, o);
     gen_compute_fns(&e, o);
     gen_comm_fns(&e, o);
     if (e.uses_owned) gen_owned_fn(&e, o);
+    if (e.uses_part) gen_part_fn(&e, o);
     sf(o, "/* One training step of stage %d: the schedule's %d ops in order (forward,\n"
           " * backward, gradient reductions, the gradient norm, the optimizer). */\n"
           "static void s%d_step(srt_ctx *c)\n{\n", ci, e.s->nops, ci);
@@ -2209,7 +3236,18 @@ static void gen_class(MemPlan *mp, int ci, Str *o, bool loops, bool *has_eval)
         if (used[st]) sf(o, "    srt_stream_sync(c, %s);\n", stream_name(st));
     sput(o, "}\n\n");
     has_eval[ci] = e.has_eval;
-    if (e.has_eval) {
+    if (e.has_eval && e.p->pp > 1) {
+        int n = 0;
+        Stmt *ev = pe_stmts(&e, &n);
+        sf(o, "/* Evaluation on stage %d: the forward of microbatch 0 through the pipeline\n"
+              " * (the step's ops of it on this stage%s), no backward. */\n"
+              "static void s%d_eval(srt_ctx *c)\n{\n", ci,
+           e.rc->chunks[e.rc->nchunks - 1].head ? "; the head's loss into srt_loss_add" : "", ci);
+        gen_stmts(&e, o, ev, n, false);     /* a subset of the step's rows: they need not stride */
+        for (int st = 0; st < NSTREAMS; st++)
+            if (used[st]) sf(o, "    srt_stream_sync(c, %s);\n", stream_name(st));
+        sput(o, "}\n\n");
+    } else if (e.has_eval) {
         Stmt *ev = arena_alloc(&g_arena, sizeof(Stmt) * (size_t)(e.head_stmt + 1));
         int n = 0;
         for (int i = 0; i <= e.head_stmt; i++) {
@@ -2482,11 +3520,34 @@ static int run_tool(const Argv *a, const char *making, const char *what)
     return 1;
 }
 
+/* The CUDA runtime's link arguments, one a line in shardrt_cuda.link beside
+ * libshardrt_cuda.a (runtime/cuda/CMakeLists.txt writes it: the kernels,
+ * cuBLASLt, cuDNN, NCCL with their rpaths), and its "nvcc=PATH" line. */
+static bool cuda_link_args(const char *rtlib, Argv *out, const char **nvcc)
+{
+    const char *path = arena_printf(&g_arena, "%.*s/shardrt_cuda.link", (int)(strrchr(rtlib, '/') - rtlib), rtlib);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "shardc build: error: %s is missing (it comes with libshardrt_cuda.a): %s\n", path,
+                strerror(errno));
+        return false;
+    }
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!*line) continue;
+        if (strncmp(line, "nvcc=", 5) == 0) *nvcc = arena_strdup(&g_arena, line + 5);
+        else arg(out, arena_strdup(&g_arena, line));
+    }
+    fclose(f);
+    return true;
+}
+
 /* Compiles and links the generated source at c_path into out (through a
  * temporary file renamed at the end, so no partial trainer is left). */
 static int build_trainer(const BuildOpts *b, const char *c_path, const CatalogExtern *x)
 {
-    static const char *const lib_subs[] = {"", "lib", "runtime", "kernels/cpu", NULL};
+    static const char *const lib_subs[] = {"", "lib", "runtime", "kernels/cpu", "kernels/cuda", NULL};
     static const char *const inc_subs[] = {"include", "runtime/include", NULL};
     bool cuda = strcmp(b->backend, "cuda") == 0;
     const char *src_root = NULL;
@@ -2520,14 +3581,28 @@ static int build_trainer(const BuildOpts *b, const char *c_path, const CatalogEx
     arg(&cc, "-o");
     arg(&cc, obj);
     if (run_tool(&cc, obj, "the C compiler failed on the generated code (a shardc bug)") != 0) return EXIT_INTERNAL;
-    /* the user's op: its C source beside the trainer's, its header's folder on the path */
+    /* the CUDA runtime's link line and nvcc, as its build wrote them */
+    Argv culink = {0};
+    const char *nvcc = "nvcc";
+    if (cuda && !cuda_link_args(rtlib, &culink, &nvcc)) {
+        unlink(obj);
+        return EXIT_USER;
+    }
+    /* the user's op: its C source (or, for the CUDA backend, its CUDA source
+     * through nvcc for sm_90) beside the trainer's, its header's folder on the path */
     const char *uobj = NULL;
     if (x) {
-        const char *src = abs_path(x->cpu), *hdir = abs_path(x->header);
+        const char *src = abs_path(cuda ? x->cuda : x->cpu), *hdir = abs_path(x->header);
         hdir = arena_strndup(&g_arena, hdir, (size_t)(strrchr(hdir, '/') - hdir));
         uobj = arena_printf(&g_arena, "%s.tmp.%ld.user.o", b->out, (long)getpid());
         Argv uc = a;
-        arg(&uc, "-std=gnu11");
+        if (cuda) {
+            uc = (Argv){0};
+            arg(&uc, nvcc);
+            arg(&uc, "-arch=sm_90");
+        } else {
+            arg(&uc, "-std=gnu11");
+        }
         arg(&uc, "-O2");
         arg(&uc, "-I");
         arg(&uc, hdir);
@@ -2535,8 +3610,8 @@ static int build_trainer(const BuildOpts *b, const char *c_path, const CatalogEx
         arg(&uc, src);
         arg(&uc, "-o");
         arg(&uc, uobj);
-        if (run_tool(&uc, uobj, arena_printf(&g_arena, "the C compiler failed on %s, the user-defined %s", src,
-                                             x->name)) != 0) {
+        if (run_tool(&uc, uobj, arena_printf(&g_arena, "the %s compiler failed on %s, the user-defined %s",
+                                             cuda ? "CUDA" : "C", src, x->name)) != 0) {
             unlink(obj);
             return EXIT_USER;
         }
@@ -2548,9 +3623,7 @@ static int build_trainer(const BuildOpts *b, const char *c_path, const CatalogEx
     arg(&a, rtlib);
     if (klib) arg(&a, klib);
     if (cuda) {
-        static const char *const cu[] = {"-L/usr/local/cuda/lib64", "-lcudart", "-lcublasLt", "-lcublas", "-lcudnn",
-                                         "-lnccl", "-lstdc++", NULL};
-        for (int i = 0; cu[i]; i++) arg(&a, cu[i]);
+        for (int i = 0; i < culink.n; i++) arg(&a, culink.v[i]);
     } else {
         static const char *const cpu[] = {"-lopenblas", "-luring", "-fopenmp", NULL};
         for (int i = 0; cpu[i]; i++) arg(&a, cpu[i]);
@@ -2591,14 +3664,13 @@ int emit_build_main(int argc, char **argv)
     /* a user-defined op: its header against its kind's ABI, its sources there */
     CatalogExtern x;
     if (!catalog_check_extern(spec, &x) || diag_errors) return EXIT_USER;
-    if (x.abi && strcmp(b.backend, "cuda") == 0) {
-        fprintf(stderr, "shardc build: error: --backend cuda with the user-defined %s '%s': the CUDA backend "
-                        "does not exist yet\n", x.abi->kind, x.name);
-        fprintf(stderr, "hint: build with --backend cpu (it compiles %s into the trainer)\n",
-                x.cpu ? x.cpu : "the op's cpu source");
+    if (x.abi && strcmp(b.backend, "cuda") == 0 && !x.cuda) {
+        diag_error(key_loc(spec, "model.activation"), "shardc build: the user-defined %s '%s' has no cuda source, and the CUDA backend needs one",
+                   x.abi->kind, x.name);
+        diag_hint("add cuda = \"FILE.cu\" to its extern block, or build with --backend cpu");
         return EXIT_USER;
     }
-    if (x.abi && !x.cpu) {
+    if (x.abi && strcmp(b.backend, "cpu") == 0 && !x.cpu) {
         diag_error(key_loc(spec, "model.activation"), "shardc build: the user-defined %s '%s' has no cpu source, and the CPU backend needs one",
                    x.abi->kind, x.name);
         diag_hint("add cpu = \"FILE.c\" to its extern block");

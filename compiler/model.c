@@ -43,6 +43,12 @@ const char *model_role_name(int role)
     return role >= 0 && role < R_NROLES ? role_names[role] : "?";
 }
 
+/* The kv heads one tp rank holds (plan.h). */
+int64_t model_kv_rank(const Model *m)
+{
+    return m->kv < m->tp ? 1 : m->kv / m->tp;
+}
+
 /* Appends one tensor; cols = 0 makes a vector. */
 static void add_tensor(Model *m, int cap, const char *name, int layer, int role,
                        int64_t rows, int64_t cols, int split)
@@ -100,11 +106,19 @@ static void add_layer(Model *m, int cap, int L)
     int64_t h = m->h, kvd = m->kv * m->hd;
     add_norm(m, cap, L, R_NORM1_W, R_NORM1_B, "ln_1", "input_layernorm");
     if (m->family == FAM_GPT) {
+        int first = m->nt;
         add_linear(m, cap, L, R_QKV_W, R_QKV_B, h + 2 * kvd, h, true, "attn.c_attn", "");
+        /* a rank's heads' q, k and v rows, not one contiguous range of [q; k; v] */
+        for (int i = first; i < m->nt; i++) m->t[i].split = SPLIT_QKV;
     } else {
         add_linear(m, cap, L, R_Q_W, R_Q_B, h, h, true, "", "self_attn.q_proj");
+        int first = m->nt;
         add_linear(m, cap, L, R_K_W, R_K_B, kvd, h, true, "", "self_attn.k_proj");
         add_linear(m, cap, L, R_V_W, R_V_B, kvd, h, true, "", "self_attn.v_proj");
+        /* one kv head for several tp ranks: replicated, its gradients summed over tp
+         * like a norm's (each rank's share is that of its query heads) */
+        if (m->kv < m->tp)
+            for (int i = first; i < m->nt; i++) m->t[i].split = SPLIT_NONE;
     }
     add_linear(m, cap, L, R_ATTN_OUT_W, R_ATTN_OUT_B, h, h, false, "attn.c_proj", "self_attn.o_proj");
     add_norm(m, cap, L, R_NORM2_W, R_NORM2_B, "ln_2", "post_attention_layernorm");
@@ -274,7 +288,7 @@ static int g_rowpar(LayerGraph *g, const Model *m, bool sp, int in, const char *
 void model_layer_graph(const Model *m, bool sp, LayerGraph *g)
 {
     memset(g, 0, sizeof *g);
-    int64_t kvd = m->kv * m->hd;
+    int64_t kvd = model_kv_rank(m) * m->tp * m->hd;     /* a replicated kv head counts on every rank */
     int x = g_tensor(g, "x", m->h, false, AS_SEQ, AK_INPUT, true);
     int n1g, n2g;
     g_norm(g, m, sp, x, "norm1", &n1g);

@@ -50,8 +50,9 @@ static bool check_tp(const Spec *s, bool report)
         ok = fail(report, s, "model.hidden", "choose hidden = heads · head_dim",
                   arena_printf(&g_arena, "hidden %lld is not divisible by heads %lld",
                                (long long)s->model.hidden, (long long)s->model.heads));
-    if (s->model.heads % tp || kv % tp)
-        ok = fail(report, s, "parallel.tp", "tp must divide the number of heads and kv heads",
+    if (s->model.heads % tp || (kv % tp && kv != 1))
+        ok = fail(report, s, "parallel.tp", "tp must divide the number of heads and kv heads (or kv_heads = 1: the "
+                  "one kv head is replicated on every tp rank; more kv heads than one but fewer than tp are not)",
                   arena_printf(&g_arena, "tp %lld does not divide heads %lld / kv heads %lld",
                                (long long)tp, (long long)s->model.heads, (long long)kv));
     if (ffn % tp)
@@ -160,8 +161,10 @@ int part_class_of(const Partition *p, int64_t rank)
 }
 
 /* The slice of a tensor tp rank t holds (Megatron: column-parallel linears
- * and the vocabulary split dim 0, row-parallel linears dim 1; fused QKV rows
- * are in per-head-group order so each rank's slice is its heads' q, k, v). */
+ * and the vocabulary split dim 0, row-parallel linears dim 1).  SPLIT_QKV
+ * (GPT's fused c_attn [q; k; v]): the range is the rank's fraction of the
+ * whole, and the rank holds that same fraction of each of the q, k and v
+ * blocks (its heads' rows), stacked q, k, v in its shard. */
 void part_tp_slice(const Partition *p, const Tensor *t, int64_t tp_rank, int *dim,
                    int64_t *begin, int64_t *end)
 {
@@ -267,7 +270,7 @@ static ClassTensor class_tensor(const Partition *p, int idx, int chunk, bool cop
 {
     const Tensor *t = &p->model->t[idx];
     ClassTensor ct = {.tensor = idx, .rows = t->rows_mem, .cols = t->cols, .chunk = chunk, .copy = copy};
-    if (t->split == SPLIT_ROWS) ct.rows /= p->tp;
+    if (t->split == SPLIT_ROWS || t->split == SPLIT_QKV) ct.rows /= p->tp;
     if (t->split == SPLIT_COLS) ct.cols /= p->tp;
     ct.numel = ct.rows * (ct.cols ? ct.cols : 1);
     return ct;
@@ -546,6 +549,27 @@ static void plan_act(const Spec *s, Partition *p)
     a->ckpt = split ? (a->x + p->tp - 1) / p->tp : a->x;
     for (int pol = 0; pol < 3; pol++) a->fwd_scratch[pol] = fwd_scratch(p, &g, pol);
     a->bwd_scratch = bwd_scratch(p, &g);
+    if (sp) {   /* the generated backward (emit.c) keeps the layer's gradients on all tokens, as
+                 * without sp, and recomputes each norm on its gathered input (all tokens) */
+        int64_t tsp = p->T_sp, nstats = p->model->layernorm ? 2 : 1;
+        LayerGraph g0;
+        model_layer_graph(p->model, false, &g0);
+        p->T_sp = p->T;
+        int64_t need = bwd_scratch(p, &g0) + p->T * p->model->h * p->wbytes + p->T * nstats * 4;
+        p->T_sp = tsp;
+        if (need > a->bwd_scratch) a->bwd_scratch = need;
+        /* checkpointing: the generated forward (emit.c) holds the norm of the gathered
+         * input and, unpacked, every tensor it does not keep */
+        for (int pol = 0; pol < 3; pol++) {
+            if (pol == CKPT_NONE) continue;
+            int64_t fwd = p->T * p->model->h * p->wbytes + p->T * nstats * 4;
+            for (int i = 0; i < g0.nt; i++) {
+                const ActTensor *t = &g0.t[i];
+                if (t->kind != AK_INPUT && t->kind != AK_OUTPUT && !act_saved(t, pol)) fwd += act_bytes(p, t);
+            }
+            if (fwd > a->fwd_scratch[pol]) a->fwd_scratch[pol] = fwd;
+        }
+    }
     a->boundary = a->x;
     a->full = p->T * p->model->h * p->wbytes;
 }

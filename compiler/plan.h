@@ -32,6 +32,7 @@ typedef enum TpSplit {
     SPLIT_NONE,     /* replicated on every tp rank (norms, row-parallel biases, positions) */
     SPLIT_ROWS,     /* dim 0: column-parallel linears, vocab-parallel embedding/head     */
     SPLIT_COLS,     /* dim 1: row-parallel linears                                        */
+    SPLIT_QKV,      /* dim 0 per head: GPT's fused c_attn, each rank its heads' q, k, v rows */
 } TpSplit;
 
 /* Where a tensor sits in the layer order. */
@@ -118,6 +119,9 @@ void model_build(const Spec *s, Model *m);
  * parallelism with tp > 1 (adds the gathers and reduce-scatters). */
 void model_layer_graph(const Model *m, bool sp, LayerGraph *g);
 const char *model_role_name(int role);
+/* The kv heads one tp rank holds: kv / tp, or the one kv head (kv_heads = 1,
+ * replicated on every tp rank, as Megatron does for fewer kv groups than tp). */
+int64_t model_kv_rank(const Model *m);
 /* Bytes of one element of a dtype (enum DType). */
 int model_dtype_bytes(int dtype);
 
@@ -221,7 +225,8 @@ void part_build(const Spec *s, const Model *m, Partition *p);
 int64_t part_rank(const Partition *p, int64_t t, int64_t d, int64_t st);
 void part_coords(const Partition *p, int64_t rank, int64_t *t, int64_t *d, int64_t *st);
 /* The rows (SPLIT_ROWS) or columns (SPLIT_COLS) of a tensor tp rank t holds:
- * [*begin, *end) of dimension *dim; the whole tensor for SPLIT_NONE. */
+ * [*begin, *end) of dimension *dim; the whole tensor for SPLIT_NONE; for
+ * SPLIT_QKV the rank's fraction, taken of each of the q, k and v blocks. */
 void part_tp_slice(const Partition *p, const Tensor *t, int64_t tp_rank,
                    int *dim, int64_t *begin, int64_t *end);
 /* The dp rank that owns a flat element of a class (ZeRO >= 1), or -1 past the end. */

@@ -169,13 +169,21 @@ srt_ctx *ctx_create(const srt_program *p, const ctx_options *o)
     c->step = 1;
     c->lr = lrsched_lr(p, 1);
     c->clip_scale = 1.0f;
-    c->loss_scale = 1.0f;
+    lscale_init(&c->ls, p);
+    c->loss_scale = (float)c->ls.scale;
 
     c->dev_bytes = c->cls->device_arena;
     c->host_bytes = c->cls->host_arena;
-    c->dev = ctx_alloc(c, c->dev_bytes, "the device arena");
-    c->host = ctx_alloc(c, c->host_bytes, "the host arena");
     c->be = &g_backend;
+    if (c->be->arena_alloc) {   /* the backend's own memory (counted like ctx_alloc's) */
+        c->dev = c->be->arena_alloc(c, c->dev_bytes, 0);
+        c->host = c->be->arena_alloc(c, c->host_bytes, 1);
+        c->nallocs += 2;
+        c->alloc_bytes += c->dev_bytes + c->host_bytes;
+    } else {
+        c->dev = ctx_alloc(c, c->dev_bytes, "the device arena");
+        c->host = ctx_alloc(c, c->host_bytes, "the host arena");
+    }
     c->be->init(c);
     if (c->opt.check) chk_create(c);
     c->sealed = true;
@@ -189,8 +197,13 @@ void ctx_destroy(srt_ctx *c)
     if (!c) return;
     c->be->fini(c);
     free(c->chk);
-    free(c->dev);
-    free(c->host);
+    if (c->be->arena_free) {
+        c->be->arena_free(c, c->dev, 0);
+        c->be->arena_free(c, c->host, 1);
+    } else {
+        free(c->dev);
+        free(c->host);
+    }
     free(c);
 }
 
@@ -200,6 +213,8 @@ void ctx_begin_step(srt_ctx *c, int64_t step)
     c->step = step;
     c->lr = lrsched_lr(c->prog, step);
     c->loss = 0.0;
+    c->loss_scale = (float)c->ls.scale;
+    c->overflow = false;
     c->data_step = step - 1;   /* the loader counts steps from 0 */
 }
 
@@ -262,3 +277,4 @@ int64_t srt_step(const srt_ctx *c) { return c->step; }
 
 /* The current step's learning rate. */
 double srt_lr(const srt_ctx *c) { return c->lr; }
+float srt_loss_scale(const srt_ctx *c) { return c->loss_scale; }

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lscale.h"
 #include "shardrt.h"
 
 struct data_loader;
@@ -47,6 +48,12 @@ enum { SRT_MAX_EVENTS = 4096 };
  * ctx_alloc, so the allocation is counted), and sets c->bs. */
 typedef struct srt_backend {
     const char *name;
+    /* The arenas (space 0 device, 1 pinned host) when the backend allocates
+     * them itself (the CUDA backend: managed device memory, cudaHostAlloc);
+     * NULL: ctx_alloc's host memory (the CPU backend).  Called before init;
+     * arena_free releases them after fini. */
+    void *(*arena_alloc)(srt_ctx *c, int64_t bytes, int space);
+    void (*arena_free)(srt_ctx *c, void *p, int space);
     void (*init)(srt_ctx *c);
     void (*fini)(srt_ctx *c);
     /* Called by ops.c before every op (after checking): a backend that
@@ -144,13 +151,16 @@ struct srt_ctx {
     int64_t alloc_bytes;
     bool sealed;                /* creation is over: ctx_alloc now dies               */
     char nvme_path[512];        /* the rank's NVMe swap file (unlinked once open)     */
+    bool nvme_untimed;          /* srt_main's own NVMe transfers (start-up, checkpoints):
+                                 * not counted in the steps' NVMe statistics        */
     /* step state (srt_main sets step and lr through ctx_begin_step) */
     int64_t step;               /* from 1                                             */
     double lr;
     double loss;                /* Σ srt_loss_add of this step                        */
     double grad_norm;           /* set by srt_grad_norm_finish                        */
     float clip_scale;           /* min(1, grad_clip / norm), ditto                    */
-    float loss_scale;           /* fp16 dynamic loss scale; 1 otherwise               */
+    float loss_scale;           /* fp16 loss scale of this step (ls.scale); 1 otherwise */
+    lscale ls;                  /* its state across steps (lscale.c; checkpointed)     */
     bool overflow;              /* the norm was not finite: optimizer steps skip      */
     struct data_loader *data;   /* srt_load_batch's source; set by srt_main           */
     struct metrics_trace *trace;/* --trace: every op's span is recorded (ops.c); NULL  */

@@ -51,14 +51,39 @@ typedef struct loop_run {
     ckpt_piece *save;           /* the checkpoint's pieces (pointers into the arena) */
     int nsave;
     ckpt_tensor_desc *desc;     /* the model's tensors, for the identity check      */
+    int ndesc;                  /* every stage's (the tied copy twice: one name)     */
+    /* offload: the host optimizer owns shard space [sdev, sdev + shost), its fp32
+     * states in the host arena (hmaster, hmom1, hmom2: host offsets) or in the
+     * NVMe file (nvme: file offset of nstates arrays of shost, [master][m][v]);
+     * params.shard is in space pshard_space (0 device, 1 host, 2 NVMe) */
+    int64_t sdev, shost, hmaster, hmom1, hmom2, nvme;
+    int nstates, pshard_space;
+    int64_t *save_nvme;         /* per checkpoint piece: its NVMe file offset, or -1 */
 } loop_run;
+
+/* The offset of the class's buffer called name in space sp, or -1. */
+static int64_t loop_buffer_in(const srt_class *k, const char *name, int sp)
+{
+    for (int i = 0; i < k->nbuffers; i++)
+        if (k->buffers[i].space == sp && strcmp(k->buffers[i].name, name) == 0) return k->buffers[i].offset;
+    return -1;
+}
 
 /* The device offset of the class's buffer called name, or -1. */
 static int64_t loop_buffer(const srt_class *k, const char *name)
 {
+    return loop_buffer_in(k, name, 0);
+}
+
+/* Offload: where the host optimizer's share of the shard space starts (the
+ * whole space without offload): its fp32 gradients, grads.fp32, say how much. */
+static int64_t loop_sdev(const srt_ctx *c)
+{
+    const srt_class *k = c->cls;
+    int64_t S = c->prog->zero >= 1 ? k->shard_numel : k->flat_numel;
     for (int i = 0; i < k->nbuffers; i++)
-        if (k->buffers[i].space == 0 && strcmp(k->buffers[i].name, name) == 0) return k->buffers[i].offset;
-    return -1;
+        if (k->buffers[i].space == 1 && strcmp(k->buffers[i].name, "grads.fp32") == 0) return S - k->buffers[i].bytes / 4;
+    return S;
 }
 
 /* The elements of parameter t's tp shard. */
@@ -67,20 +92,43 @@ static int64_t loop_numel(const srt_param *t)
     return t->shard_rows * (t->shard_cols ? t->shard_cols : 1);
 }
 
-/* The rectangle of the logical tensor that this tp rank's shard of t covers. */
-static void loop_rect(const srt_ctx *c, const srt_param *t, int64_t *r0, int64_t *r1, int64_t *c0, int64_t *c1)
+/* One rectangle of the logical tensor that a tp shard holds: the shard's
+ * elements [s0, s0 + its area) are the rectangle's, row by row. */
+typedef struct loop_part { int64_t r0, r1, c0, c1, s0; } loop_part;
+
+/* The rectangles of the logical tensor that this tp rank's shard of t covers,
+ * in shard order; returns how many.  One, but three for SRT_SPLIT_QKV: the
+ * rank's share of the q rows, of the k rows and of the v rows (its heads),
+ * so every element keeps its logical index (initialiser, checkpoints). */
+static int loop_parts(const srt_ctx *c, const srt_param *t, loop_part out[3])
 {
-    *r0 = t->split == SRT_SPLIT_ROWS ? c->tp_idx * t->shard_rows : 0;
-    *r1 = *r0 + t->shard_rows;
-    *c0 = t->split == SRT_SPLIT_COLS ? c->tp_idx * t->shard_cols : 0;
-    *c1 = *c0 + (t->cols ? t->shard_cols : 1);
+    int64_t w = t->cols ? t->shard_cols : 1;
+    if (t->split != SRT_SPLIT_QKV) {
+        int64_t r0 = t->split == SRT_SPLIT_ROWS ? c->tp_idx * t->shard_rows : 0;
+        int64_t c0 = t->split == SRT_SPLIT_COLS ? c->tp_idx * t->shard_cols : 0;
+        out[0] = (loop_part){r0, r0 + t->shard_rows, c0, c0 + w, 0};
+        return 1;
+    }
+    const srt_program *p = c->prog;
+    int64_t q = p->hidden, kv = p->kv_heads * (p->hidden / p->heads), tp = p->tp;
+    int64_t base[3] = {0, q, q + kv}, n[3] = {q / tp, kv / tp, kv / tp}, s0 = 0;
+    if (q + 2 * kv != t->rows || (q / tp + 2 * (kv / tp)) != t->shard_rows)
+        ctx_fatal(c, 3, "%s: its q, k, v split does not match the model's shape (a shardc bug)", t->name);
+    int np = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t r0 = base[i] + c->tp_idx * n[i];
+        if (np > 0 && out[np - 1].r1 == r0) out[np - 1].r1 += n[i];    /* adjacent (tp 1): one rectangle */
+        else out[np++] = (loop_part){r0, r0 + n[i], 0, w, s0};
+        s0 += n[i] * w;
+    }
+    return np;
 }
 
 /* Collects the owned pieces (see the top of the file); counts them when out is NULL. */
 static int loop_owned(const srt_ctx *c, loop_piece *out)
 {
     const srt_class *k = c->cls;
-    int64_t d = c->prog->zero >= 1 ? c->dp_idx : 0;
+    int64_t d = c->prog->zero >= 1 ? c->dp_idx : 0, sdev = loop_sdev(c);
     int n = 0;
     for (int s = 0; s < k->nsegs; s++) {
         const srt_segment *sg = &k->segs[s];
@@ -89,7 +137,13 @@ static int loop_owned(const srt_ctx *c, loop_piece *out)
             const srt_param *t = &k->params[i];
             int64_t f0 = a > t->flat ? a : t->flat, f1 = b < t->flat + loop_numel(t) ? b : t->flat + loop_numel(t);
             if (f0 >= f1) continue;
-            if (out) out[n] = (loop_piece){i, f0 - t->flat, f1 - t->flat, f0, sg->shard_offset + (f0 - a)};
+            int64_t j0 = sg->shard_offset + (f0 - a), cut = sdev - j0;
+            if (cut > 0 && cut < f1 - f0) {     /* offload: the device's part, then the host's */
+                if (out) out[n] = (loop_piece){i, f0 - t->flat, f0 + cut - t->flat, f0, j0};
+                n++;
+                f0 += cut, j0 += cut;
+            }
+            if (out) out[n] = (loop_piece){i, f0 - t->flat, f1 - t->flat, f0, j0};
             n++;
         }
     }
@@ -104,8 +158,11 @@ static void loop_store(srt_ctx *c, void *dst, const float *v, int64_t n, srt_dty
     } else if (dt == SRT_BF16) {
         uint16_t *o = dst;
         for (int64_t i = 0; i < n; i++) o[i] = ckpt_bf16_from_f32(v[i]);
+    } else if (dt == SRT_F16) {
+        uint16_t *o = dst;
+        for (int64_t i = 0; i < n; i++) o[i] = ckpt_f16_from_f32(v[i]);
     } else {
-        ctx_fatal(c, 1, "this trainer's working precision is not supported by srt_main (fp32 and bf16 are)");
+        ctx_fatal(c, 1, "this trainer's working precision is not supported by srt_main (fp32, bf16, fp16 are)");
     }
 }
 
@@ -117,16 +174,25 @@ static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, i
                         char *err, size_t errlen)
 {
     const srt_param *t = &R->c->cls->params[ti];
-    int64_t r0, r1, c0, c1;
-    loop_rect(R->c, t, &r0, &r1, &c0, &c1);
-    if (r) return ckpt_read(r, kind, t->name, r0, r1, c0, c1, e0, e1, out, err, errlen) == CKPT_OK;
-    if (strcmp(kind, CKPT_PARAM) != 0 || (!t->init_one && !(t->init_std > 0))) {
-        memset(out, 0, sizeof(float) * (size_t)(e1 - e0));
-    } else if (t->init_std > 0) {
-        rng_normal_fill_piece(out, R->seed, t->name, t->rows, t->cols, r0, r1, c0, c1, e0, e1, 0.0f, t->init_std);
-    } else {
-        int64_t w = c1 - c0;
-        for (int64_t e = e0; e < e1; e++) out[e - e0] = r0 + e / w < t->rows ? 1.0f : 0.0f;
+    loop_part parts[3];
+    int np = loop_parts(R->c, t, parts);
+    /* each rectangle's share of [e0, e1), at its elements' logical indices */
+    for (int i = 0; i < np; i++) {
+        const loop_part *q = &parts[i];
+        int64_t r0 = q->r0, r1 = q->r1, c0 = q->c0, c1 = q->c1, w = c1 - c0;
+        int64_t a = e0 > q->s0 ? e0 : q->s0, b = e1 < q->s0 + (r1 - r0) * w ? e1 : q->s0 + (r1 - r0) * w;
+        if (a >= b) continue;
+        float *o = out + (a - e0);
+        int64_t f0 = a - q->s0, f1 = b - q->s0;
+        if (r) {
+            if (ckpt_read(r, kind, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != CKPT_OK) return false;
+        } else if (strcmp(kind, CKPT_PARAM) != 0 || (!t->init_one && !(t->init_std > 0))) {
+            memset(o, 0, sizeof(float) * (size_t)(f1 - f0));
+        } else if (t->init_std > 0) {
+            rng_normal_fill_piece(o, R->seed, t->name, t->rows, t->cols, r0, r1, c0, c1, f0, f1, 0.0f, t->init_std);
+        } else {
+            for (int64_t e = f0; e < f1; e++) o[e - f0] = r0 + e / w < t->rows ? 1.0f : 0.0f;
+        }
     }
     return true;
 }
@@ -143,6 +209,50 @@ static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int
         loop_store(R->c, (uint8_t *)dst + i * sz, tmp, m, dt);
     }
     return true;
+}
+
+/* Where state st of piece pc lives (0: its fp32 value — the master weights,
+ * else the fp32 working copy; 1, 2: the moments): sets *space (0 device, 1
+ * host, 2 NVMe) and returns the byte offset there, or -1 when there is none. */
+static int64_t loop_state_at(const loop_run *R, const loop_piece *pc, int st, int *space)
+{
+    if (pc->j >= R->sdev) {     /* the host optimizer's (offload) */
+        int64_t h = pc->j - R->sdev;
+        if (R->nvme >= 0) {
+            *space = 2;
+            return st < R->nstates ? R->nvme + ((int64_t)st * R->shost + h) * 4 : -1;
+        }
+        int64_t b = st == 0 ? R->hmaster : st == 1 ? R->hmom1 : R->hmom2;
+        *space = 1;
+        return b >= 0 ? b + h * 4 : -1;
+    }
+    *space = 0;
+    if (st == 1) return R->mom1 >= 0 ? R->mom1 + pc->j * 4 : -1;
+    if (st == 2) return R->mom2 >= 0 ? R->mom2 + pc->j * 4 : -1;
+    if (R->master >= 0) return R->master + pc->j * 4;
+    if (R->pshard >= 0) {
+        *space = R->pshard_space;
+        return R->pshard + pc->j * 4;
+    }
+    return R->params + pc->f * 4;
+}
+
+/* loop_fill into space sp at offset off; NVMe through a host buffer and the
+ * backend's write (start-up: no step is running, nothing to order). */
+static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int sp,
+                         int64_t off, srt_dtype dt, char *err, size_t errlen)
+{
+    srt_ctx *c = R->c;
+    if (sp != 2) return loop_fill(R, r, kind, ti, e0, n, sp == 0 ? srt_dev(c, off) : srt_host(c, off), dt, err, errlen);
+    int64_t bytes = n * ops_dtype_size(dt);
+    void *tmp = malloc((size_t)bytes + 1);
+    if (!tmp) ctx_fatal(c, 1, "out of host memory");
+    bool ok = loop_fill(R, r, kind, ti, e0, n, tmp, dt, err, errlen);
+    c->nvme_untimed = true;     /* not a step's I/O */
+    if (ok) c->be->nvme_write(c, SRT_COPY, (srt_t){tmp, bytes, SRT_U8}, off);
+    c->nvme_untimed = false;
+    free(tmp);
+    return ok;
 }
 
 /* Sets every persistent buffer from the initialisation (r NULL) or from
@@ -173,21 +283,35 @@ static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errle
     for (int i = 0; i < R->nown; i++) {
         const loop_piece *pc = &R->own[i];
         int64_t n = pc->e1 - pc->e0;
-        if (R->pshard >= 0 &&
-            !loop_fill(R, r, CKPT_PARAM, pc->t, pc->e0, n, c->dev + R->pshard + pc->j * wb, w, err, errlen))
+        if (R->pshard >= 0 && !loop_fill_at(R, r, CKPT_PARAM, pc->t, pc->e0, n, R->pshard_space,
+                                            R->pshard + pc->j * wb, w, err, errlen))
             return false;
-        if (R->master >= 0 &&
-            !loop_fill(R, r, CKPT_PARAM, pc->t, pc->e0, n, c->dev + R->master + pc->j * 4, SRT_F32, err, errlen))
-            return false;
-        if (!r) continue;   /* fresh moments: the arena starts zeroed */
-        if (R->mom1 >= 0 &&
-            !loop_fill(R, r, CKPT_ADAM_M, pc->t, pc->e0, n, c->dev + R->mom1 + pc->j * 4, SRT_F32, err, errlen))
-            return false;
-        if (R->mom2 >= 0 &&
-            !loop_fill(R, r, CKPT_ADAM_V, pc->t, pc->e0, n, c->dev + R->mom2 + pc->j * 4, SRT_F32, err, errlen))
-            return false;
+        int sp;
+        int64_t at = loop_state_at(R, pc, 0, &sp);
+        bool master = pc->j >= R->sdev || R->master >= 0;   /* else state 0 is the working copy, filled */
+        if (master && !loop_fill_at(R, r, CKPT_PARAM, pc->t, pc->e0, n, sp, at, SRT_F32, err, errlen)) return false;
+        if (!r) continue;   /* fresh moments: the arena (and the NVMe file) starts zeroed */
+        for (int st = 1; st <= 2; st++) {
+            at = loop_state_at(R, pc, st, &sp);
+            if (at >= 0 && !loop_fill_at(R, r, st == 1 ? CKPT_ADAM_M : CKPT_ADAM_V, pc->t, pc->e0, n, sp, at, SRT_F32,
+                                         err, errlen))
+                return false;
+        }
     }
     return true;
+}
+
+/* Whether parameter i of this rank's class is the last pipeline stage's copy
+ * of the tied embedding (a tensor of the first stage's embeddings held again
+ * by the head): its values equal the original's, which the first stage saves. */
+static bool loop_is_copy(const srt_ctx *c, int i)
+{
+    const srt_param *t = &c->cls->params[i];
+    if (c->prog->pp < 2 || c->pp_idx == 0 || t->layer != c->prog->layers) return false;
+    const srt_class *first = &c->prog->classes[0];
+    for (int j = 0; j < first->nparams; j++)
+        if (first->params[j].layer < 0 && strcmp(first->params[j].name, t->name) == 0) return true;
+    return false;
 }
 
 /* The checkpoint pieces of this rank, pointing into the arena (fp32: the
@@ -197,28 +321,42 @@ static void loop_save_pieces(loop_run *R)
 {
     srt_ctx *c = R->c;
     const srt_class *k = c->cls;
-    R->save = calloc((size_t)R->nown * 3 + 1, sizeof *R->save);
-    if (!R->save) ctx_fatal(c, 1, "out of host memory");
+    R->save = calloc((size_t)R->nown * 9 + 1, sizeof *R->save);   /* 3 states × up to 3 rectangles */
+    R->save_nvme = calloc((size_t)R->nown * 9 + 1, sizeof *R->save_nvme);
+    if (!R->save || !R->save_nvme) ctx_fatal(c, 1, "out of host memory");
     R->nsave = 0;
     if (R->p->zero == 0 && c->dp_idx != 0) return;
     for (int i = 0; i < R->nown; i++) {
         const loop_piece *pc = &R->own[i];
         const srt_param *t = &k->params[pc->t];
-        ckpt_piece base = {.tensor = t->name, .rows = t->rows, .cols = t->cols, .f0 = pc->e0, .f1 = pc->e1,
-                           .dtype = CKPT_F32};
-        loop_rect(c, t, &base.r0, &base.r1, &base.c0, &base.c1);
-        const void *param = R->master >= 0 ? c->dev + R->master + pc->j * 4
-                            : R->pshard >= 0 ? c->dev + R->pshard + pc->j * 4
-                                             : c->dev + R->params + pc->f * 4;
-        const void *st[3] = {param, R->mom1 >= 0 ? c->dev + R->mom1 + pc->j * 4 : NULL,
-                             R->mom2 >= 0 ? c->dev + R->mom2 + pc->j * 4 : NULL};
-        const char *kinds[3] = {CKPT_PARAM, CKPT_ADAM_M, CKPT_ADAM_V};
+        if (loop_is_copy(c, pc->t)) continue;   /* saved once, by the first stage */
+        /* the states where they live; NVMe ones are read at each checkpoint */
+        const uint8_t *st[3];
+        int64_t nv[3];
         for (int s = 0; s < 3; s++) {
-            if (!st[s]) continue;
-            ckpt_piece pc2 = base;
-            pc2.kind = kinds[s];
-            pc2.data = st[s];
-            R->save[R->nsave++] = pc2;
+            int sp;
+            int64_t at = loop_state_at(R, pc, s, &sp);
+            nv[s] = at >= 0 && sp == 2 ? at : -1;
+            st[s] = at < 0 ? NULL : sp == 0 ? srt_dev(c, at) : sp == 1 ? srt_host(c, at) : (const uint8_t *)R;
+        }
+        const char *kinds[3] = {CKPT_PARAM, CKPT_ADAM_M, CKPT_ADAM_V};
+        loop_part parts[3];
+        int np = loop_parts(c, t, parts);
+        for (int r = 0; r < np; r++) {
+            const loop_part *q = &parts[r];
+            int64_t area = (q->r1 - q->r0) * (q->c1 - q->c0);
+            int64_t a = pc->e0 > q->s0 ? pc->e0 : q->s0, b = pc->e1 < q->s0 + area ? pc->e1 : q->s0 + area;
+            if (a >= b) continue;
+            ckpt_piece base = {.tensor = t->name, .rows = t->rows, .cols = t->cols, .r0 = q->r0, .r1 = q->r1,
+                               .c0 = q->c0, .c1 = q->c1, .f0 = a - q->s0, .f1 = b - q->s0, .dtype = CKPT_F32};
+            for (int s = 0; s < 3; s++) {
+                if (!st[s]) continue;
+                ckpt_piece pc2 = base;
+                pc2.kind = kinds[s];
+                pc2.data = nv[s] >= 0 ? NULL : st[s] + (a - pc->e0) * 4;
+                R->save_nvme[R->nsave] = nv[s] >= 0 ? nv[s] + (a - pc->e0) * 4 : -1;
+                R->save[R->nsave++] = pc2;
+            }
         }
     }
 }
@@ -240,6 +378,25 @@ static void loop_error(const srt_ctx *c, int64_t rank, const char *msg)
     fflush(stderr);
 }
 
+/* Offload to NVMe: the swap file read into host memory for a checkpoint,
+ * the NVMe pieces pointed into it (NULL, nothing to do, without NVMe state). */
+static uint8_t *loop_nvme_mirror(loop_run *R)
+{
+    srt_ctx *c = R->c;
+    bool any = false;
+    for (int i = 0; i < R->nsave; i++) any |= R->save_nvme[i] >= 0;
+    if (!any) return NULL;
+    uint8_t *m = malloc((size_t)c->cls->nvme_bytes);
+    if (!m) ctx_fatal(c, 1, "out of host memory for the checkpoint of the NVMe state (%lld bytes)",
+                      (long long)c->cls->nvme_bytes);
+    c->nvme_untimed = true;     /* not a step's I/O */
+    c->be->nvme_read(c, SRT_COPY, (srt_t){m, c->cls->nvme_bytes, SRT_U8}, 0);
+    c->nvme_untimed = false;
+    for (int i = 0; i < R->nsave; i++)
+        if (R->save_nvme[i] >= 0) R->save[i].data = m + R->save_nvme[i];
+    return m;
+}
+
 /* Writes checkpoint `step` into the --ckpt-dir: begin on rank 0, every rank
  * its file, commit on rank 0 (aborted everywhere if any rank failed). */
 static bool loop_checkpoint(loop_run *R, int64_t step)
@@ -253,7 +410,9 @@ static bool loop_checkpoint(loop_run *R, int64_t step)
     bool ok = c->rank != 0 || ckpt_save_begin(dir, step, token, err, sizeof err) == CKPT_OK;
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) return false;
+    uint8_t *mirror = loop_nvme_mirror(R);
     ok = ckpt_save_rank(dir, step, token, (int)c->rank, R->save, R->nsave, err, sizeof err) == CKPT_OK;
+    free(mirror);
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) {
         if (c->rank == 0) ckpt_save_abort(dir, step, token);
@@ -262,9 +421,12 @@ static bool loop_checkpoint(loop_run *R, int64_t step)
     if (c->rank == 0) {
         ckpt_kv layout[] = {{"tp", (double)p->tp}, {"pp", (double)p->pp}, {"dp", (double)p->dp},
                             {"zero", (double)p->zero}, {"world", (double)p->world}};
-        ckpt_kv state[] = {{"step", (double)step}, {"seed", (double)R->seed}};
+        /* the loss scale's state too, so that an fp16 run resumes bit for bit */
+        ckpt_kv state[] = {{"step", (double)step}, {"seed", (double)R->seed},
+                           {"loss_scale", c->ls.scale}, {"loss_scale_good", (double)c->ls.good},
+                           {"loss_scale_hysteresis", (double)c->ls.hyst}, {"skipped_steps", (double)c->ls.skipped}};
         ckpt_meta meta = {.model = p->name, .family = p->family == 1 ? "llama" : "gpt", .spec_text = p->spec_text,
-                          .layout = layout, .nlayout = 5, .state = state, .nstate = 2};
+                          .layout = layout, .nlayout = 5, .state = state, .nstate = 6};
         ok = ckpt_save_commit(dir, step, token, (int)c->world, &meta, err, sizeof err) == CKPT_OK;
         if (!ok) {
             loop_error(c, 0, err);
@@ -272,6 +434,20 @@ static bool loop_checkpoint(loop_run *R, int64_t step)
         }
     }
     return loop_agree(c, ok);
+}
+
+/* Takes the loss scale's state from a checkpoint of an fp16 run (one of an
+ * fp32 or bf16 run, or an older one, leaves the spec's initial scale). */
+static void loop_resume_scale(srt_ctx *c, const ckpt_reader *rd)
+{
+    double scale, good, hyst, skipped;
+    if (c->ls.mode != SRT_LOSS_SCALE_DYNAMIC || !ckpt_state(rd, "loss_scale", &scale) ||
+        !ckpt_state(rd, "loss_scale_good", &good) || !ckpt_state(rd, "loss_scale_hysteresis", &hyst) || scale <= 0)
+        return;
+    c->ls.scale = scale;
+    c->ls.good = (int64_t)good;
+    c->ls.hyst = (int64_t)hyst;
+    if (ckpt_state(rd, "skipped_steps", &skipped)) c->ls.skipped = (int64_t)skipped;
 }
 
 /* Opens the checkpoint --resume names (auto: the newest in --ckpt-dir, none:
@@ -294,8 +470,7 @@ static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t err
         what = path;
     }
     if (ckpt_open(r, what, err, errlen) != CKPT_OK) return false;
-    const srt_class *k = R->c->cls;
-    if (ckpt_check_model(*r, R->desc, k->nparams, err, errlen) != CKPT_OK) {
+    if (ckpt_check_model(*r, R->desc, R->ndesc, err, errlen) != CKPT_OK) {
         ckpt_close(*r);
         *r = NULL;
         return false;
@@ -319,7 +494,10 @@ static void loop_sync(srt_ctx *c)
 }
 
 /* The validation loss: the mean of `batches` evaluations of microbatch 0 of
- * val batches 0, 1, ... (each evaluation's loss is mean / microbatches). */
+ * val batches 0, 1, ... (each evaluation's loss is mean / microbatches).
+ * Under pp every stage's eval runs microbatch 0's forward through the
+ * pipeline; only the last stage adds a loss, and the sum over the world
+ * makes it every rank's. */
 static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, int64_t step, int batches)
 {
     srt_ctx *c = R->c;
@@ -346,7 +524,9 @@ static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, i
  * last position, recovered from the cross-entropy's gradient in the logits
  * (dloss·(softmax − onehot), with a known target), drawn at LOOP_TEMPERATURE.
  * Slow (a whole forward per byte) but it needs nothing beyond the eval
- * function the emitter provides. */
+ * function the emitter provides.  Under pp the eval runs the window through
+ * the pipeline; the last stage's ranks (the ones with logits) draw the byte
+ * and a max over the world gives it to every rank. */
 static void loop_sample(loop_run *R, int64_t n, int64_t step)
 {
     srt_ctx *c = R->c;
@@ -356,8 +536,10 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step)
     int64_t logits = -1;
     for (int i = 0; i < k->nbuffers; i++)
         if (strcmp(k->buffers[i].name, "logits.mb0") == 0) logits = k->buffers[i].offset;
-    if (!k->eval || logits < 0 || p->vocab != 256 || p->pp != 1 || p->tp != 1) {
-        if (c->rank == 0) printf("(--sample needs a byte-level model on one pipeline stage; skipped)\n");
+    int mine = logits >= 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!k->eval || !any || p->vocab != 256 || p->tp != 1) {
+        if (c->rank == 0) printf("(--sample needs a byte-level model without tensor parallelism; skipped)\n");
         return;
     }
     char *ctxt = calloc((size_t)(T + n + 2), 1);
@@ -399,23 +581,26 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step)
         /* the softmax p from the gradient, then a draw from p^(1/temperature)
          * with the counter-based RNG (the same on every rank) */
         double q[256], qsum = 0;
-        for (int v = 0; v < 256; v++) {
+        for (int v = 0; v < 256 && mine; v++) {
             double gv;
             if (p->dtype == SRT_F32) gv = ((float *)(c->dev + logits))[pos * p->vocab_pad + v];
+            else if (p->dtype == SRT_F16) gv = ckpt_f32_from_f16(((uint16_t *)(c->dev + logits))[pos * p->vocab_pad + v]);
             else gv = ckpt_f32_from_bf16(((uint16_t *)(c->dev + logits))[pos * p->vocab_pad + v]);
-            double pv = gv / dl + (v == target ? 1.0 : 0.0);
+            double pv = gv / (dl * c->loss_scale) + (v == target ? 1.0 : 0.0);
             q[v] = pv > 0 ? pow(pv, 1.0 / LOOP_TEMPERATURE) : 0.0;
             qsum += q[v];
         }
         double u = rng_uniform_at(R->seed, rng_tensor_id("sample"), g) * qsum;
-        int best = 255;
-        for (int v = 0; v < 256; v++) {
+        int best = mine ? 255 : -1, drawn = -1;
+        for (int v = 0; v < 256 && mine; v++) {
             if (u < q[v]) {
                 best = v;
                 break;
             }
             u -= q[v];
         }
+        MPI_Allreduce(&best, &drawn, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);   /* pp: from the last stage */
+        best = drawn;
         ctxt[len++] = (char)best;
         if (c->rank == 0) {
             putchar(best >= 32 || best == '\n' ? best : '?');
@@ -473,14 +658,33 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     R.mom1 = loop_buffer(k, "optimizer.exp_avg");
     if (R.mom1 < 0) R.mom1 = loop_buffer(k, "optimizer.momentum");
     R.mom2 = loop_buffer(k, "optimizer.exp_avg_sq");
+    /* offload: the host optimizer's states, and parameters on the host or NVMe */
+    R.pshard_space = 0;
+    for (int sp = 1; sp <= 2 && R.pshard < 0; sp++)
+        if ((R.pshard = loop_buffer_in(k, "params.shard", sp)) >= 0) R.pshard_space = sp;
+    R.sdev = loop_sdev(c);
+    R.shost = (prog->zero >= 1 ? k->shard_numel : k->flat_numel) - R.sdev;
+    R.hmaster = loop_buffer_in(k, "optimizer.master", 1);
+    R.hmom1 = loop_buffer_in(k, "optimizer.exp_avg", 1);
+    if (R.hmom1 < 0) R.hmom1 = loop_buffer_in(k, "optimizer.momentum", 1);
+    R.hmom2 = loop_buffer_in(k, "optimizer.exp_avg_sq", 1);
+    R.nvme = loop_buffer_in(k, "optimizer.nvme", 2);
+    R.nstates = 1 + (prog->optimizer != 2 || prog->momentum > 0) + (prog->optimizer != 2);
+    if (R.shost > 0 && R.nvme < 0 && R.hmaster < 0) ctx_die(c, "the host optimizer has no master weights");
     if (R.params < 0 && R.pshard < 0) ctx_die(c, "the program has neither params nor params.shard");
     R.nown = loop_owned(c, NULL);
     R.own = calloc((size_t)R.nown + 1, sizeof *R.own);
-    R.desc = calloc((size_t)k->nparams + 1, sizeof *R.desc);
+    /* the model is every pipeline stage's tensors together */
+    for (int64_t st = 0; st < prog->pp; st++) R.ndesc += prog->classes[st].nparams;
+    R.desc = calloc((size_t)R.ndesc + 1, sizeof *R.desc);
     if (!R.own || !R.desc) ctx_fatal(c, 1, "out of host memory");
     loop_owned(c, R.own);
-    for (int i = 0; i < k->nparams; i++)
-        R.desc[i] = (ckpt_tensor_desc){k->params[i].name, k->params[i].rows, k->params[i].cols};
+    R.ndesc = 0;
+    for (int64_t st = 0; st < prog->pp; st++)
+        for (int i = 0; i < prog->classes[st].nparams; i++) {
+            const srt_param *t = &prog->classes[st].params[i];
+            R.desc[R.ndesc++] = (ckpt_tensor_desc){t->name, t->rows, t->cols};
+        }
     loop_save_pieces(&R);
 
     /* the data */
@@ -522,6 +726,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     int64_t first = 1;
     if (rd) {
         first = ckpt_step(rd) + 1;
+        loop_resume_scale(c, rd);
         if (c->rank == 0) printf("resumed from %s (step %lld)\n", ckpt_path(rd), (long long)ckpt_step(rd));
         ckpt_close(rd);
     }
@@ -577,11 +782,15 @@ int srt_main(int argc, char **argv, const srt_program *prog)
         k->step(c);
         loop_sync(c);
         double loss = loop_reduce_loss(c, c->loss);
+        bool skipped = c->overflow;   /* the same on every rank: the norm is the world's */
+        float scale = c->loss_scale;
+        lscale_update(&c->ls, prog, skipped);
         double t1 = metrics_now_us();
         if (tr) {
             metrics_trace_event(tr, "step", SRT_NSTREAMS, t0, t1);
             metrics_trace_counter(tr, "loss", t1, loss);
         }
+        if (m && prog->loss_scaling != SRT_LOSS_SCALE_NONE) metrics_note_scale(m, scale, skipped);
         if (m) metrics_step(m, s, loss, c->lr, c->grad_norm, (t1 - t0) * 1e-6, c->dev_bytes + c->host_bytes);
         if (!isfinite(loss)) ctx_fatal(c, 1, "the loss of step %lld is not finite", (long long)s);
         if (val && eval_every > 0 && (s % eval_every == 0 || s == steps)) {
@@ -615,6 +824,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     if (val) data_close(val);
     free(R.own);
     free(R.save);
+    free(R.save_nvme);
     free(R.desc);
     ctx_destroy(c);
     MPI_Finalize();

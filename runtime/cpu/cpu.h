@@ -27,8 +27,9 @@ enum {
     CPU_MAX_ARGS = 12,          /* operands of one op                              */
     CPU_MAX_PENDING = 64,       /* non-blocking sends in flight per stream         */
     CPU_COMM_BYTES = 4 << 20,   /* receive scratch of the fixed-order reductions   */
-    CPU_NVME_QD = 8,            /* io_uring requests in flight                     */
-    CPU_NVME_SLOT = 1 << 20,    /* bytes per request                               */
+    CPU_NVME_QD = 8,            /* io_uring requests in flight (default: the spec's offload.aio.queue_depth) */
+    CPU_NVME_SLOT = 1 << 20,    /* bytes per request (default: offload.aio.block_size) */
+    CPU_NVME_QD_MAX = 1024,     /* the most requests in flight the runtime accepts */
     CPU_NVME_ALIGN = 4096,      /* O_DIRECT alignment of offsets, sizes, buffers   */
 };
 
@@ -71,7 +72,11 @@ typedef struct cpu_state {
     bool nvme_direct;           /* opened with O_DIRECT                            */
     bool uring;                 /* io_uring works here                             */
     struct io_uring ring;
-    uint8_t *bounce;            /* CPU_NVME_QD x CPU_NVME_SLOT, page-aligned       */
+    uint8_t *bounce;            /* nvme_qd x nvme_slot, page-aligned               */
+    int nvme_qd;                /* requests in flight (offload.aio.queue_depth)    */
+    int64_t nvme_slot;          /* bytes per request (offload.aio.block_size)      */
+    int64_t nvme_rd_bytes, nvme_wr_bytes;   /* transferred so far, and the time spent */
+    double nvme_rd_us, nvme_wr_us;
 } cpu_state;
 
 static inline cpu_state *cpu_st(srt_ctx *c) { return (cpu_state *)c->bs; }

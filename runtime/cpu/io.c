@@ -2,8 +2,13 @@
  *
  * The swap file is opened with O_DIRECT (the page cache would double the
  * host memory the offload plan counted, and hide the drive's real speed) and
- * driven through io_uring with CPU_NVME_QD requests of CPU_NVME_SLOT bytes in
- * flight.  O_DIRECT wants offsets, lengths and buffers aligned to the block
+ * driven through io_uring with offload.aio.queue_depth requests of
+ * offload.aio.block_size bytes in flight (the program's aio_queue_depth and
+ * aio_block_size; CPU_NVME_QD and CPU_NVME_SLOT when a program gives 0).  The
+ * bytes moved by the steps and the time spent are counted (srt_main's own
+ * transfers — the initial states, checkpoints — set c->nvme_untimed and
+ * are not);
+ * SRT_NVME_STATS=1 prints them per rank at the end (the NVMe bench reads them).  O_DIRECT wants offsets, lengths and buffers aligned to the block
  * size, and arena views are not, so transfers go through a page-aligned
  * bounce buffer: reads take the covering aligned blocks, writes read back
  * the partial blocks at either end first.  A file system that refuses
@@ -21,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* srt_copy: memmove. */
@@ -29,12 +35,14 @@ void cpu_copy(srt_ctx *c, srt_stream s, srt_t dst, srt_t src)
     if (dst.p != src.p) memmove(dst.p, src.p, (size_t)(dst.n * ops_dtype_size(dst.dt)));
 }
 
-/* The swap file's folder: the option, $SRT_NVME_DIR, $TMPDIR, /tmp. */
+/* The swap file's folder: the option, $SRT_NVME_DIR, the spec's offload path,
+ * $TMPDIR, /tmp. */
 static const char *cpu_nvme_dir(const srt_ctx *c)
 {
     if (c->opt.nvme_dir && *c->opt.nvme_dir) return c->opt.nvme_dir;
     const char *e = getenv("SRT_NVME_DIR");
     if (e && *e) return e;
+    if (c->prog->nvme_path && *c->prog->nvme_path) return c->prog->nvme_path;
     e = getenv("TMPDIR");
     return e && *e ? e : "/tmp";
 }
@@ -52,6 +60,11 @@ void cpu_io_init(srt_ctx *c)
     cpu_state *st = cpu_st(c);
     st->nvme_fd = -1;
     if (c->cls->nvme_bytes <= 0) return;
+    /* the spec's aio settings: requests of whole O_DIRECT blocks */
+    int64_t qd = c->prog->aio_queue_depth > 0 ? c->prog->aio_queue_depth : CPU_NVME_QD;
+    int64_t slot = c->prog->aio_block_size > 0 ? c->prog->aio_block_size : CPU_NVME_SLOT;
+    st->nvme_qd = (int)(qd < CPU_NVME_QD_MAX ? qd : CPU_NVME_QD_MAX);
+    st->nvme_slot = (slot + CPU_NVME_ALIGN - 1) / CPU_NVME_ALIGN * CPU_NVME_ALIGN;
     snprintf(c->nvme_path, sizeof c->nvme_path, "%s/shardrt-%d-rank%lld.swap", cpu_nvme_dir(c),
              (int)getpid(), (long long)c->rank);
     bool want_direct = !cpu_env_off("SRT_NVME_DIRECT");
@@ -73,18 +86,30 @@ void cpu_io_init(srt_ctx *c)
                   (long long)size, strerror(errno));
     st->nvme_fd = fd;
     if (!st->nvme_direct) return;
-    int e = cpu_env_off("SRT_NVME_URING") ? 0 : io_uring_queue_init(CPU_NVME_QD, &st->ring, 0);
+    int e = cpu_env_off("SRT_NVME_URING") ? 0 : io_uring_queue_init((unsigned)st->nvme_qd, &st->ring, 0);
     st->uring = e == 0 && !cpu_env_off("SRT_NVME_URING");
     if (e != 0)
         fprintf(stderr, "shardrt: rank %lld: warning: io_uring is unavailable (%s); NVMe offload "
                 "uses pread/pwrite\n", (long long)c->rank, strerror(-e));
-    st->bounce = ctx_alloc(c, (int64_t)CPU_NVME_QD * CPU_NVME_SLOT, "the NVMe bounce buffer");
+    st->bounce = ctx_alloc(c, (int64_t)st->nvme_qd * st->nvme_slot, "the NVMe bounce buffer");
+}
+
+/* Which path the swap file takes, for the log and the tests. */
+static const char *cpu_nvme_path_name(const cpu_state *st)
+{
+    return !st->nvme_direct ? "page cache (pread/pwrite)" : st->uring ? "O_DIRECT + io_uring" : "O_DIRECT + pread/pwrite";
 }
 
 /* Closes the swap file and the ring. */
 void cpu_io_fini(srt_ctx *c)
 {
     cpu_state *st = cpu_st(c);
+    const char *e = getenv("SRT_NVME_STATS");
+    if (st->nvme_fd >= 0 && e && strcmp(e, "1") == 0)
+        fprintf(stderr, "shardrt: rank %lld: nvme: path %s, block %lld, queue depth %d, read %lld bytes in %.6f s, "
+                "wrote %lld bytes in %.6f s\n", (long long)c->rank, cpu_nvme_path_name(st), (long long)st->nvme_slot,
+                st->nvme_qd, (long long)st->nvme_rd_bytes, st->nvme_rd_us * 1e-6, (long long)st->nvme_wr_bytes,
+                st->nvme_wr_us * 1e-6);
     if (st->uring) io_uring_queue_exit(&st->ring);
     if (st->nvme_fd >= 0) close(st->nvme_fd);
     free(st->bounce);
@@ -113,13 +138,13 @@ static void cpu_rw_slots(srt_ctx *c, bool write, int first, int n, const int64_t
     cpu_state *st = cpu_st(c);
     if (!st->uring) {
         for (int i = first; i < first + n; i++)
-            cpu_rw_plain(c, write, st->bounce + (int64_t)i * CPU_NVME_SLOT, bytes[i], off[i]);
+            cpu_rw_plain(c, write, st->bounce + (int64_t)i * st->nvme_slot, bytes[i], off[i]);
         return;
     }
     for (int i = first; i < first + n; i++) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
         if (!sqe) ctx_die(c, "io_uring submission queue full");
-        uint8_t *b = st->bounce + (int64_t)i * CPU_NVME_SLOT;
+        uint8_t *b = st->bounce + (int64_t)i * st->nvme_slot;
         if (write) io_uring_prep_write(sqe, st->nvme_fd, b, (unsigned)bytes[i], (uint64_t)off[i]);
         else io_uring_prep_read(sqe, st->nvme_fd, b, (unsigned)bytes[i], (uint64_t)off[i]);
         io_uring_sqe_set_data64(sqe, (uint64_t)i);
@@ -141,18 +166,18 @@ static void cpu_rw_slots(srt_ctx *c, bool write, int first, int n, const int64_t
 }
 
 /* Moves bytes [off, off + bytes) of the file to / from mem through the bounce
- * buffer, CPU_NVME_QD aligned slots at a time. */
+ * buffer, nvme_qd aligned slots at a time. */
 static void cpu_rw_direct(srt_ctx *c, bool write, uint8_t *mem, int64_t bytes, int64_t off)
 {
     cpu_state *st = cpu_st(c);
     const int64_t A = CPU_NVME_ALIGN;
     int64_t lo = off / A * A, hi = (off + bytes + A - 1) / A * A;
     for (int64_t w = lo; w < hi;) {
-        int64_t soff[CPU_NVME_QD], slen[CPU_NVME_QD];
+        int64_t soff[CPU_NVME_QD_MAX], slen[CPU_NVME_QD_MAX];
         int n = 0;
-        for (; n < CPU_NVME_QD && w < hi; n++) {
+        for (; n < st->nvme_qd && w < hi; n++) {
             soff[n] = w;
-            slen[n] = hi - w < CPU_NVME_SLOT ? hi - w : CPU_NVME_SLOT;
+            slen[n] = hi - w < st->nvme_slot ? hi - w : st->nvme_slot;
             w += slen[n];
         }
         if (write) {
@@ -169,7 +194,7 @@ static void cpu_rw_direct(srt_ctx *c, bool write, uint8_t *mem, int64_t bytes, i
         for (int i = 0; i < n; i++) {
             int64_t a = soff[i] > off ? soff[i] : off;
             int64_t b = soff[i] + slen[i] < off + bytes ? soff[i] + slen[i] : off + bytes;
-            uint8_t *slot = st->bounce + (int64_t)i * CPU_NVME_SLOT + (a - soff[i]);
+            uint8_t *slot = st->bounce + (int64_t)i * st->nvme_slot + (a - soff[i]);
             if (write) memcpy(slot, mem + (a - off), (size_t)(b - a));
             else memcpy(mem + (a - off), slot, (size_t)(b - a));
         }
@@ -177,15 +202,23 @@ static void cpu_rw_direct(srt_ctx *c, bool write, uint8_t *mem, int64_t bytes, i
     }
 }
 
-/* A transfer of view t at offset of the swap file. */
+/* A transfer of view t at offset of the swap file, counted unless srt_main
+ * says it is its own (c->nvme_untimed). */
 static void cpu_nvme(srt_ctx *c, bool write, srt_t t, int64_t offset)
 {
     cpu_state *st = cpu_st(c);
     if (st->nvme_fd < 0) ctx_die(c, "NVMe transfer but the plan gave this rank no NVMe file");
     int64_t bytes = t.n * ops_dtype_size(t.dt);
     if (bytes == 0) return;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (st->nvme_direct) cpu_rw_direct(c, write, t.p, bytes, offset);
     else cpu_rw_plain(c, write, t.p, bytes, offset);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-3;
+    if (c->nvme_untimed) return;    /* srt_main's own (start-up, checkpoints): not the steps' traffic */
+    if (write) st->nvme_wr_bytes += bytes, st->nvme_wr_us += us;
+    else st->nvme_rd_bytes += bytes, st->nvme_rd_us += us;
 }
 
 /* srt_nvme_read. */

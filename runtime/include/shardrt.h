@@ -66,8 +66,10 @@ typedef struct srt_ctx srt_ctx;
 
 /* ---- the program: what the generated code declares ------------------------ */
 
-/* How tensor parallelism splits a parameter (Megatron). */
-typedef enum srt_split { SRT_SPLIT_NONE, SRT_SPLIT_ROWS, SRT_SPLIT_COLS } srt_split;
+/* How tensor parallelism splits a parameter (Megatron).  SRT_SPLIT_QKV: GPT's
+ * fused c_attn [q; k; v] (rows hidden, kv, kv): a rank's shard is its heads'
+ * q rows, then their k rows, then their v rows (each a tp-th of its block). */
+typedef enum srt_split { SRT_SPLIT_NONE, SRT_SPLIT_ROWS, SRT_SPLIT_COLS, SRT_SPLIT_QKV } srt_split;
 
 /* One parameter tensor as a rank class holds it. */
 typedef struct srt_param {
@@ -119,6 +121,9 @@ typedef struct srt_class {
     int nsegs;
 } srt_class;
 
+/* How fp16 scales its loss (DeepSpeed's loss_scale settings). */
+enum { SRT_LOSS_SCALE_NONE, SRT_LOSS_SCALE_STATIC, SRT_LOSS_SCALE_DYNAMIC };
+
 typedef struct srt_program {
     int abi;                    /* SRT_ABI_VERSION                                  */
     const char *name;           /* the spec's file name                             */
@@ -142,6 +147,14 @@ typedef struct srt_program {
     int data_format;            /* 0 llm.c token shards, 1 raw text as bytes        */
     double model_flops_per_step;/* the MFU numerator                                */
     double peak_flops;          /* per rank                                         */
+    /* NVMe offload (offload.aio): bytes per request and requests in flight (0: the
+     * backend's defaults) */
+    int64_t aio_block_size, aio_queue_depth;
+    const char *nvme_path;      /* the spec's offload path: the swap file's folder (NULL: none) */
+    /* fp16 loss scaling (SRT_LOSS_SCALE_NONE for fp32 and bf16) */
+    int loss_scaling;
+    double ls_scale, ls_min;    /* the initial (dynamic) or fixed (static) scale; the floor */
+    int64_t ls_window, ls_hysteresis; /* clean steps before doubling; overflows tolerated */
     const srt_class *classes;   /* [pp], indexed by stage                           */
 } srt_program;
 
@@ -165,6 +178,9 @@ srt_t srt_hview(srt_ctx *c, int64_t offset, int64_t n, srt_dtype dt);
 /* The current step (from 1), learning rate and gradient-clipping scale. */
 int64_t srt_step(const srt_ctx *c);
 double srt_lr(const srt_ctx *c);
+/* The step's loss scale (fp16; 1 otherwise): the head multiplies the loss
+ * gradient by it, the norm and the optimizer divide it out again. */
+float srt_loss_scale(const srt_ctx *c);
 
 /* ---- streams and events ------------------------------------------------------ */
 

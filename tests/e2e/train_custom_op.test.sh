@@ -4,7 +4,8 @@
 # initial weights (a 1-step run at lr 1e-30, exported by `shardc export`) and
 # batches, 5 AdamW steps on one rank, torch_gpt.py with its GELU replaced by
 # relu(x)^2: every loss and the step-1 gradients within 1e-4 relative.  Also:
-# --backend cuda with a user op is refused (exit 1), the loss falls.
+# --backend cuda compiles sqrelu.cu with nvcc and links (no GPU needed to
+# link), a user op without a cuda source is refused (exit 1), the loss falls.
 set -u
 . "$(dirname "$0")/train_lib.sh"
 "$PY" -c 'import torch' 2> /dev/null || { echo "SKIP: /usr/bin/python3 has no torch"; exit 77; }
@@ -20,11 +21,30 @@ ext_build() {
     fi
 }
 
+# --backend cuda: sqrelu.cu through nvcc into the CUDA trainer where the CUDA
+# runtime was built (it links; running it needs a GPU: tests/gpu), else a
+# clear "not found" (exit 1)
 "$SHARDC" build "$SPEC" -o "$T/cuda" --backend cuda > "$T/cuda.build" 2>&1
 rc=$?
-if [ $rc -ne 1 ] || ! grep -q "CUDA backend does not exist yet" "$T/cuda.build"; then
-    echo "FAIL: --backend cuda with a user op: exit $rc"
+if [ -f "$BUILD/runtime/libshardrt_cuda.a" ]; then
+    if [ $rc -ne 0 ] || [ ! -x "$T/cuda" ] || ! nm "$T/cuda" | grep -q sqrelu_forward; then
+        echo "FAIL: --backend cuda with a user op: exit $rc"
+        cat "$T/cuda.build"
+        exit 1
+    fi
+elif [ $rc -ne 1 ] || ! grep -q "libshardrt_cuda.a) was not found" "$T/cuda.build"; then
+    echo "FAIL: --backend cuda without the CUDA runtime: exit $rc"
     cat "$T/cuda.build"
+    exit 1
+fi
+# a user op without a cuda source cannot go into the CUDA trainer
+sed 's/  cuda = "sqrelu.cu"//' "$SPEC" > examples/custom-op/.nocuda-$$.tspec
+"$SHARDC" build examples/custom-op/.nocuda-$$.tspec -o "$T/nocuda" --backend cuda > "$T/nocuda.build" 2>&1
+rc=$?
+rm -f examples/custom-op/.nocuda-$$.tspec
+if [ $rc -ne 1 ] || ! grep -q "has no cuda source" "$T/nocuda.build"; then
+    echo "FAIL: --backend cuda with a user op without a cuda source: exit $rc"
+    cat "$T/nocuda.build"
     exit 1
 fi
 

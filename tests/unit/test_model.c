@@ -130,8 +130,11 @@ static void test_roles(void)
         const Tensor *t = &m.t[i];
         CHECK(t->decay == (t->cols != 0));
         switch (t->role) {
-        case R_TOK_EMBED: case R_HEAD_W: case R_QKV_W: case R_QKV_B: case R_FC1_W: case R_FC1_B:
+        case R_TOK_EMBED: case R_HEAD_W: case R_FC1_W: case R_FC1_B:
             CHECK(t->split == SPLIT_ROWS);
+            break;
+        case R_QKV_W: case R_QKV_B:
+            CHECK(t->split == SPLIT_QKV);
             break;
         case R_ATTN_OUT_W: case R_FC2_W:
             CHECK(t->split == SPLIT_COLS);

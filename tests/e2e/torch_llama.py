@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""torch_llama.py — the tiny Llama of specs/tiny-llama.tspec (RoPE, RMSNorm,
+SwiGLU, grouped-query attention, untied head) written in plain PyTorch, trained
+from our initial weights on our batches, against the trainer's log and step-1
+gradients (as torch_gpt.py does for the GPT).
+
+  torch_llama.py INIT.safetensors DATA.txt RUN.jsonl STEP1_RANK_FILE HEADS SEQ GLOBAL_BATCH
+      WEIGHT_DECAY BETA1 BETA2 EPS GRAD_CLIP NORM_EPS ROPE_THETA
+
+INIT: `shardc export` of the weights before any update (Hugging Face Llama
+names, nn.Linear [out, in]).  The kv heads follow from k_proj's shape.  The
+batches, RUN.jsonl and STEP1_RANK_FILE are as in torch_gpt.py.  RoPE is Hugging
+Face's rotate-half with the angles in fp32 as LlamaRotaryEmbedding computes
+them.  Checks: every step's loss within 1e-5 relative; every step-1 gradient
+within 1e-4 relative (of the tensor's largest gradient).  Exit 1 on a mismatch."""
+import json, math, struct, sys
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, t in head.items():
+        if k == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t["dtype"]
+        a, b = t["data_offsets"]
+        out[k] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).reshape(t["shape"]).clone()
+    return out
+
+
+def rope_tables(T, HS, theta):
+    """cos, sin (T, HS/2) in fp32, LlamaRotaryEmbedding's order of operations."""
+    i = torch.arange(0, HS, 2, dtype=torch.float32)
+    inv = 1.0 / torch.pow(torch.tensor(theta, dtype=torch.float32), i / HS)
+    f = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+    return f.cos(), f.sin()
+
+
+def rope(x, cs, sn):
+    """x (B, H, T, HS): rotate-half."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat((x1 * cs - x2 * sn, x2 * cs + x1 * sn), dim=-1)
+
+
+def rmsnorm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def main():
+    (init, data, runlog, rankfile, H, T, G, wd, b1, b2, eps, clip, neps, theta) = sys.argv[1:15]
+    H, T, G = int(H), int(T), int(G)
+    wd, b1, b2, eps, clip, neps, theta = (float(v) for v in (wd, b1, b2, eps, clip, neps, theta))
+    W = read_st(init)
+    run = [json.loads(l) for l in open(runlog)]
+    run = [o for o in run if "loss" in o]
+    text = open(data, "rb").read()
+    nwin = (len(text) - 1) // T
+    L = max(int(k.split(".")[2]) for k in W if k.startswith("model.layers.")) + 1
+    C = W["model.embed_tokens.weight"].shape[1]
+    HS = C // H
+    KV = W["model.layers.0.self_attn.k_proj.weight"].shape[0] // HS
+    cs, sn = rope_tables(T, HS, theta)
+    P = {k: v.clone().requires_grad_(True) for k, v in W.items()}
+    print("llama: %d layers, hidden %d, %d heads, %d kv heads, %d tensors" % (L, C, H, KV, len(P)))
+
+    def forward(tok, tgt):
+        B = tok.shape[0]
+        x = P["model.embed_tokens.weight"][tok]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        for l in range(L):
+            p = lambda n: P["model.layers.%d.%s" % (l, n)]
+            h = rmsnorm(x, p("input_layernorm.weight"), neps)
+            q = (h @ p("self_attn.q_proj.weight").t()).view(B, T, H, HS).transpose(1, 2)
+            k = (h @ p("self_attn.k_proj.weight").t()).view(B, T, KV, HS).transpose(1, 2)
+            v = (h @ p("self_attn.v_proj.weight").t()).view(B, T, KV, HS).transpose(1, 2)
+            q, k = rope(q, cs, sn), rope(k, cs, sn)
+            k = k.repeat_interleave(H // KV, dim=1)     # query head j uses kv head j // (H / KV)
+            v = v.repeat_interleave(H // KV, dim=1)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
+            att = att.masked_fill(mask, float("-inf"))
+            y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + y @ p("self_attn.o_proj.weight").t()
+            h = rmsnorm(x, p("post_attention_layernorm.weight"), neps)
+            g = h @ p("mlp.gate_proj.weight").t()
+            u = h @ p("mlp.up_proj.weight").t()
+            x = x + (F.silu(g) * u) @ p("mlp.down_proj.weight").t()
+        x = rmsnorm(x, P["model.norm.weight"], neps)
+        logits = x @ P["lm_head.weight"].t()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+
+    decay = [v for k, v in P.items() if v.dim() >= 2]
+    nodecay = [v for k, v in P.items() if v.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=1.0, betas=(b1, b2), eps=eps, foreach=True)
+    bad = 0
+    worst = 0.0
+    for s, o in enumerate(run):
+        rows = [(s * G + i) % nwin for i in range(G)]
+        buf = torch.tensor([list(text[j * T: j * T + T + 1]) for j in rows], dtype=torch.long)
+        loss = forward(buf[:, :T], buf[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(P.values()), clip)
+        if s == 0:
+            M = read_st(rankfile)
+            gworst, n = 0.0, 0
+            for k, v in M.items():
+                kind, name = k.split("/")[:2]
+                if kind != "adam_m":
+                    continue
+                n += 1
+                g = v / (1.0 - b1)
+                tg = P[name].grad
+                d = ((g - tg).abs().max() / tg.abs().max().clamp_min(1e-30)).item()
+                gworst = max(gworst, d)
+                if d > 1e-4:
+                    print("step-1 gradient of %s: relative difference %.3g" % (name, d))
+                    bad += 1
+            if n != len(P):
+                print("step-1 gradients: %d tensors in the checkpoint, the model has %d" % (n, len(P)))
+                bad += 1
+            print("step-1 gradients: %d tensors, worst relative difference %.3g" % (n, gworst))
+        for gr in opt.param_groups:
+            gr["lr"] = o["lr"]
+        opt.step()
+        d = abs(loss.item() - o["loss"]) / abs(loss.item())
+        worst = max(worst, d)
+        print("step %d: torch %.7f shardc %.7f (rel %.2g)" % (o["step"], loss.item(), o["loss"], d))
+        if d > 1e-5:
+            bad += 1
+    print("losses: %d steps, worst relative difference %.3g" % (len(run), worst))
+    sys.exit(1 if bad else 0)
+
+
+main()

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Activation checkpointing in the generated trainer (issue 6): full (every 1
+# and every 2 of 4 layers), selective (the attention core), cpu checkpointing
+# (the checkpoints in the pinned host arena) and partitioned activations (tp 2,
+# tiny Llama: each tp rank keeps half of a checkpoint, gathered again before
+# the recompute).  Every case trains 4 steps (global batch 16) against the same
+# layout without checkpointing: the recompute replays the forward's kernels on
+# the forward's inputs, so the losses must be bit-identical (fp32) and the
+# exported weights within 1e-5.  Layouts: dp 1 (ZeRO-0), dp 2 ZeRO-3, pp 2
+# (ZeRO-1), tp 2 and tp 2 · dp 2 ZeRO-3.  The plan's activation memory must shrink (`shardc plan
+# --json`), and the trainer's measured arenas equal the plan's.  Race checker on.
+set -u
+. "$(dirname "$0")/train_lib.sh"
+fail=0
+# act SPEC ARGS...: the plan's peak activation bytes of rank class 0 (device, plus host)
+act() {
+    local spec=$1
+    shift
+    "$SHARDC" plan "$spec" "$@" --json "$T/plan.json" > /dev/null || return 1
+    "$PY" -c 'import json, sys
+c = json.load(open(sys.argv[1]))["rank_classes"][0]
+print(c["device_max_bytes"]["activations"], c["host_bytes"]["activations"])' "$T/plan.json"
+}
+# run NAME SPEC NP [-D ...]: build, train 4 steps with a checkpoint at the end, export
+run() {
+    local name=$1 spec=$2 np=$3
+    shift 3
+    if ! "$SHARDC" build "$spec" -o "$T/$name" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.build" 2>&1; then
+        echo "FAIL: shardc build $name:"
+        cat "$T/$name.build"
+        fail=1
+        return 1
+    fi
+    if ! train_run "$np" "$name" --data "$DATA" --steps 4 --log "$T/$name.jsonl" --ckpt-dir "$T/$name.ck"; then
+        echo "FAIL: $name did not train:"
+        tail -20 "$T/$name.err"
+        fail=1
+        return 1
+    fi
+    # the trainer's arenas are the plan's: "device arena A bytes (plan A), host arena H bytes (plan H)"
+    if ! grep -Eq 'device arena ([0-9]+) bytes \(plan \1\), host arena ([0-9]+) bytes \(plan \2\)' "$T/$name.out"; then
+        echo "FAIL: $name: measured arena use differs from the plan:"
+        grep arena "$T/$name.out"
+        fail=1
+    fi
+    "$SHARDC" export "$T/$name.ck" -o "$T/$name.safetensors" > /dev/null || { echo "FAIL: export $name"; fail=1; }
+}
+# layout REF SPEC NP "LAYOUT ARGS" CASE... ; a CASE is "NAME ARGS": the reference
+# without checkpointing, then every case against it (losses exact, weights 1e-5)
+layout() {
+    local ref=$1 spec=$2 np=$3 base=$4
+    shift 4
+    run "$ref" "$spec" "$np" $base || return
+    local ra rh
+    read -r ra rh <<< "$(act "$spec" -D cluster.gpus_per_node="$np" $base)"
+    for c in "$@"; do
+        set -- $c
+        local name=$1
+        shift
+        run "$name" "$spec" "$np" $base "$@" || continue
+        # bit for bit (which is within 1e-5 relative)
+        if ! "$PY" tests/e2e/train_compare.py losses "$T/$ref.jsonl" "$T/$name.jsonl" 1e-5 exact > "$T/cmp.txt"; then
+            echo "FAIL: $name: losses"
+            cat "$T/cmp.txt"
+            fail=1
+        else
+            echo "ok: $name: $(tail -1 "$T/cmp.txt") (bit-identical)"
+        fi
+        train_cmp weights "$T/$ref.safetensors" "$T/$name.safetensors" 1e-5 "$name"
+        local ca ch
+        read -r ca ch <<< "$(act "$spec" -D cluster.gpus_per_node="$np" $base "$@")"
+        if [ "${ca:-x}" -lt "$ra" ] 2> /dev/null; then
+            echo "ok: $name: planned activations $ca bytes (host $ch) < $ra without checkpointing"
+        else
+            echo "FAIL: $name: planned activations ${ca:-?} bytes, without checkpointing $ra"
+            fail=1
+        fi
+    done
+}
+F="-D checkpointing.activations=full"
+GPT=specs/tiny-gpt.tspec LLAMA=specs/tiny-llama.tspec
+D1="-D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4"
+layout g "$GPT" 1 "$D1" "g.full $F" "g.sel -D checkpointing.activations=selective" "g.cpu $F -D checkpointing.cpu=on"
+layout g4 "$GPT" 1 "$D1 -D model.layers=4" "g4.full1 $F" "g4.full2 $F -D checkpointing.every=2"
+layout gz "$GPT" 2 "-D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=4 -D model.layers=4" \
+    "gz.full2cpu $F -D checkpointing.every=2 -D checkpointing.cpu=on" "gz.sel -D checkpointing.activations=selective"
+layout gp "$GPT" 2 "-D parallel.pp=2 -D parallel.dp=1 -D zero.stage=1 -D train.micro_batch=4 -D model.layers=4" \
+    "gp.full2cpu $F -D checkpointing.every=2 -D checkpointing.cpu=on" "gp.sel -D checkpointing.activations=selective"
+P="$F -D checkpointing.partition_activations=on"
+layout l "$LLAMA" 2 "-D parallel.tp=2 -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4" \
+    "l.part $P" "l.sel -D checkpointing.activations=selective"
+layout lz "$LLAMA" 4 "-D parallel.tp=2 -D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=4 -D model.layers=4" \
+    "lz.partcpu2 $P -D checkpointing.cpu=on -D checkpointing.every=2"
+[ "$fail" = 0 ] && echo PASS
+exit "$fail"
