@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "lrsched.h"
 
@@ -125,6 +126,13 @@ static void ctx_groups(srt_ctx *c)
     } else {
         c->grank[SRT_EMBED] = -1, c->gsize[SRT_EMBED] = 0, c->gcolor[SRT_EMBED] = -1;
     }
+    /* Megatron's replicated kv heads (kv_heads < tp): tp rank r holds kv head
+     * r / rep, rep = tp / kv_heads, so the rep consecutive tp ranks sharing a
+     * head sum its gradients; with kv_heads >= tp each rank is its own group. */
+    int64_t kvh = p->kv_heads > 0 ? p->kv_heads : p->heads;
+    int64_t rep = kvh > 0 && kvh < p->tp && p->tp % kvh == 0 ? p->tp / kvh : 1;
+    c->grank[SRT_TP_KV] = c->tp_idx % rep, c->gsize[SRT_TP_KV] = rep;
+    c->gcolor[SRT_TP_KV] = c->gcolor[SRT_TP] * p->tp + c->tp_idx / rep;
 }
 
 /* Whether checking is on: the option, else SRT_CHECK=1 in the environment. */
@@ -183,7 +191,11 @@ srt_ctx *ctx_create(const srt_program *p, const ctx_options *o)
     } else {
         c->dev = ctx_alloc(c, c->dev_bytes, "the device arena");
         c->host = ctx_alloc(c, c->host_bytes, "the host arena");
+        /* only ctx_alloc's arena is page-aligned whole pages of its own */
+        const char *g = getenv("SRT_DEV_GUARD");
+        c->dev_guard = g && *g && strcmp(g, "0") != 0;
     }
+    c->bounce = ctx_alloc(c, CTX_BOUNCE, "the bounce buffer of the device arena");
     c->be->init(c);
     if (c->opt.check) chk_create(c);
     c->sealed = true;
@@ -195,8 +207,10 @@ srt_ctx *ctx_create(const srt_program *p, const ctx_options *o)
 void ctx_destroy(srt_ctx *c)
 {
     if (!c) return;
+    ctx_dev_guard(c, false);
     c->be->fini(c);
     free(c->chk);
+    free(c->bounce);
     if (c->be->arena_free) {
         c->be->arena_free(c, c->dev, 0);
         c->be->arena_free(c, c->host, 1);
@@ -205,6 +219,55 @@ void ctx_destroy(srt_ctx *c)
         free(c->host);
     }
     free(c);
+}
+
+/* mprotect of the whole device arena (ctx_alloc's: page-aligned, whole pages). */
+static void ctx_protect(srt_ctx *c, int prot)
+{
+    size_t n = ((size_t)(c->dev_bytes > 0 ? c->dev_bytes : 1) + 4095) & ~(size_t)4095;
+    if (mprotect(c->dev, n, prot) != 0) ctx_die(c, "mprotect of the device arena failed");
+}
+
+/* Makes the device arena unreadable to the host (on) or readable (off) under SRT_DEV_GUARD. */
+void ctx_dev_guard(srt_ctx *c, bool on)
+{
+    if (c->dev_guard) ctx_protect(c, on ? PROT_NONE : PROT_READ | PROT_WRITE);
+}
+
+/* Checks that [off, off + bytes) lies inside the device arena. */
+static void ctx_dev_range(srt_ctx *c, int64_t off, int64_t bytes, const char *what)
+{
+    if (off < 0 || bytes < 0 || off > c->dev_bytes || bytes > c->dev_bytes - off)
+        ctx_die(c, "%s: device offset %lld + %lld bytes is outside the arena of %lld bytes", what,
+                (long long)off, (long long)bytes, (long long)c->dev_bytes);
+}
+
+/* Device arena bytes to host memory (see internal.h). */
+void ctx_dev_read(srt_ctx *c, void *dst, int64_t off, int64_t bytes)
+{
+    ctx_dev_range(c, off, bytes, "ctx_dev_read");
+    if (bytes == 0) return;
+    if (c->be->dev_read) {
+        c->be->dev_read(c, dst, off, bytes);
+        return;
+    }
+    if (c->dev_guard) ctx_protect(c, PROT_READ);
+    memcpy(dst, c->dev + off, (size_t)bytes);
+    if (c->dev_guard) ctx_protect(c, PROT_NONE);
+}
+
+/* Host memory to device arena bytes (see internal.h). */
+void ctx_dev_write(srt_ctx *c, int64_t off, const void *src, int64_t bytes)
+{
+    ctx_dev_range(c, off, bytes, "ctx_dev_write");
+    if (bytes == 0) return;
+    if (c->be->dev_write) {
+        c->be->dev_write(c, off, src, bytes);
+        return;
+    }
+    if (c->dev_guard) ctx_protect(c, PROT_READ | PROT_WRITE);
+    memcpy(c->dev + off, src, (size_t)bytes);
+    if (c->dev_guard) ctx_protect(c, PROT_NONE);
 }
 
 /* Starts a step: the learning rate comes from the program's schedule. */

@@ -49,11 +49,18 @@ enum { SRT_MAX_EVENTS = 4096 };
 typedef struct srt_backend {
     const char *name;
     /* The arenas (space 0 device, 1 pinned host) when the backend allocates
-     * them itself (the CUDA backend: managed device memory, cudaHostAlloc);
+     * them itself (the CUDA backend: cudaMalloc, cudaHostAlloc);
      * NULL: ctx_alloc's host memory (the CPU backend).  Called before init;
      * arena_free releases them after fini. */
     void *(*arena_alloc)(srt_ctx *c, int64_t bytes, int space);
     void (*arena_free)(srt_ctx *c, void *p, int space);
+    /* The host's only way into the device arena when it cannot address it
+     * (the CUDA backend's is cudaMalloc'd): copy bytes [off, off + bytes) of
+     * the device arena to host memory dst / from host memory src, after the
+     * device's queued work, returning when the copy is done.  NULL: the arena
+     * is host memory and ctx_dev_read / ctx_dev_write memcpy (the CPU backend). */
+    void (*dev_read)(srt_ctx *c, void *dst, int64_t off, int64_t bytes);
+    void (*dev_write)(srt_ctx *c, int64_t off, const void *src, int64_t bytes);
     void (*init)(srt_ctx *c);
     void (*fini)(srt_ctx *c);
     /* Called by ops.c before every op (after checking): a backend that
@@ -147,6 +154,10 @@ struct srt_ctx {
     /* memory: allocated once, by ctx_create */
     uint8_t *dev, *host;        /* the device arena and the pinned host arena         */
     int64_t dev_bytes, host_bytes;
+    uint8_t *bounce;            /* CTX_BOUNCE host bytes: srt_main's staging of the
+                                   device arena (ctx_dev_read / ctx_dev_write)         */
+    bool dev_guard;             /* SRT_DEV_GUARD=1 (CPU backend): the device arena is
+                                   PROT_NONE while srt_main's host code runs          */
     int64_t nallocs;            /* allocations made by ctx_alloc, all at creation     */
     int64_t alloc_bytes;
     bool sealed;                /* creation is over: ctx_alloc now dies               */
@@ -184,6 +195,18 @@ void ctx_destroy(srt_ctx *c);
 /* Zeroed, page-aligned memory that lives as long as c; counted in
  * c->nallocs.  Only during ctx_create (the backend's init): dies after. */
 void *ctx_alloc(srt_ctx *c, int64_t bytes, const char *what);
+/* The bytes of c->bounce: srt_main stages the device arena through it. */
+enum { CTX_BOUNCE = 1 << 20 };
+/* Copies bytes [off, off + bytes) of the device arena to host memory dst,
+ * or host memory src into them: through the backend's dev_read / dev_write
+ * (after the device's queued work), else memcpy.  The host's only access to
+ * the device arena (srt_main: initialisation, checkpoints, sampling). */
+void ctx_dev_read(srt_ctx *c, void *dst, int64_t off, int64_t bytes);
+void ctx_dev_write(srt_ctx *c, int64_t off, const void *src, int64_t bytes);
+/* With SRT_DEV_GUARD=1 on the CPU backend: on, the device arena becomes
+ * unreadable to the host (a direct access faults) but for ctx_dev_read /
+ * ctx_dev_write; off, readable again for the ops.  A no-op otherwise. */
+void ctx_dev_guard(srt_ctx *c, bool on);
 /* Starts step `step` (from 1): sets the step, the learning rate from the
  * program's schedule, the loader's step (step - 1) and clears the step's loss. */
 void ctx_begin_step(srt_ctx *c, int64_t step);

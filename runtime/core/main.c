@@ -48,8 +48,10 @@ typedef struct loop_run {
     int64_t params, pshard, persist, master, mom1, mom2;   /* device offsets, -1: none */
     loop_piece *own;            /* the owned pieces                                  */
     int nown;
-    ckpt_piece *save;           /* the checkpoint's pieces (pointers into the arena) */
+    ckpt_piece *save;           /* the checkpoint's pieces (host arena pointers; the
+                                   device's and NVMe's are staged at each checkpoint) */
     int nsave;
+    int64_t *save_dev;          /* per checkpoint piece: its device arena offset, or -1 */
     ckpt_tensor_desc *desc;     /* the model's tensors, for the identity check      */
     int ndesc;                  /* every stage's (the tied copy twice: one name)     */
     /* offload: the host optimizer owns shard space [sdev, sdev + shost), its fp32
@@ -104,7 +106,9 @@ static int loop_parts(const srt_ctx *c, const srt_param *t, loop_part out[3])
 {
     int64_t w = t->cols ? t->shard_cols : 1;
     if (t->split != SRT_SPLIT_QKV) {
-        int64_t r0 = t->split == SRT_SPLIT_ROWS ? c->tp_idx * t->shard_rows : 0;
+        /* SRT_SPLIT_KV: the rank's kv head's rows, the same on its SRT_TP_KV replicas */
+        int64_t part = t->split == SRT_SPLIT_KV ? c->tp_idx / c->gsize[SRT_TP_KV] : c->tp_idx;
+        int64_t r0 = t->split == SRT_SPLIT_ROWS || t->split == SRT_SPLIT_KV ? part * t->shard_rows : 0;
         int64_t c0 = t->split == SRT_SPLIT_COLS ? c->tp_idx * t->shard_cols : 0;
         out[0] = (loop_part){r0, r0 + t->shard_rows, c0, c0 + w, 0};
         return 1;
@@ -211,6 +215,22 @@ static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int
     return true;
 }
 
+/* loop_fill into the device arena at byte offset off: chunks converted in
+ * the bounce buffer, each written with ctx_dev_write (the host never
+ * addresses the device arena: on the CUDA backend it is device memory). */
+static bool loop_fill_dev(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int64_t off,
+                          srt_dtype dt, char *err, size_t errlen)
+{
+    srt_ctx *c = R->c;
+    int64_t sz = ops_dtype_size(dt), chunk = CTX_BOUNCE / sz;
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t m = n - i < chunk ? n - i : chunk;
+        if (!loop_fill(R, r, kind, ti, e0 + i, m, c->bounce, dt, err, errlen)) return false;
+        ctx_dev_write(c, off + i * sz, c->bounce, m * sz);
+    }
+    return true;
+}
+
 /* Where state st of piece pc lives (0: its fp32 value — the master weights,
  * else the fp32 working copy; 1, 2: the moments): sets *space (0 device, 1
  * host, 2 NVMe) and returns the byte offset there, or -1 when there is none. */
@@ -243,7 +263,8 @@ static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, 
                          int64_t off, srt_dtype dt, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
-    if (sp != 2) return loop_fill(R, r, kind, ti, e0, n, sp == 0 ? srt_dev(c, off) : srt_host(c, off), dt, err, errlen);
+    if (sp == 0) return loop_fill_dev(R, r, kind, ti, e0, n, off, dt, err, errlen);
+    if (sp == 1) return loop_fill(R, r, kind, ti, e0, n, srt_host(c, off), dt, err, errlen);
     int64_t bytes = n * ops_dtype_size(dt);
     void *tmp = malloc((size_t)bytes + 1);
     if (!tmp) ctx_fatal(c, 1, "out of host memory");
@@ -265,8 +286,8 @@ static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errle
     int64_t wb = ops_dtype_size(w);
     if (R->params >= 0)
         for (int i = 0; i < k->nparams; i++)
-            if (!loop_fill(R, r, CKPT_PARAM, i, 0, loop_numel(&k->params[i]),
-                           c->dev + R->params + k->params[i].flat * wb, w, err, errlen))
+            if (!loop_fill_dev(R, r, CKPT_PARAM, i, 0, loop_numel(&k->params[i]),
+                               R->params + k->params[i].flat * wb, w, err, errlen))
                 return false;
     if (R->persist >= 0) {
         int64_t q = 0;
@@ -274,8 +295,8 @@ static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errle
             const srt_segment *sg = &k->segs[s];
             if (!sg->persistent) continue;
             for (int i = sg->first; i < sg->first + sg->n; i++)
-                if (!loop_fill(R, r, CKPT_PARAM, i, 0, loop_numel(&k->params[i]),
-                               c->dev + R->persist + (q + k->params[i].flat - sg->offset) * wb, w, err, errlen))
+                if (!loop_fill_dev(R, r, CKPT_PARAM, i, 0, loop_numel(&k->params[i]),
+                                   R->persist + (q + k->params[i].flat - sg->offset) * wb, w, err, errlen))
                     return false;
             q += sg->padded;
         }
@@ -314,30 +335,33 @@ static bool loop_is_copy(const srt_ctx *c, int i)
     return false;
 }
 
-/* The checkpoint pieces of this rank, pointing into the arena (fp32: the
- * master weights, else the fp32 working copy; the moments).  ZeRO 0: dp
- * rank 0 saves for every replica. */
+/* The checkpoint pieces of this rank (fp32: the master weights, else the
+ * fp32 working copy; the moments): pointers into the host arena, offsets
+ * into the device arena and the NVMe file, staged by loop_stage.  ZeRO 0:
+ * dp rank 0 saves for every replica. */
 static void loop_save_pieces(loop_run *R)
 {
     srt_ctx *c = R->c;
     const srt_class *k = c->cls;
     R->save = calloc((size_t)R->nown * 9 + 1, sizeof *R->save);   /* 3 states × up to 3 rectangles */
     R->save_nvme = calloc((size_t)R->nown * 9 + 1, sizeof *R->save_nvme);
-    if (!R->save || !R->save_nvme) ctx_fatal(c, 1, "out of host memory");
+    R->save_dev = calloc((size_t)R->nown * 9 + 1, sizeof *R->save_dev);
+    if (!R->save || !R->save_nvme || !R->save_dev) ctx_fatal(c, 1, "out of host memory");
     R->nsave = 0;
     if (R->p->zero == 0 && c->dp_idx != 0) return;
     for (int i = 0; i < R->nown; i++) {
         const loop_piece *pc = &R->own[i];
         const srt_param *t = &k->params[pc->t];
         if (loop_is_copy(c, pc->t)) continue;   /* saved once, by the first stage */
-        /* the states where they live; NVMe ones are read at each checkpoint */
+        /* the states where they live; device and NVMe ones are staged at each checkpoint */
         const uint8_t *st[3];
-        int64_t nv[3];
+        int64_t nv[3], dv[3];
         for (int s = 0; s < 3; s++) {
             int sp;
             int64_t at = loop_state_at(R, pc, s, &sp);
             nv[s] = at >= 0 && sp == 2 ? at : -1;
-            st[s] = at < 0 ? NULL : sp == 0 ? srt_dev(c, at) : sp == 1 ? srt_host(c, at) : (const uint8_t *)R;
+            dv[s] = at >= 0 && sp == 0 ? at : -1;
+            st[s] = at < 0 ? NULL : sp == 1 ? srt_host(c, at) : (const uint8_t *)R;
         }
         const char *kinds[3] = {CKPT_PARAM, CKPT_ADAM_M, CKPT_ADAM_V};
         loop_part parts[3];
@@ -353,8 +377,9 @@ static void loop_save_pieces(loop_run *R)
                 if (!st[s]) continue;
                 ckpt_piece pc2 = base;
                 pc2.kind = kinds[s];
-                pc2.data = nv[s] >= 0 ? NULL : st[s] + (a - pc->e0) * 4;
+                pc2.data = nv[s] >= 0 || dv[s] >= 0 ? NULL : st[s] + (a - pc->e0) * 4;
                 R->save_nvme[R->nsave] = nv[s] >= 0 ? nv[s] + (a - pc->e0) * 4 : -1;
+                R->save_dev[R->nsave] = dv[s] >= 0 ? dv[s] + (a - pc->e0) * 4 : -1;
                 R->save[R->nsave++] = pc2;
             }
         }
@@ -397,6 +422,31 @@ static uint8_t *loop_nvme_mirror(loop_run *R)
     return m;
 }
 
+/* The device arena's checkpoint pieces staged into one host buffer with
+ * ctx_dev_read, the pieces pointed into it; the caller frees it after the
+ * save (NULL, nothing to do, when no piece is on the device).  A heap
+ * buffer, as the NVMe mirror: its size is the rank's saved device state. */
+static uint8_t *loop_stage(loop_run *R)
+{
+    srt_ctx *c = R->c;
+    int64_t bytes = 0;
+    for (int i = 0; i < R->nsave; i++)
+        if (R->save_dev[i] >= 0) bytes += (R->save[i].f1 - R->save[i].f0) * 4;
+    if (bytes == 0) return NULL;
+    uint8_t *m = malloc((size_t)bytes);
+    if (!m) ctx_fatal(c, 1, "out of host memory for the checkpoint's copy of the device state (%lld bytes)",
+                      (long long)bytes);
+    int64_t at = 0;
+    for (int i = 0; i < R->nsave; i++) {
+        if (R->save_dev[i] < 0) continue;
+        int64_t n = (R->save[i].f1 - R->save[i].f0) * 4;
+        ctx_dev_read(c, m + at, R->save_dev[i], n);
+        R->save[i].data = m + at;
+        at += n;
+    }
+    return m;
+}
+
 /* Writes checkpoint `step` into the --ckpt-dir: begin on rank 0, every rank
  * its file, commit on rank 0 (aborted everywhere if any rank failed). */
 static bool loop_checkpoint(loop_run *R, int64_t step)
@@ -410,9 +460,10 @@ static bool loop_checkpoint(loop_run *R, int64_t step)
     bool ok = c->rank != 0 || ckpt_save_begin(dir, step, token, err, sizeof err) == CKPT_OK;
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) return false;
-    uint8_t *mirror = loop_nvme_mirror(R);
+    uint8_t *mirror = loop_nvme_mirror(R), *staged = loop_stage(R);
     ok = ckpt_save_rank(dir, step, token, (int)c->rank, R->save, R->nsave, err, sizeof err) == CKPT_OK;
     free(mirror);
+    free(staged);
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) {
         if (c->rank == 0) ckpt_save_abort(dir, step, token);
@@ -506,8 +557,10 @@ static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, i
         ctx_begin_step(c, step);
         c->data = val;
         c->data_step = i;
+        ctx_dev_guard(c, false);
         c->cls->eval(c);
         loop_sync(c);
+        ctx_dev_guard(c, true);
         acc += loop_reduce_loss(c, c->loss) * (double)R->p->microbatches;
     }
     c->data = train;
@@ -571,8 +624,10 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step)
         ctx_begin_step(c, step);
         c->data = d;
         c->data_step = 0;
+        ctx_dev_guard(c, false);
         k->eval(c);
         loop_sync(c);
+        ctx_dev_guard(c, true);
         c->data = keep;
         data_close(d);
         /* row wl - 1 of microbatch 0's logits, this rank's (every rank has the same window) */
@@ -581,11 +636,13 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step)
         /* the softmax p from the gradient, then a draw from p^(1/temperature)
          * with the counter-based RNG (the same on every rank) */
         double q[256], qsum = 0;
+        int64_t lb = ops_dtype_size(p->dtype);
+        if (mine) ctx_dev_read(c, c->bounce, logits + pos * p->vocab_pad * lb, 256 * lb);
         for (int v = 0; v < 256 && mine; v++) {
             double gv;
-            if (p->dtype == SRT_F32) gv = ((float *)(c->dev + logits))[pos * p->vocab_pad + v];
-            else if (p->dtype == SRT_F16) gv = ckpt_f32_from_f16(((uint16_t *)(c->dev + logits))[pos * p->vocab_pad + v]);
-            else gv = ckpt_f32_from_bf16(((uint16_t *)(c->dev + logits))[pos * p->vocab_pad + v]);
+            if (p->dtype == SRT_F32) gv = ((const float *)c->bounce)[v];
+            else if (p->dtype == SRT_F16) gv = ckpt_f32_from_f16(((const uint16_t *)c->bounce)[v]);
+            else gv = ckpt_f32_from_bf16(((const uint16_t *)c->bounce)[v]);
             double pv = gv / (dl * c->loss_scale) + (v == target ? 1.0 : 0.0);
             q[v] = pv > 0 ? pow(pv, 1.0 / LOOP_TEMPERATURE) : 0.0;
             qsum += q[v];
@@ -648,6 +705,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     ctx_options copt = {0};
     srt_ctx *c = ctx_create(prog, &copt);
     R.c = c;
+    ctx_dev_guard(c, true);   /* SRT_DEV_GUARD: from here the host reaches the device arena only by ctx_dev_* */
     int64_t allocs0 = c->nallocs;
     const srt_class *k = c->cls;
     R.seed = (uint64_t)(R.o.given[CLI_OPT_seed] ? R.o.seed : prog->seed);
@@ -779,8 +837,10 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     for (int64_t s = first; s <= steps; s++) {
         double t0 = metrics_now_us();
         ctx_begin_step(c, s);
+        ctx_dev_guard(c, false);
         k->step(c);
         loop_sync(c);
+        ctx_dev_guard(c, true);
         double loss = loop_reduce_loss(c, c->loss);
         bool skipped = c->overflow;   /* the same on every rank: the norm is the world's */
         float scale = c->loss_scale;
@@ -825,6 +885,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     free(R.own);
     free(R.save);
     free(R.save_nvme);
+    free(R.save_dev);
     free(R.desc);
     ctx_destroy(c);
     MPI_Finalize();

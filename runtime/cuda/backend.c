@@ -1,5 +1,6 @@
 /* backend.c — the CUDA backend's table: device selection by local rank, the
- * arenas (managed device memory, pinned host memory), streams and events,
+ * arenas (device memory, pinned host memory) and the host's copies into
+ * and out of the device arena, streams and events,
  * the measured device memory, and init/fini of the other modules (see cu.h). */
 #include "cu.h"
 
@@ -78,15 +79,12 @@ static cu_state *cu_state_of(srt_ctx *c)
     CU_CHECK(c, cudaGetDeviceProperties(&prop, st->device), "cudaGetDeviceProperties");
     snprintf(st->device_name, sizeof st->device_name, "%s", prop.name);
     st->sm_major = prop.major, st->sm_minor = prop.minor, st->nsm = prop.multiProcessorCount;
-    if (!prop.managedMemory || !prop.concurrentManagedAccess)
-        ctx_fatal(c, 1, "device %d (%s) lacks concurrent managed memory, which the CUDA backend's device "
-                  "arena needs (Linux, Pascal or newer)", st->device, prop.name);
     CU_CHECK(c, cudaMemGetInfo(&st->free0, &st->total), "cudaMemGetInfo");
     return st;
 }
 
-/* The arenas: managed device memory preferring this rank's device, and
- * pinned, mapped host memory; both zeroed, as ctx_alloc's are. */
+/* The arenas: device memory on this rank's device (its measured cost
+ * kept), and pinned, mapped host memory; both zeroed, as ctx_alloc's are. */
 static void *cu_arena_alloc(srt_ctx *c, int64_t bytes, int space)
 {
     cu_state *st = cu_state_of(c);
@@ -94,12 +92,12 @@ static void *cu_arena_alloc(srt_ctx *c, int64_t bytes, int space)
     n = (n + 4095) & ~(size_t)4095;
     void *p = NULL;
     if (space == 0) {
-        CU_CHECK(c, cudaMallocManaged(&p, n, cudaMemAttachGlobal), "cudaMallocManaged (the device arena)");
-        struct cudaMemLocation loc = { .type = cudaMemLocationTypeDevice, .id = st->device };
-        CU_CHECK(c, cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, loc),
-                 "cudaMemAdvise(SetPreferredLocation) on the device arena");
+        CU_CHECK(c, cudaMalloc(&p, n), "cudaMalloc (the device arena)");
         CU_CHECK(c, cudaMemset(p, 0, n), "cudaMemset (the device arena)");
         CU_CHECK(c, cudaDeviceSynchronize(), "cudaDeviceSynchronize after zeroing the device arena");
+        size_t fr = 0, tot = 0;
+        CU_CHECK(c, cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo (after the device arena)");
+        st->used_arena = st->free0 > fr ? st->free0 - fr : 0;
     } else {
         CU_CHECK(c, cudaHostAlloc(&p, n, cudaHostAllocPortable | cudaHostAllocMapped),
                  "cudaHostAlloc (the pinned host arena)");
@@ -114,6 +112,24 @@ static void cu_arena_free(srt_ctx *c, void *p, int space)
     if (!p) return;
     if (space == 0) cudaFree(p);
     else cudaFreeHost(p);
+}
+
+/* Device arena bytes [off, off + bytes) into host memory dst, once the
+ * device's queued work is done (ctx_dev_read; the host never addresses the arena). */
+static void cu_dev_read(srt_ctx *c, void *dst, int64_t off, int64_t bytes)
+{
+    cu_p2p_close(c);
+    CU_CHECK(c, cudaDeviceSynchronize(), "cudaDeviceSynchronize before reading the device arena");
+    CU_CHECK(c, cudaMemcpy(dst, c->dev + off, (size_t)bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (device arena to host)");
+}
+
+/* Host memory src into device arena bytes [off, off + bytes), once the
+ * device's queued work is done (ctx_dev_write). */
+static void cu_dev_write(srt_ctx *c, int64_t off, const void *src, int64_t bytes)
+{
+    cu_p2p_close(c);
+    CU_CHECK(c, cudaDeviceSynchronize(), "cudaDeviceSynchronize before writing the device arena");
+    CU_CHECK(c, cudaMemcpy(c->dev + off, src, (size_t)bytes, cudaMemcpyHostToDevice), "cudaMemcpy (host to device arena)");
 }
 
 /* Device bytes in use now (cudaMemGetInfo: the whole device, other
@@ -150,6 +166,10 @@ static void cu_init(srt_ctx *c)
                "measured device memory after start-up %.1f MiB (cudaMemGetInfo)\n",
                st->device, st->device_name, st->sm_major, st->sm_minor, st->nsm, (long long)c->dev_bytes,
                (long long)c->cls->device_arena, (double)st->used_min / 1048576.0);
+        printf("shardrt: cuda: device memory (cudaMemGetInfo): %.1f MiB free of %.1f MiB before the arena, "
+               "the arena (cudaMalloc) took %.1f MiB, the backend's own start-up %.1f MiB more\n",
+               (double)st->free0 / 1048576.0, (double)st->total / 1048576.0, (double)st->used_arena / 1048576.0,
+               (double)(st->used_min > st->used_arena ? st->used_min - st->used_arena : 0) / 1048576.0);
         fflush(stdout);
     }
 }
@@ -230,6 +250,8 @@ const srt_backend g_backend = {
     .name = "cuda",
     .arena_alloc = cu_arena_alloc,
     .arena_free = cu_arena_free,
+    .dev_read = cu_dev_read,
+    .dev_write = cu_dev_write,
     .init = cu_init,
     .fini = cu_fini,
     .before_op = cu_before_op,

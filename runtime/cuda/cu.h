@@ -5,13 +5,14 @@
  * comm.c NCCL, io.c copies and NVMe, rtk.cu the few kernels kernels/cuda
  * does not provide).
  *
- * Memory.  The device arena is CUDA managed memory (cudaMallocManaged,
- * preferred location the rank's device): the kernels see device memory, and
- * the runtime's core (runtime/core/main.c: weight initialisation,
- * checkpoints, sampling) may still read and write it from the host after
- * the loop's stream syncs, as it does on the CPU backend.  The pinned host
- * arena is cudaHostAlloc'd (mapped, portable).  Both are allocated once, by
- * the arena_alloc hook of the backend table.
+ * Memory.  The device arena is plain device memory (cudaMalloc): no page
+ * faults, and NCCL and cuBLASLt see ordinary device pointers.  The host
+ * never addresses it: the runtime's core (runtime/core/main.c: weight
+ * initialisation, checkpoints, sampling) copies through the dev_read /
+ * dev_write hooks (ctx_dev_read / ctx_dev_write: a device sync, then
+ * cudaMemcpy).  The pinned host arena is cudaHostAlloc'd (mapped,
+ * portable).  Both are allocated once, by the arena_alloc hook of the
+ * backend table.
  *
  * Streams.  One cudaStream_t per srt_stream, created blocking (not
  * cudaStreamNonBlocking) so that a user op's kernels on the legacy default
@@ -65,6 +66,7 @@ typedef struct cu_state {
     int device;
     char device_name[256];
     size_t free0, total;        /* cudaMemGetInfo before the arena                 */
+    size_t used_arena;          /* device bytes the arena took (cudaMemGetInfo)    */
     size_t used_min;            /* device bytes in use after start-up (measured)   */
     size_t used_peak;           /* the most seen at a stream sync                  */
     int sm_major, sm_minor, nsm;
@@ -90,6 +92,7 @@ typedef struct cu_state {
     int64_t f32_tmp_n;
     /* cuDNN (attention.c) */
     cudnnHandle_t dnn;
+    struct cu_attn *attn;       /* the program's attention graphs and plans; NULL: no attention */
     /* NCCL */
     bool nccl;                  /* world > 1                                        */
     ncclComm_t comm[SRT_NGROUPS];

@@ -603,6 +603,39 @@ static int in_child(srt_ctx *c, void (*fn)(srt_ctx *), char *err, size_t len)
 
 static void late_alloc(srt_ctx *c) { ctx_alloc(c, 16, "a late buffer"); }
 
+/* A direct host read of the device arena (faults while it is guarded). */
+static void peek_dev(srt_ctx *c)
+{
+    volatile uint8_t *d = c->dev;
+    printf("%d\n", d[100]);
+}
+
+/* ctx_dev_read past the end of the device arena. */
+static void read_outside(srt_ctx *c)
+{
+    char b[8];
+    ctx_dev_read(c, b, c->dev_bytes - 4, 8);
+}
+
+/* The host's only access to the device arena (ctx_dev_read / ctx_dev_write,
+ * what srt_main uses), under SRT_DEV_GUARD: the accessors work, a direct
+ * read faults, a range outside the arena is an internal error. */
+static void test_dev_access(srt_ctx *c, char *err, size_t len)
+{
+    check(c->bounce && c->dev_guard, "a bounce buffer; SRT_DEV_GUARD=1 guards the device arena");
+    ctx_dev_guard(c, true);
+    static uint8_t in[3000], out[3000];
+    for (int i = 0; i < 3000; i++) in[i] = (uint8_t)(i * 7 + 1);
+    ctx_dev_write(c, 4093, in, sizeof in);
+    ctx_dev_read(c, out, 4093, sizeof out);
+    check(memcmp(in, out, sizeof in) == 0, "ctx_dev_write then ctx_dev_read round-trip (guarded arena)");
+    check(in_child(c, peek_dev, err, len) != 0, "a direct host read of the guarded device arena faults");
+    int code = in_child(c, read_outside, err, len);
+    check(code == 3 && strstr(err, "outside the arena"), "ctx_dev_read outside the arena is an internal error");
+    ctx_dev_guard(c, false);
+    check(memcmp(c->dev + 4093, in, sizeof in) == 0, "unguarded: the bytes are in the arena");
+}
+
 /* A bf16 matmul wider than any weight of the program overflows the scratch. */
 static void too_big(srt_ctx *c)
 {
@@ -624,6 +657,11 @@ int main(void)
     code = in_child(c, too_big, err, sizeof err);
     check(code == 3 && strstr(err, "matmul_fwd needs") && strstr(err, "fp32 scratch"),
           "an op beyond the program's shapes is an internal error naming it");
+    ctx_destroy(c);
+    setenv("SRT_DEV_GUARD", "1", 1);
+    c = make_ctx(SRT_F32, NULL);
+    unsetenv("SRT_DEV_GUARD");
+    test_dev_access(c, err, sizeof err);
     ctx_destroy(c);
 
     c = make_ctx(SRT_F32, NULL);
