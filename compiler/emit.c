@@ -236,7 +236,8 @@ bool emit_supported(const Spec *s, bool report)
 {
     bool ok = true;
     /* tp > 1: Megatron, both families (GPT's fused c_attn split per head:
-     * SPLIT_QKV); the Llama's one kv head replicated (kv_heads = 1), not yet
+     * SPLIT_QKV); the Llama's kv heads, when fewer than tp, replicated on the
+     * tp ranks sharing each (SPLIT_NONE for one, else SPLIT_KV), not yet
      * inside GPT's fused c_attn */
     if (s->parallel.tp > 1 && s->model.family == FAM_GPT && s->model.kv_heads > 0 &&
         s->model.kv_heads % s->parallel.tp != 0)
@@ -596,31 +597,29 @@ static bool graph_kept(const ActTensor *t, int pol)
 /* A forward's transients under policy pol: each graph tensor it does not keep
  * (not the input or output), live from its step to its last reader's, packed
  * into the limit part.c computed as their peak.  The row-parallel outputs are
- * the generated forward's tmp (attention projection) and tmp2 (MLP). */
+ * the generated forward's tmp (attention projection) and tmp2 (MLP).  Under
+ * sequence parallelism (part.c's sp_fwd_scratch, rule for rule) the forward
+ * writes the row-parallel outputs into y, so they have no piece, and each
+ * norm runs on the gathered input into the scratch (norm1.sp, norm2.sp and
+ * their statistics, on all tokens, whatever the policy keeps: the plan's kept
+ * norm shards stay unused), with the graph norm's lifetime. */
 static void carve_fwd_scratch(CE *e, const LayerGraph *g, int pol, Carve *cv, int64_t limit)
 {
-    if (sp_on(e)) {     /* sequence parallel: only the norm of the gathered input (gen_fwd_fn) */
-        carve_add(cv, "norm.sp", e->p->T * e->m->h * e->wb);
-        carve_add(cv, "norm.sp.stats", e->p->T * 4 * (e->m->layernorm ? 2 : 1));
-        /* checkpointing: what the forward does not keep lives here, fp32 first (part.c's SP bound) */
-        for (int pass = 0; pass < 2 && pol != CKPT_NONE; pass++)
-            for (int i = 0; i < g->nt; i++) {
-                const ActTensor *t = &g->t[i];
-                if (t->kind != AK_INPUT && t->kind != AK_OUTPUT && !graph_kept(t, pol) && t->fp32 == (pass == 0))
-                    carve_add(cv, t->name, graph_bytes(e, t));
-            }
-        if (cv->total > limit)
-            die("emit: a sequence-parallel layer's forward needs %lld bytes of scratch, the plan gives it %lld",
-                (long long)cv->total, (long long)limit);
-        return;
-    }
+    bool sp = sp_on(e);
     for (int i = 0; i < g->nt; i++) {
         const ActTensor *t = &g->t[i];
-        if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || graph_kept(t, pol)) continue;
+        bool norm = sp && strncmp(t->name, "norm", 4) == 0;
+        if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || (sp && t->shard == AS_FULL)) continue;
+        if (!norm && graph_kept(t, pol)) continue;
         int prod = graph_producer(g, i);
         const char *name = strcmp(t->name, "proj.partial") == 0 ? "tmp"
                          : strcmp(t->name, "fc2.partial") == 0 ? "tmp2" : t->name;
-        carve_live(cv, name, graph_bytes(e, t), prod, graph_last_use(g, i, prod));
+        int64_t bytes = graph_bytes(e, t);
+        if (norm) {     /* "norm1.out" -> "norm1.sp", "norm1.stats" -> "norm1.sp.stats", all T tokens */
+            name = arena_printf(&g_arena, "%.5s.sp%s", t->name, t->fp32 ? ".stats" : "");
+            bytes = e->p->T * t->width * (t->fp32 ? 4 : e->wb);
+        }
+        carve_live(cv, name, bytes, prod, graph_last_use(g, i, prod));
     }
     carve_pack(cv, limit, "a layer's forward");
     for (int i = 0; i < cv->n; i++)     /* fp32 statistics among working-dtype tensors */
@@ -1137,7 +1136,8 @@ static int op_suffix(const CE *e, const Op *o, bool rd, const char *suffix)
 /* tp > 1: the all-reduce over tp that completes the partial gradients of the
  * replicated tensors of the op's layer (norms, row-parallel biases,
  * positions) in the gradient buffers the op writes: one row per tensor,
- * exactly the elements the schedule counts. */
+ * exactly the elements the schedule counts.  A kv head shared by some tp
+ * ranks (SPLIT_KV) is summed over just those (kind 3: SRT_TP_KV). */
 static void tp_grads_op(CE *e, const Op *o, const char *label)
 {
     const RankClass *rc = e->rc;
@@ -1163,10 +1163,11 @@ static void tp_grads_op(CE *e, const Op *o, const char *label)
             for (int j = sg->first; j < sg->first + sg->n; j++) {
                 const ClassTensor *ct = &rc->tensors[j];
                 const Tensor *t = &e->m->t[ct->tensor];
-                if (t->layer != o->layer || t->split != SPLIT_NONE || ct->copy) continue;
+                if (t->layer != o->layer || (t->split != SPLIT_NONE && t->split != SPLIT_KV) || ct->copy) continue;
                 total += ct->numel;
-                row(e, FN_TP, arena_printf(&g_arena, "%s %s", label, t->name), "{%s, 0, 1, %lld, %lld, %lld}",
-                    stream_name(o->stream), (long long)(base + (ct->offset - sg->offset) * e->gb),
+                row(e, FN_TP, arena_printf(&g_arena, "%s %s", label, t->name), "{%s, %d, 1, %lld, %lld, %lld}",
+                    stream_name(o->stream), t->split == SPLIT_KV ? 3 : 0,
+                    (long long)(base + (ct->offset - sg->offset) * e->gb),
                     (long long)(base + (ct->offset - sg->offset) * e->gb), (long long)ct->numel);
             }
         }
@@ -1985,7 +1986,8 @@ static void param_init(const CE *e, const Tensor *t, double *std, bool *one)
     if (t->role == R_ATTN_OUT_W || t->role == R_FC2_W) *std /= sqrt(2.0 * (double)e->m->l);
 }
 
-static const char *const split_c[] = {"SRT_SPLIT_NONE", "SRT_SPLIT_ROWS", "SRT_SPLIT_COLS", "SRT_SPLIT_QKV"};
+static const char *const split_c[] = {"SRT_SPLIT_NONE", "SRT_SPLIT_ROWS", "SRT_SPLIT_COLS", "SRT_SPLIT_QKV",
+                                      "SRT_SPLIT_KV"};
 
 /* The class's srt_param, srt_buffer, segment and tensor tables. */
 static void gen_class_tables(CE *e, Str *o)
@@ -2031,8 +2033,8 @@ static void gen_class_tables(CE *e, Str *o)
     for (int i = 0; i < rc->ntensors; i++) {
         const ClassTensor *ct = &rc->tensors[i];
         const Tensor *t = &e->m->t[ct->tensor];
-        sf(o, "    {%lld, %lld, %s, %s, %s},  /* %s%s */\n", (long long)ct->offset, (long long)ct->numel,
-           t->decay ? "true" : "false", t->split == SPLIT_NONE && e->p->tp > 1 ? "true" : "false",
+        sf(o, "    {%lld, %lld, %s, %d, %s},  /* %s%s */\n", (long long)ct->offset, (long long)ct->numel,
+           t->decay ? "true" : "false", e->p->tp < 2 ? 0 : t->split == SPLIT_NONE ? 1 : t->split == SPLIT_KV ? 2 : 0,
            ct->copy ? "true" : "false", t->name, ct->copy ? " (the head's copy)" : "");
     }
     sput(o, "};\n\n");
@@ -2200,7 +2202,7 @@ static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const c
  * sv: where they are, by activation checkpointing: carve_merge's pieces).
  * Under sequence parallelism (scr: the function's scratch) x is the gathered
  * input of the part (the MLP part's: x2), the norms run on it into the
- * scratch (ln1 and ln2 share it: each part has one), recomputed in backward
+ * scratch (norm1.sp, norm2.sp: each part has one), recomputed in backward
  * rather than gathered from the plan's saved norm shards, which stay unused;
  * x2 is this rank's shard of the attention residual, and own the element
  * offset of this rank's tokens in a (B,T,C) tensor. */
@@ -2214,10 +2216,9 @@ static void saved_views(const CE *e, Str *o, const Carve *scr, const Carve *sv)
         sf(o, "    const int64_t NS = N / %lld;  /* this rank's tokens (sequence parallel) */\n"
               "    const int64_t own = srt_group_rank(c, SRT_TP) * NS * C;  /* where they are in (B,T,C) */\n",
            (long long)e->p->tp);
-    /* the forward's scratch has one norm for both parts, the backward's one per part */
+    /* norm1.sp, norm2.sp: one per part (the forward's share space by lifetime) */
     bool one = scr != &e->bscr;
-    const char *nb = sp ? "scratch" : "saved", *n1 = !sp ? "norm1.out" : one ? "norm.sp" : "norm1.sp";
-    const char *n2 = !sp ? "norm2.out" : one ? "norm.sp" : "norm2.sp";
+    const char *nb = sp ? "scratch" : "saved", *n1 = sp ? "norm1.sp" : "norm1.out", *n2 = sp ? "norm2.sp" : "norm2.out";
     const Carve *nc = sp ? scr : sv;
     norm_stats(e, o, nc, nb, !sp ? "norm1.stats" : arena_printf(&g_arena, "%s.stats", n1), "ln1");
     sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(nc, nb, n1, 0, "(int64_t)N * C", "WDT"));
@@ -2726,8 +2727,14 @@ static void gen_comm_fns(CE *e, Str *o)
     sf(o, "/* A collective over the tp group: kind 0 an all-reduce (sum) in place of\n"
           " * partial activations (Megatron's f and g) or of replicated tensors'\n"
           " * gradients; sequence parallelism: kind 1 all-gathers the sequence shards\n"
-          " * (n / tp elements each) into n, kind 2 reduce-scatters n partial sums. */\n"
+          " * (n / tp elements each) into n, kind 2 reduce-scatters n partial sums;\n"
+          " * kind 3 sums a shared kv head's gradients over its tp ranks (SRT_TP_KV). */\n"
           "static void %s_tp(srt_ctx *c, const %s_tp_t *a)\n{\n", px, px);
+    if (e->m->kv > 1 && e->m->kv < e->p->tp) {
+        sput(o, "    if (a->kind == 3) {\n");
+        rt_call(o, "        ", "all_reduce", "a->st", NULL, "SRT_TP_KV", "DV(a->out, a->n, GDT)", "SRT_SUM", NULL);
+        sput(o, "        return;\n    }\n");
+    }
     if (sp_on(e)) {
         sf(o, "    int64_t ns = a->n / %lld;  /* a sequence shard */\n    if (a->kind == 1) {\n", (long long)e->p->tp);
         rt_call(o, "        ", "all_gather", "a->st", NULL, "SRT_TP", "DV(a->out, a->n, WDT)", "DV(a->in, ns, WDT)", NULL);
@@ -2812,7 +2819,7 @@ static void gen_owned_host_piece(CE *e, Str *o, const char *grad, const char *pa
                 "                }\n");
     }
     sput(o, "                if (what == OWN_SUMSQ) {\n"
-            "                    if (!tt->copy && (!tt->replicated || tp0)) srt_grad_sumsq(c, st, g);\n"
+            "                    if (!tt->copy && (!tt->replicated || (tt->replicated == 1 ? tp0 : kv0))) srt_grad_sumsq(c, st, g);\n"
             "                    continue;\n"
             "                }\n");
     rt_call(o, I, "optimizer_step", "st", NULL, hparam, st[0], "g", st[1], st[2], "tt->decay", NULL);
@@ -2863,7 +2870,8 @@ static void gen_owned_fn(CE *e, Str *o)
     sf(o, "/* Visits this rank's pieces of shard space [lo, hi) (a piece: one tensor's part\n"
           " * of one segment's shard; padding is skipped): OWN_SUMSQ adds their squared\n"
           " * gradients to the norm (each element counted once in the world: ZeRO 0 on\n"
-          " * dp rank 0, replicated tp tensors on tp rank 0, the tied embedding on the\n"
+          " * dp rank 0, replicated tp tensors on tp rank 0, a shared kv head on its\n"
+          " * SRT_TP_KV rank 0, the tied embedding on the\n"
           " * first stage, not its copy on the last), OWN_OPT steps the optimizer\n"
           " * on them with the tensor's weight decay (through fp32 gradients at staging\n"
           " * when they are 16-bit).  j: the shard-space index, f: the flat one.\n"
@@ -2881,6 +2889,7 @@ static void gen_owned_fn(CE *e, Str *o)
     sf(o, "    int64_t d = ZERO >= 1 ? srt_group_rank(c, SRT_DP) : 0;\n"
           "    if (what == OWN_SUMSQ && ZERO == 0 && srt_group_rank(c, SRT_DP) != 0) return;\n"
           "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
+          "    bool kv0 = srt_group_rank(c, SRT_TP_KV) == 0;  /* a shared kv head: once per head */\n"
           "    for (int k = 0; k < %d; k++) {\n"
           "        const trainer_seg *sg = &%s_segs[k];\n"
           "        int64_t a0 = lo > sg->shard_offset ? lo : sg->shard_offset;\n"
@@ -2897,7 +2906,7 @@ static void gen_owned_fn(CE *e, Str *o)
     if (e->S_host > 0) gen_owned_host_piece(e, o, grad, param);
     sf(o, "            srt_t g = %s;\n"
           "            if (what == OWN_SUMSQ) {\n"
-          "                if (!tt->copy && (!tt->replicated || tp0)) srt_grad_sumsq(c, st, g);\n"
+          "                if (!tt->copy && (!tt->replicated || (tt->replicated == 1 ? tp0 : kv0))) srt_grad_sumsq(c, st, g);\n"
           "                continue;\n"
           "            }\n"
           "            srt_t p = %s;\n"
@@ -2991,7 +3000,9 @@ static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
             "/* The view of t from element k on (q, k, v inside one buffer). */\n"
             "#define AT(t, k) ((srt_t){(char *)(t).p + (int64_t)(k) * WB, (t).n - (int64_t)(k), (t).dt})\n\n"
             "typedef srt_segment trainer_seg;  /* shardrt.h: the flat segments */\n"
-            "typedef struct { int64_t flat, numel; bool decay, replicated, copy; } trainer_tensor;\n"
+            "/* replicated: 0 split over tp, 1 the same on every tp rank, 2 on the tp ranks\n"
+            " * sharing a kv head (SRT_TP_KV) */\n"
+            "typedef struct { int64_t flat, numel; bool decay; int replicated; bool copy; } trainer_tensor;\n"
             "enum { OWN_SUMSQ, OWN_OPT, OWN_D2H, OWN_H2D };\n\n");
 }
 

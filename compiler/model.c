@@ -115,10 +115,11 @@ static void add_layer(Model *m, int cap, int L)
         int first = m->nt;
         add_linear(m, cap, L, R_K_W, R_K_B, kvd, h, true, "", "self_attn.k_proj");
         add_linear(m, cap, L, R_V_W, R_V_B, kvd, h, true, "", "self_attn.v_proj");
-        /* one kv head for several tp ranks: replicated, its gradients summed over tp
-         * like a norm's (each rank's share is that of its query heads) */
+        /* one kv head for several tp ranks: replicated, its gradients summed over
+         * the ranks sharing it (each rank's share is that of its query heads) —
+         * kv_heads = 1 over all of tp like a norm's, else over SRT_TP_KV */
         if (m->kv < m->tp)
-            for (int i = first; i < m->nt; i++) m->t[i].split = SPLIT_NONE;
+            for (int i = first; i < m->nt; i++) m->t[i].split = m->kv == 1 ? SPLIT_NONE : SPLIT_KV;
     }
     add_linear(m, cap, L, R_ATTN_OUT_W, R_ATTN_OUT_B, h, h, false, "attn.c_proj", "self_attn.o_proj");
     add_norm(m, cap, L, R_NORM2_W, R_NORM2_B, "ln_2", "post_attention_layernorm");

@@ -50,9 +50,9 @@ static bool check_tp(const Spec *s, bool report)
         ok = fail(report, s, "model.hidden", "choose hidden = heads · head_dim",
                   arena_printf(&g_arena, "hidden %lld is not divisible by heads %lld",
                                (long long)s->model.hidden, (long long)s->model.heads));
-    if (s->model.heads % tp || (kv % tp && kv != 1))
-        ok = fail(report, s, "parallel.tp", "tp must divide the number of heads and kv heads (or kv_heads = 1: the "
-                  "one kv head is replicated on every tp rank; more kv heads than one but fewer than tp are not)",
+    if (s->model.heads % tp || (kv >= tp ? kv % tp : tp % kv))
+        ok = fail(report, s, "parallel.tp", "tp must divide the number of heads, and tp and kv_heads one another "
+                  "(kv_heads / tp whole kv heads a rank, or each kv head replicated on tp / kv_heads ranks)",
                   arena_printf(&g_arena, "tp %lld does not divide heads %lld / kv heads %lld",
                                (long long)tp, (long long)s->model.heads, (long long)kv));
     if (ffn % tp)
@@ -179,6 +179,12 @@ void part_tp_slice(const Partition *p, const Tensor *t, int64_t tp_rank, int *di
         *end = n;
         return;
     }
+    if (t->split == SPLIT_KV) {     /* kv head tp_rank / (tp / kv), one part of kv */
+        int64_t kv = p->model->kv;
+        *begin = tp_rank / (p->tp / kv) * (n / kv);
+        *end = *begin + n / kv;
+        return;
+    }
     *begin = tp_rank * (n / p->tp);
     *end = *begin + n / p->tp;
 }
@@ -271,6 +277,7 @@ static ClassTensor class_tensor(const Partition *p, int idx, int chunk, bool cop
     const Tensor *t = &p->model->t[idx];
     ClassTensor ct = {.tensor = idx, .rows = t->rows_mem, .cols = t->cols, .chunk = chunk, .copy = copy};
     if (t->split == SPLIT_ROWS || t->split == SPLIT_QKV) ct.rows /= p->tp;
+    if (t->split == SPLIT_KV) ct.rows /= p->model->kv;
     if (t->split == SPLIT_COLS) ct.cols /= p->tp;
     ct.numel = ct.rows * (ct.cols ? ct.cols : 1);
     return ct;
@@ -510,6 +517,31 @@ static int64_t fwd_scratch(const Partition *p, const LayerGraph *g, int pol)
     return peak;
 }
 
+/* Peak bytes of the sequence-parallel forward's scratch as the generated
+ * forward uses it (emit.c carve_fwd_scratch, rule for rule), over the graph
+ * without sp (g0): what pol does not keep, but the row-parallel partial sums
+ * (AS_FULL there: the forward writes them into its output), and each norm's
+ * output and statistics on all tokens (it runs on the gathered input), kept
+ * or not, each live from its step to its last reader's. */
+static int64_t sp_fwd_scratch(const Partition *p, const LayerGraph *g0, int pol)
+{
+    int64_t peak = 0;
+    for (int k = 0; k < g0->nst; k++) {
+        int64_t live = 0;
+        for (int i = 0; i < g0->nt; i++) {
+            const ActTensor *t = &g0->t[i];
+            bool norm = strncmp(t->name, "norm", 4) == 0;
+            if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || t->shard == AS_FULL || (!norm && act_saved(t, pol)))
+                continue;
+            int prod = act_producer(g0, i);
+            if (prod > k || k > act_last_use(g0, i, prod)) continue;
+            live += norm ? p->T * t->width * (t->fp32 ? 4 : p->wbytes) : act_bytes(p, t);
+        }
+        if (live > peak) peak = live;
+    }
+    return peak;
+}
+
 /* Peak bytes of the backward's transients: the gradient of each internal
  * tensor lives from the backward of its last reader to that of its producer;
  * sequence-parallel inputs are gathered again for their linear's backward. */
@@ -558,15 +590,10 @@ static void plan_act(const Spec *s, Partition *p)
         int64_t need = bwd_scratch(p, &g0) + p->T * p->model->h * p->wbytes + p->T * nstats * 4;
         p->T_sp = tsp;
         if (need > a->bwd_scratch) a->bwd_scratch = need;
-        /* checkpointing: the generated forward (emit.c) holds the norm of the gathered
-         * input and, unpacked, every tensor it does not keep */
+        /* the generated forward (emit.c) holds the norm of the gathered input and,
+         * under checkpointing, what it does not keep, laid out by lifetime */
         for (int pol = 0; pol < 3; pol++) {
-            if (pol == CKPT_NONE) continue;
-            int64_t fwd = p->T * p->model->h * p->wbytes + p->T * nstats * 4;
-            for (int i = 0; i < g0.nt; i++) {
-                const ActTensor *t = &g0.t[i];
-                if (t->kind != AK_INPUT && t->kind != AK_OUTPUT && !act_saved(t, pol)) fwd += act_bytes(p, t);
-            }
+            int64_t fwd = sp_fwd_scratch(p, &g0, pol);
             if (fwd > a->fwd_scratch[pol]) a->fwd_scratch[pol] = fwd;
         }
     }

@@ -33,6 +33,8 @@ typedef enum TpSplit {
     SPLIT_ROWS,     /* dim 0: column-parallel linears, vocab-parallel embedding/head     */
     SPLIT_COLS,     /* dim 1: row-parallel linears                                        */
     SPLIT_QKV,      /* dim 0 per head: GPT's fused c_attn, each rank its heads' q, k, v rows */
+    SPLIT_KV,       /* Llama k/v with 1 < kv < tp: dim 0 in kv parts, kv head r / (tp / kv) on
+                       tp rank r, replicated on the tp / kv ranks sharing it (SRT_TP_KV) */
 } TpSplit;
 
 /* Where a tensor sits in the layer order. */
@@ -119,8 +121,9 @@ void model_build(const Spec *s, Model *m);
  * parallelism with tp > 1 (adds the gathers and reduce-scatters). */
 void model_layer_graph(const Model *m, bool sp, LayerGraph *g);
 const char *model_role_name(int role);
-/* The kv heads one tp rank holds: kv / tp, or the one kv head (kv_heads = 1,
- * replicated on every tp rank, as Megatron does for fewer kv groups than tp). */
+/* The kv heads one tp rank holds: kv / tp, or (kv < tp) one kv head, replicated
+ * on the tp / kv consecutive tp ranks that share it, as Megatron does for fewer
+ * kv groups than tp (kv_heads = 1: on every tp rank). */
 int64_t model_kv_rank(const Model *m);
 /* Bytes of one element of a dtype (enum DType). */
 int model_dtype_bytes(int dtype);

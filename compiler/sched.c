@@ -344,7 +344,7 @@ static void build_keys(Bld *b)
             const Tensor *t = &b->m->t[ct->tensor];
             int L = ct->copy ? (int)b->m->l : t->layer, k = key_of(L);
             if (t->role == R_TOK_EMBED && !ct->copy) b->tok_seg = ct->seg;
-            if (pass == 0 && t->split == SPLIT_NONE) {
+            if (pass == 0 && (t->split == SPLIT_NONE || t->split == SPLIT_KV)) {  /* KV: over SRT_TP_KV */
                 const Segment *sg = &c->segs[ct->seg];
                 if (sg->tied || sg->persistent) b->repl_whole[k] += ct->numel;
                 else b->repl_bucketed[k] += ct->numel;
@@ -674,7 +674,8 @@ static void grads_write(Bld *b, int o, int L)
 }
 
 /* tp > 1: the gradients of the replicated tensors (norms, row-parallel
- * biases, positions) are partial sums over the tp ranks — each rank
+ * biases, positions; kv heads shared by several tp ranks, summed over just
+ * those ranks in the same op) are partial sums over the tp ranks — each rank
  * contributes its tokens under sequence parallelism, its share of a norm's
  * input gradient, or (tp rank 0 alone) a gradient all ranks see whole — so one
  * all-reduce over tp completes those about to be reduced over dp. */

@@ -31,7 +31,7 @@
 /* The group's name in messages. */
 static const char *cu_group_name(srt_group g)
 {
-    static const char *const names[SRT_NGROUPS] = { "world", "tp", "dp", "pp", "embed" };
+    static const char *const names[SRT_NGROUPS] = { "world", "tp", "dp", "pp", "embed", "tp_kv" };
     return (unsigned)g < SRT_NGROUPS ? names[g] : "?";
 }
 

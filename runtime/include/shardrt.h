@@ -57,6 +57,8 @@ typedef enum srt_group {
     SRT_DP,         /* the ranks that share this rank's tp and pp index        */
     SRT_PP,         /* the ranks that share this rank's tp and dp index        */
     SRT_EMBED,      /* first and last stage of this pipeline (tied embeddings) */
+    SRT_TP_KV,      /* the tp ranks sharing this rank's kv head (kv_heads < tp:
+                       tp / kv_heads consecutive tp ranks; else this rank alone) */
     SRT_NGROUPS
 } srt_group;
 
@@ -68,8 +70,11 @@ typedef struct srt_ctx srt_ctx;
 
 /* How tensor parallelism splits a parameter (Megatron).  SRT_SPLIT_QKV: GPT's
  * fused c_attn [q; k; v] (rows hidden, kv, kv): a rank's shard is its heads'
- * q rows, then their k rows, then their v rows (each a tp-th of its block). */
-typedef enum srt_split { SRT_SPLIT_NONE, SRT_SPLIT_ROWS, SRT_SPLIT_COLS, SRT_SPLIT_QKV } srt_split;
+ * q rows, then their k rows, then their v rows (each a tp-th of its block).
+ * SRT_SPLIT_KV: a Llama k/v projection with 1 < kv_heads < tp: dim 0 in
+ * kv_heads parts, part r / (tp / kv_heads) on tp rank r (replicated over
+ * SRT_TP_KV). */
+typedef enum srt_split { SRT_SPLIT_NONE, SRT_SPLIT_ROWS, SRT_SPLIT_COLS, SRT_SPLIT_QKV, SRT_SPLIT_KV } srt_split;
 
 /* One parameter tensor as a rank class holds it. */
 typedef struct srt_param {

@@ -109,13 +109,18 @@ static int64_t member(const srt_ctx *c, srt_group g, int64_t j)
     case SRT_EMBED:
         if (p->pp == 1) return c->rank;
         return ctx_rank_of(p, c->tp_idx, c->dp_idx, j == 0 ? 0 : p->pp - 1);
+    case SRT_TP_KV: {   /* the tp ranks that hold the same kv head: tp / kv consecutive ones */
+        int64_t rep = p->kv_heads < p->tp ? p->tp / p->kv_heads : 1;
+        return ctx_rank_of(p, c->tp_idx / rep * rep + j, c->dp_idx, c->pp_idx);
+    }
     default: return -1;
     }
 }
 
 static const char *gname(srt_group g)
 {
-    static const char *n[] = { "world", "tp", "dp", "pp", "embed" };
+    static const char *n[] = { "world", "tp", "dp", "pp", "embed", "tp_kv" };
+    _Static_assert(sizeof n / sizeof n[0] == SRT_NGROUPS, "a name for every group");
     return n[g];
 }
 
@@ -310,7 +315,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     const char *mode = argc > 1 ? argv[1] : "tpdp";
-    if (!strcmp(mode, "tpdp") || !strcmp(mode, "abort")) make_program(2, 2, 1, 0);
+    if (!strcmp(mode, "tpdp") || !strcmp(mode, "abort")) make_program(2, 2, 1, 0), g_prog.kv_heads = 1;
     else if (!strcmp(mode, "dppp")) make_program(1, 2, 2, 0);
     else if (!strcmp(mode, "dppp1")) make_program(1, 2, 2, 1);
     else if (!strcmp(mode, "world")) make_program(2, 2, 1, 0), g_prog.world = 4;

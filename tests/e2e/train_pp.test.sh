@@ -3,9 +3,10 @@
 # the last stage, its gradient summed between the first and the last stage) and
 # tiny Llama, both at 4 layers, 4 steps, the global batch fixed at 16 sequences
 # (4 microbatches of 4).  The single-rank run of each model is the reference;
-# pp 2 under gpipe and interleaved (2 virtual stages), pp 4 under gpipe and 1f1b
-# (interleaved would need 8 layers), pp 2 · dp 2 with ZeRO 1 (1f1b) and ZeRO 3
-# (interleaved), and the 3D layout
+# pp 2 under gpipe and interleaved (2 virtual stages), pp 4 under gpipe and 1f1b,
+# pp 2 · dp 2 with ZeRO 1 (1f1b) and ZeRO 3 (interleaved), GPT at 8 layers
+# under pp 4 interleaved (2 virtual stages) against the 8-layer single rank,
+# and the 3D layout
 # tp 2 · pp 2 · dp 2 (Llama, 8 ranks) with ZeRO 1 and ZeRO 3: every step's loss
 # within 1e-5 relative, the final weights (shardc export of each layout's
 # checkpoint) within 1e-5.  The race checker is on.  (That the specs of specs/
@@ -17,8 +18,8 @@ fail=0
 run() {
     local spec=$1 name=$2 tp=$3 pp=$4 dp=$5 np=$(($3 * $4 * $5))
     shift 5
-    if ! "$SHARDC" build "$spec" -o "$T/$name" -D model.layers=4 -D parallel.tp="$tp" -D parallel.pp="$pp" \
-         -D parallel.dp="$dp" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.build" 2>&1; then
+    if ! "$SHARDC" build "$spec" -o "$T/$name" -D model.layers="${LAYERS:-4}" -D parallel.tp="$tp" \
+         -D parallel.pp="$pp" -D parallel.dp="$dp" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.build" 2>&1; then
         echo "FAIL: shardc build $name:"
         cat "$T/$name.build"
         fail=1
@@ -50,6 +51,11 @@ for fam in gpt llama; do
         check "$fam" "$fam-$1"
     done
 done
+# pp 4 under interleaved (2 virtual stages: 8 model chunks) needs 8 layers: GPT against its 8-layer reference
+if LAYERS=8 run specs/tiny-gpt.tspec gpt8-ref 1 1 1 -D zero.stage=0; then
+    LAYERS=8 run specs/tiny-gpt.tspec gpt8-pp4-inter 1 4 1 -D zero.stage=0 -D parallel.schedule=interleaved \
+        -D parallel.virtual_stages=2 && check gpt8 gpt8-pp4-inter
+fi
 # 3D: tp 2 · pp 2 · dp 2, eight ranks (Llama: tp splits its q, k, v by heads)
 for z in 1 3; do
     run specs/tiny-llama.tspec "llama-tp2pp2dp2z$z" 2 2 2 -D zero.stage="$z" || continue

@@ -5,7 +5,8 @@
 # reference; tp 2 + SP + pp 2 (GPT 1f1b, Llama interleaved: the stages send
 # each other the sequence shards, (N/tp)·C per rank), tp 2 + SP with full (GPT)
 # and selective (Llama) checkpointing (the recompute starts from the shard the
-# forward kept), and tp 2 · pp 2 · dp 2 + SP + selective (Llama, 8 ranks):
+# forward kept), tp 2 + SP with full checkpointing (Llama: SwiGLU's tensors in
+# the forward's scratch, which shares space by lifetime), and tp 2 · pp 2 · dp 2 + SP + selective (Llama, 8 ranks):
 # every step's loss within 1e-5 relative, the final weights (shardc export)
 # within 1e-5.  The race checker is on.
 set -u
@@ -48,6 +49,8 @@ run specs/tiny-gpt.tspec gpt-sp-full2cpu 2 1 1 "${SP[@]}" -D zero.stage=0 -D che
     check gpt gpt-sp-full2cpu
 run specs/tiny-llama.tspec llama-sp-sel 2 1 1 "${SP[@]}" -D zero.stage=0 -D checkpointing.activations=selective &&
     check llama llama-sp-sel
+run specs/tiny-llama.tspec llama-sp-full 2 1 1 "${SP[@]}" -D zero.stage=0 -D checkpointing.activations=full &&
+    check llama llama-sp-full
 run specs/tiny-llama.tspec llama-sp-tp2pp2dp2-sel 2 2 2 "${SP[@]}" -D zero.stage=1 \
     -D checkpointing.activations=selective && check llama llama-sp-tp2pp2dp2-sel
 [ "$fail" = 0 ] && echo PASS

@@ -306,6 +306,23 @@ static void test_tp(void)
         CHECK(strstr(kv1, "{\"model.layers.0.self_attn.k_proj.weight\", 0, 16, 64, 16, SRT_SPLIT_NONE, 16, 64,") != NULL);
         CHECK(strstr(kv1, "model.layers.0.self_attn.v_proj.weight\"") != NULL);
     }
+    /* 2 kv heads of 8 at tp 4: each on 2 tp ranks (SPLIT_KV, head dim 8), its
+     * gradients summed over SRT_TP_KV (kind 3), counted once in the norm */
+    const char *kv2_ov[] = {"model.heads=8", "parallel.tp=4", "parallel.dp=1", "cluster.gpus_per_node=4"};
+    char *kv2 = emit_of(llama, kv2_ov, 4, true);
+    CHECK(kv2 != NULL);
+    if (kv2) {
+        check_declared(kv2);
+        CHECK(strstr(kv2, "NH = 2,") != NULL && strstr(kv2, "NKV = 1,") != NULL);
+        CHECK(strstr(kv2, "{\"model.layers.0.self_attn.k_proj.weight\", 0, 16, 64, 16, SRT_SPLIT_KV, 8, 64,") != NULL);
+        CHECK(strstr(kv2, "{\"model.layers.1.self_attn.v_proj.weight\", 1, 16, 64, 16, SRT_SPLIT_KV, 8, 64,") != NULL);
+        CHECK(strstr(kv2, "{\"model.layers.0.self_attn.q_proj.weight\", 0, 64, 64, 64, SRT_SPLIT_ROWS, 16, 64,") != NULL);
+        CHECK(strstr(kv2, "srt_all_reduce(c, a->st, SRT_TP_KV, DV(a->out, a->n, GDT), SRT_SUM);") != NULL);
+        CHECK(strstr(kv2, "{SRT_TP_COMM, 3, 1, ") != NULL);
+        CHECK(strstr(kv2, ", true, 2, false},  /* model.layers.0.self_attn.k_proj.weight */") != NULL);
+        CHECK(strstr(kv2, "bool kv0 = srt_group_rank(c, SRT_TP_KV) == 0;") != NULL);
+        CHECK(strstr(src, "SRT_TP_KV, DV(") == NULL);     /* kv 2 = tp 2: no shared heads */
+    }
     const char *gpt_ov[] = {"parallel.tp=2", "cluster.gpus_per_node=4"};
     char *gpt = emit_of(tiny, gpt_ov, 2, true);
     CHECK(gpt != NULL);
@@ -355,7 +372,7 @@ static void test_pipeline(void)
         CHECK(strstr(src, "s1_pp(c, &S1_pp[0]);  /* recv_fwd mb0 chunk0 */") != NULL);
         CHECK(strstr(src, "tied_reduce wte.weight */") != NULL);
         CHECK(strstr(src, "wte.weight (the head's copy) */") != NULL);
-        CHECK(strstr(src, "if (!tt->copy && (!tt->replicated || tp0)) srt_grad_sumsq(c, st, g);") != NULL);
+        CHECK(strstr(src, "if (!tt->copy && (!tt->replicated || (tt->replicated == 1 ? tp0 : kv0))) srt_grad_sumsq(c, st, g);") != NULL);
         CHECK(strstr(src, "static void s0_embed_fwd(") != NULL && strstr(src, "static void s1_embed_fwd(") == NULL);
         CHECK(strstr(src, "static void s1_head(") != NULL && strstr(src, "static void s0_head(") == NULL);
         CHECK(strstr(src, "s0_step, s0_eval,") != NULL && strstr(src, "s1_step, s1_eval,") != NULL);

@@ -88,18 +88,24 @@ static void check_segments(const Partition *p, const RankClass *c)
     CHECK_EQ(numel, c->numel);
 }
 
-/* The tp slices of every split tensor tile it: one tp rank per shard. */
+/* The tp slices of every split tensor tile it: one tp rank per shard (a
+ * shared kv head, SPLIT_KV: tp / kv consecutive ranks per shard). */
 static void check_tp_slices(const Partition *p, const Model *m)
 {
     for (int i = 0; i < m->nt; i++) {
         const Tensor *t = &m->t[i];
         int64_t next = 0, extent = t->split == SPLIT_COLS ? t->cols : t->rows_mem;
+        int64_t rep = t->split == SPLIT_KV ? p->tp / m->kv : 1;
         for (int64_t r = 0; r < p->tp; r++) {
             int dim;
             int64_t b, e;
             part_tp_slice(p, t, r, &dim, &b, &e);
             if (t->split == SPLIT_NONE) {
                 CHECK(b == 0 && e == extent);
+                continue;
+            }
+            if (r % rep) {                  /* a replica of the previous rank's kv head */
+                CHECK_EQ(e, next);
                 continue;
             }
             CHECK_EQ(dim, t->split == SPLIT_COLS ? 1 : 0);
@@ -122,7 +128,8 @@ static void check_stages_cover(const Partition *p, const Model *m)
             const ClassTensor *ct = &c->tensors[i];
             if (ct->copy) continue;
             owner[ct->tensor]++;
-            total += ct->numel * (m->t[ct->tensor].split == SPLIT_NONE ? 1 : p->tp);
+            int split = m->t[ct->tensor].split;
+            total += ct->numel * (split == SPLIT_NONE ? 1 : split == SPLIT_KV ? m->kv : p->tp);
         }
     }
     CHECK_EQ(total, m->params_mem);
@@ -258,6 +265,16 @@ static void test_activations(void)
         ActBytes n = acts(2, t, false, CKPT_NONE);
         CHECK_EQ(n.x + n.saved[CKPT_NONE], 8 * S * 2 * H + 24 * S * 2 * H / t + 16 * S * 2 + 4 * A * S * 2 / t);
     }
+    /* sp + checkpointing: the generated forward's scratch, laid out by lifetime.  Under
+     * full, its peak is at fc1 (x2's shard, the gathered input's norm, fc1: sbh(1 + 5/t))
+     * or at the activation (x2's shard, fc1, act: 9sbh/t); never under the norm of the
+     * gathered input and its statistics (sbh·2 + 8s·b), whatever the policy. */
+    for (int64_t t = 2; t <= 8; t *= 2) {
+        const int64_t sbh = S * 2 * H * 2;
+        ActBytes f = acts(2, t, true, CKPT_FULL);
+        CHECK_EQ(f.fwd_scratch[CKPT_FULL], (t + 5 > 9 ? t + 5 : 9) * sbh / t);
+        for (int pol = 0; pol < 3; pol++) CHECK(f.fwd_scratch[pol] >= sbh + 8 * S * 2);
+    }
 }
 
 /* Microbatches in flight: 1F1B p - stage, GPipe m, interleaved Megatron's
@@ -297,6 +314,70 @@ static void test_pipeline_orders(void)
     fx_batch(&s);
     part_build(&s, &m, &p);
     CHECK_EQ(sched_max_in_flight(&p, 0), 2);
+}
+
+/* Grouped-query attention with fewer kv heads than tp (Megatron): Llama with
+ * 8 heads, 2 kv heads (head dim 8) at tp 4 — k/v SPLIT_KV, kv head r / 2 on
+ * tp rank r (rows [8·(r/2), 8·(r/2) + 8)), q split 4 ways; one kv head stays
+ * SPLIT_NONE (every rank), kv = tp plain rows; kv 3 of tp 4 is refused. */
+static void test_kv_split(void)
+{
+    static const int64_t want[4][2] = {{0, 8}, {0, 8}, {8, 16}, {8, 16}};
+    for (int zero = 0; zero <= 3; zero += 3) {
+        Spec s;
+        Model m;
+        Partition p;
+        fx_spec(&s);
+        fx_llama(&s, 2, 64, 8, 128);
+        s.model.kv_heads = 2, s.model.vocab = 256, s.model.seq_len = 32;
+        s.parallel.tp = 4, s.parallel.dp = 2, s.zero.stage = zero;
+        fx_batch(&s);
+        CHECK(part_check(&s, false));
+        model_build(&s, &m);
+        part_build(&s, &m, &p);
+        CHECK_EQ(model_kv_rank(&m), 1);
+        check_tp_slices(&p, &m);
+        check_stages_cover(&p, &m);
+        check_segments(&p, &p.classes[0]);
+        if (zero) check_ownership(&p, &p.classes[0]);
+        int kv_tensors = 0;
+        for (int i = 0; i < m.nt; i++) {
+            const Tensor *t = &m.t[i];
+            int dim;
+            int64_t b, e;
+            if (t->role == R_Q_W) {
+                CHECK_EQ(t->split, SPLIT_ROWS);
+                part_tp_slice(&p, t, 3, &dim, &b, &e);
+                CHECK(dim == 0 && b == 48 && e == 64);
+            }
+            if (t->role != R_K_W && t->role != R_V_W) continue;
+            kv_tensors++;
+            CHECK_EQ(t->split, SPLIT_KV);
+            CHECK_EQ(t->rows_mem, 16);
+            for (int64_t r = 0; r < 4; r++) {
+                part_tp_slice(&p, t, r, &dim, &b, &e);
+                CHECK(dim == 0 && b == want[r][0] && e == want[r][1]);
+            }
+            for (int k = 0; k < p.classes[0].ntensors; k++) {
+                const ClassTensor *ct = &p.classes[0].tensors[k];
+                if (ct->tensor == i) CHECK(ct->rows == 8 && ct->cols == 64 && ct->numel == 8 * 64);
+            }
+        }
+        CHECK_EQ(kv_tensors, 4);
+        /* one kv head: replicated on all of tp; four: one per rank */
+        for (int64_t kv = 1; kv <= 4; kv *= 4) {
+            s.model.kv_heads = kv;
+            CHECK(part_check(&s, false));
+            model_build(&s, &m);
+            part_build(&s, &m, &p);
+            check_tp_slices(&p, &m);
+            check_stages_cover(&p, &m);
+            for (int i = 0; i < m.nt; i++)
+                if (m.t[i].role == R_K_W) CHECK_EQ(m.t[i].split, kv == 1 ? SPLIT_NONE : SPLIT_ROWS);
+        }
+        s.model.heads = 12, s.model.kv_heads = 3, s.model.hidden = 96;   /* 3 kv heads do not divide tp 4 */
+        CHECK(!part_check(&s, false));
+    }
 }
 
 /* Problems the planner reports at the key, and layouts it rejects. */
@@ -341,6 +422,7 @@ int main(void)
     test_activations();
     test_pipeline_orders();
     test_checks();
+    test_kv_split();
     arena_free(&g_arena);
     return fx_done("test_part");
 }
