@@ -41,6 +41,8 @@
 #include <string.h>
 
 enum { GPU_CUBLASLT_WORKSPACE = 32 << 20 };     /* bytes, Hopper and Ampere */
+enum { GPU_CUDNN_ENGINE_WORKSPACE = 16 << 20 }; /* the fused attention engine's own (at most) */
+enum { GPU_ATTN_ALIGN = 256 };                  /* runtime/cuda/attention.c's piece alignment */
 enum { MISC_BYTES = 256 };                      /* loss, grad norm, loss scale, flags */
 enum { MAX_PENDING = 256 };
 enum { MAX_SLOTS = 64 };                        /* NVMe staging slots of the optimizer */
@@ -633,9 +635,17 @@ static void persistent_workspace(Bld *b)
     bool gpu = b->spec->cluster.gpu != GPU_CPU;
     const Partition *p = b->p;
     b->cublas = gpu ? buf_new(b, "cublaslt.workspace", CAT_WORKSPACE, SPACE_DEVICE, GPU_CUBLASLT_WORKSPACE, true) : -1;
-    /* fused attention backward accumulates dQ in fp32: (b, a/t, s, d) */
-    b->cudnn = gpu ? buf_new(b, "attention.workspace", CAT_WORKSPACE, SPACE_DEVICE,
-                             p->T * (b->m->h / p->tp) * 4, true) : -1;
+    /* cuDNN's fused attention backward (runtime/cuda/attention.c), per
+     * microbatch on this rank's heads: Σ = rowsum(dO·O) in fp32 (T, a/t), dQ
+     * accumulated in fp32 (T, a/t, d), a scratch for dq, dk, dv in the working
+     * dtype (cuDNN overwrites, the op accumulates), then the engine's own
+     * workspace; each piece aligned as the runtime places them */
+    int64_t al = GPU_ATTN_ALIGN, nh = b->m->a / p->tp, kvr = model_kv_rank(b->m);
+#define ATTN_UP(x) (((x) + al - 1) / al * al)
+    int64_t attn = ATTN_UP(p->T * nh * 4) + ATTN_UP(p->T * nh * b->m->hd * 4) +
+                   ATTN_UP(p->T * (nh + 2 * kvr) * b->m->hd * p->wbytes) + GPU_CUDNN_ENGINE_WORKSPACE;
+#undef ATTN_UP
+    b->cudnn = gpu ? buf_new(b, "attention.workspace", CAT_WORKSPACE, SPACE_DEVICE, attn, true) : -1;
     b->misc = buf_new(b, "step.scalars", CAT_WORKSPACE, SPACE_DEVICE, MISC_BYTES, true);
 }
 

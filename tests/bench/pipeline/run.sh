@@ -1,5 +1,5 @@
 #!/bin/sh
-# run.sh [BUILD_DIR] — the pipeline benchmark of issue 6 (on request; not part
+# [P=2] run.sh [BUILD_DIR] — the pipeline benchmark of issue 6 (on request; not part
 # of `make test`): p = 4 stages, m = 8 microbatches on the CPU backend, under
 # gpipe, 1f1b and interleaved (v = 2).  The model: tiny-gpt at 8 layers, hidden
 # 128, two sequences of 64 bytes per microbatch, fp32, one dp rank.  For each
@@ -18,10 +18,10 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
-P=4 M=8
+P=${P:-4} M=8   # P=2 fits a 2-core machine
 MODEL="-D parallel.pp=$P -D parallel.dp=1 -D zero.stage=0 -D model.layers=8 -D model.hidden=128 -D train.micro_batch=2
        -D train.global_batch=16 -D cluster.gpus_per_node=$P"
-echo "pipeline bubble, p = $P, m = $M, CPU backend, $(nproc) cores (idle/step | idle/compute)"
+echo "pipeline bubble, p = $P, m = $M, CPU backend, $(nproc --all) cores (idle/step | idle/compute)"
 printf '%-12s %5s | %-15s | %-15s | %s\n' schedule stage "measured" "planner" "formula (p-1)/m/v (idle/compute)"
 for sch in gpipe 1f1b interleaved; do
     v=1
