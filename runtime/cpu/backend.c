@@ -2,11 +2,22 @@
  * fp32 staging of 16-bit operands (see cpu.h).
  *
  * Streams on the CPU: every op runs to completion when it is issued, in issue
- * order, so events need no work of their own.  The one exception is a send:
- * it is non-blocking (two stages that send to each other before receiving
- * must not deadlock, as NCCL's grouped send/recv do not), and it completes
- * before the next op of its stream that is not a send or receive, at an
- * event recorded on its stream, or at a sync of its stream.
+ * order, so events need no work of their own.  The exception is point to
+ * point: sends and receives are posted non-blocking (MPI_Isend / MPI_Irecv
+ * into the destination view) and complete lazily, where a GPU's pp stream
+ * would order a later op after them: before the next op of their stream
+ * that is not a send or receive, at a wait for an event recorded on their
+ * stream after them (the record notes how many the stream had issued), at a
+ * sync of their stream, and before a later transfer that overlaps a receive's
+ * bytes (or a receive that overlaps a send's).  So a stage's compute runs on
+ * while its next input is in flight, and a send no longer waits for the
+ * peer to take the message before the sender's next kernel (with messages
+ * past MPI's eager limit that made every send synchronous: the measured
+ * bubble of the interleaved schedule was 3x the planner's).  A race-free
+ * program (the checker proves it) orders every cross-stream use of a
+ * transfer's bytes through an event wait, so each op still sees the data
+ * the issue order says.  Between ops the backend tests the pending requests,
+ * so that MPI answers a peer's rendezvous while this rank computes.
  */
 #include "cpu.h"
 
@@ -188,12 +199,13 @@ static void cpu_init(srt_ctx *c)
     cpu_io_init(c);
 }
 
-/* Settles the sends, then releases everything init made. */
+/* Completes the transfers, then releases everything init made. */
 static void cpu_fini(srt_ctx *c)
 {
     cpu_state *st = cpu_st(c);
     if (!st) return;
-    for (int s = 0; s < SRT_NSTREAMS; s++) cpu_settle_sends(c, (srt_stream)s);
+    for (int s = 0; s < SRT_NSTREAMS; s++)
+        cpu_p2p_complete(c, (srt_stream)s, cpu_p2p_issued(c, (srt_stream)s));
     cpu_io_fini(c);
     cpu_comm_fini(c);
     free(st->scratch);
@@ -201,29 +213,36 @@ static void cpu_fini(srt_ctx *c)
     c->bs = NULL;
 }
 
-/* A pending send completes before the next op of its stream, except the
- * sends and receives that may pair with it. */
+/* A pending transfer completes before the next op of its stream, except the
+ * sends and receives that may pair with it; other ops only move MPI on. */
 static void cpu_before_op(srt_ctx *c, srt_stream s, int op)
 {
-    if (op != SRT_OP_send && op != SRT_OP_recv && cpu_st(c)->npending[s]) cpu_settle_sends(c, s);
+    cpu_state *st = cpu_st(c);
+    if (!st->np2p_all) return;
+    if (op != SRT_OP_send && op != SRT_OP_recv && st->np2p[s])
+        cpu_p2p_complete(c, s, cpu_p2p_issued(c, s));
+    if (st->np2p_all) cpu_p2p_progress(c);
 }
 
-/* Completes the stream's sends: the event covers them. */
+/* Notes the transfers the event covers: those issued on s so far. */
 static void cpu_event_record(srt_ctx *c, srt_stream s, int ev)
 {
-    cpu_settle_sends(c, s);
+    cpu_state *st = cpu_st(c);
+    st->ev_stream[ev] = (int8_t)s;
+    st->ev_seq[ev] = cpu_p2p_issued(c, s);
 }
 
-/* Nothing to wait for: recorded ops have run. */
+/* Completes the transfers the event covers (every other op has run). */
 static void cpu_event_wait(srt_ctx *c, srt_stream s, int ev)
 {
-    /* everything recorded has already run */
+    cpu_state *st = cpu_st(c);
+    cpu_p2p_complete(c, (srt_stream)st->ev_stream[ev], st->ev_seq[ev]);
 }
 
-/* Completes the stream's sends. */
+/* Completes the stream's transfers. */
 static void cpu_stream_sync(srt_ctx *c, srt_stream s)
 {
-    cpu_settle_sends(c, s);
+    cpu_p2p_complete(c, s, cpu_p2p_issued(c, s));
 }
 
 const srt_backend g_backend = {

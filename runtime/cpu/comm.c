@@ -12,7 +12,9 @@
  * in rounds that fit a fixed receive scratch (CPU_COMM_BYTES).  Integer
  * sums take the same path (exact in double for 64 members; they wrap like
  * the hardware's).  Data movement (all-gather, broadcast, send/recv) uses
- * MPI directly: it is exact.
+ * MPI directly: it is exact.  Sends and receives are non-blocking: a
+ * stream's requests wait in issue order until something orders a later op
+ * after them (backend.c says where).
  */
 #include "cpu.h"
 
@@ -228,35 +230,109 @@ void cpu_broadcast(srt_ctx *c, srt_stream s, srt_group g, srt_t x, int64_t root)
 
 /* ---- point to point ------------------------------------------------------------------------- */
 
-void cpu_settle_sends(srt_ctx *c, srt_stream s)
+/* Drops stream s's leading requests that have completed (MPI_REQUEST_NULL). */
+static void cpu_p2p_trim(cpu_state *st, srt_stream s)
 {
-    cpu_state *st = cpu_st(c);
-    if (!st->npending[s]) return;
-    cpu_mpi_ok(c, MPI_Waitall(st->npending[s], st->pending[s], MPI_STATUSES_IGNORE), "MPI_Isend");
-    st->npending[s] = 0;
+    int k = 0;
+    while (k < st->np2p[s] && st->p2p_req[s][k] == MPI_REQUEST_NULL) k++;
+    if (!k) return;
+    int rest = st->np2p[s] - k;
+    memmove(&st->p2p_req[s][0], &st->p2p_req[s][k], (size_t)rest * sizeof st->p2p_req[s][0]);
+    memmove(&st->p2p_lo[s][0], &st->p2p_lo[s][k], (size_t)rest * sizeof st->p2p_lo[s][0]);
+    memmove(&st->p2p_hi[s][0], &st->p2p_hi[s][k], (size_t)rest * sizeof st->p2p_hi[s][0]);
+    memmove(&st->p2p_recv[s][0], &st->p2p_recv[s][k], (size_t)rest * sizeof st->p2p_recv[s][0]);
+    st->np2p[s] = rest;
+    st->np2p_all -= k;
+    st->p2p_base[s] += k;
 }
 
-/* A non-blocking send, completed by cpu_settle_sends. */
-void cpu_send(srt_ctx *c, srt_stream s, srt_t x, int64_t peer)
+int64_t cpu_p2p_issued(srt_ctx *c, srt_stream s)
 {
     cpu_state *st = cpu_st(c);
-    if (st->npending[s] == CPU_MAX_PENDING) cpu_settle_sends(c, s);
-    int k = st->npending[s]++;
-    int64_t bytes = x.n * ops_dtype_size(x.dt);
-    st->pend_lo[s][k] = x.p, st->pend_hi[s][k] = (const uint8_t *)x.p + bytes;
-    cpu_mpi_ok(c, MPI_Isend(x.p, cpu_count(c, x.n, "send"), cpu_mpi_type(x.dt), (int)peer, 0,
-                            cpu_comm(c, SRT_PP), &st->pending[s][k]), "MPI_Isend");
+    return st->p2p_base[s] + st->np2p[s];
 }
 
-/* A blocking receive (after any send into the same bytes). */
-void cpu_recv(srt_ctx *c, srt_stream s, srt_t x, int64_t peer)
+/* Waits for stream s's requests numbered below seq (a prefix: in issue order,
+ * as the stream would run them). */
+void cpu_p2p_complete(srt_ctx *c, srt_stream s, int64_t seq)
+{
+    cpu_state *st = cpu_st(c);
+    int64_t n = seq - st->p2p_base[s];
+    if (n <= 0) return;
+    if (n > st->np2p[s]) n = st->np2p[s];
+    cpu_mpi_ok(c, MPI_Waitall((int)n, st->p2p_req[s], MPI_STATUSES_IGNORE), "MPI_Waitall (send/recv)");
+    cpu_p2p_trim(st, s);
+}
+
+/* MPI_Testsome over each stream's pending requests: without it a rank busy in
+ * kernels would not answer a peer's rendezvous until its next wait. */
+void cpu_p2p_progress(srt_ctx *c)
+{
+    cpu_state *st = cpu_st(c);
+    int idx[CPU_MAX_PENDING], out = 0;
+    for (int s = 0; s < SRT_NSTREAMS; s++) {
+        if (!st->np2p[s]) continue;
+        cpu_mpi_ok(c, MPI_Testsome(st->np2p[s], st->p2p_req[s], &out, idx, MPI_STATUSES_IGNORE),
+                   "MPI_Testsome (send/recv)");
+        cpu_p2p_trim(st, (srt_stream)s);
+    }
+}
+
+/* Waits for entry k of stream s alone (MPI needs no order among them). */
+static void cpu_p2p_wait_one(srt_ctx *c, srt_stream s, int k)
+{
+    cpu_state *st = cpu_st(c);
+    cpu_mpi_ok(c, MPI_Wait(&st->p2p_req[s][k], MPI_STATUS_IGNORE), "MPI_Wait (send/recv)");
+    cpu_p2p_trim(st, s);
+}
+
+/* Before a transfer of [lo, hi) (a receive writes it): completes each
+ * pending request it conflicts with (a receive's bytes, or a send's under a
+ * receive), as the stream's order or the events between them would have;
+ * only those, so that unrelated transfers still pair freely. */
+static void cpu_p2p_conflicts(srt_ctx *c, const uint8_t *lo, const uint8_t *hi, bool write)
+{
+    cpu_state *st = cpu_st(c);
+    for (int s = 0; s < SRT_NSTREAMS; s++)
+        for (int k = st->np2p[s] - 1; k >= 0; k--)
+            if (st->p2p_req[s][k] != MPI_REQUEST_NULL && lo < st->p2p_hi[s][k] &&
+                st->p2p_lo[s][k] < hi && (write || st->p2p_recv[s][k])) {
+                cpu_p2p_wait_one(c, (srt_stream)s, k);
+                k = st->np2p[s];   /* the trim moved the entries: look again */
+            }
+}
+
+/* Posts a non-blocking send or receive of x with peer on stream s. */
+static void cpu_p2p_post(srt_ctx *c, srt_stream s, srt_t x, int64_t peer, bool recv)
 {
     cpu_state *st = cpu_st(c);
     const uint8_t *lo = x.p, *hi = lo + x.n * ops_dtype_size(x.dt);
-    for (int k = 0; k < st->npending[s]; k++)   /* never receive over a send in flight */
-        if (lo < st->pend_hi[s][k] && st->pend_lo[s][k] < hi) { cpu_settle_sends(c, s); break; }
-    cpu_mpi_ok(c, MPI_Recv(x.p, cpu_count(c, x.n, "recv"), cpu_mpi_type(x.dt), (int)peer, 0,
-                           cpu_comm(c, SRT_PP), MPI_STATUS_IGNORE), "MPI_Recv");
+    cpu_p2p_conflicts(c, lo, hi, recv);
+    if (st->np2p[s] == CPU_MAX_PENDING) cpu_p2p_wait_one(c, s, 0);   /* the oldest */
+    int k = st->np2p[s];
+    int n = cpu_count(c, x.n, recv ? "recv" : "send");
+    MPI_Request *r = &st->p2p_req[s][k];
+    if (recv)
+        cpu_mpi_ok(c, MPI_Irecv(x.p, n, cpu_mpi_type(x.dt), (int)peer, 0, cpu_comm(c, SRT_PP), r),
+                   "MPI_Irecv");
+    else
+        cpu_mpi_ok(c, MPI_Isend(x.p, n, cpu_mpi_type(x.dt), (int)peer, 0, cpu_comm(c, SRT_PP), r),
+                   "MPI_Isend");
+    st->p2p_lo[s][k] = lo, st->p2p_hi[s][k] = hi, st->p2p_recv[s][k] = recv;
+    st->np2p[s]++;
+    st->np2p_all++;
+}
+
+/* A non-blocking send (completed lazily: see backend.c). */
+void cpu_send(srt_ctx *c, srt_stream s, srt_t x, int64_t peer)
+{
+    cpu_p2p_post(c, s, x, peer, false);
+}
+
+/* A non-blocking receive into x (completed lazily: see backend.c). */
+void cpu_recv(srt_ctx *c, srt_stream s, srt_t x, int64_t peer)
+{
+    cpu_p2p_post(c, s, x, peer, true);
 }
 
 /* ---- raw helpers for ops that communicate inside ---------------------------------------------- */

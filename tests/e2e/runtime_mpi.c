@@ -15,7 +15,8 @@
  * broadcast, in fp32 and bf16, against the documented fixed-order result
  * computed locally, bit for bit; a world all-reduce larger than one round of
  * the collectives' scratch; send/recv both ways at once across the pipeline
- * (both stages send before they receive: non-blocking sends); the
+ * (both stages send before they receive: non-blocking sends); the lazy
+ * completion of non-blocking sends and receives (check_p2p_lazy); the
  * vocab-parallel cross-entropy over tp against the single-process kernels;
  * the exact gradient norm over the world.  Prints "ok" per check on rank 0;
  * exits 1 on any failure.
@@ -220,6 +221,71 @@ static void check_sendrecv(srt_ctx *c, srt_dtype dt)
     srt_stream_sync(c, SRT_PP_COMM);
 }
 
+/* The CPU backend's lazy sends and receives (backend.c): stage 0 sends K
+ * messages, each followed by a receive with an event after it, more than the
+ * backend keeps in flight per stream; stage 1 receives each and sends it
+ * straight back from the same bytes on the same stream (the send must wait
+ * for the receive under it).  Stage 0 then waits for a late event (every
+ * message up to it must have arrived, not only its own) and the last.  Stage
+ * 0 receives into the bytes of a send still in flight (the receive must wait
+ * for the send), and an op on the pp stream after a receive reads its data. */
+static void check_p2p_lazy(srt_ctx *c)
+{
+    if (c->prog->pp < 2) return;
+    enum { K = 80, EV = 100 };   /* K pairs: more than CPU_MAX_PENDING (64) requests */
+    int64_t n = 5000, me = srt_group_rank(c, SRT_PP);   /* 20 KB: past the eager limit */
+    int64_t peer = me == 0 ? 1 : 0, from = ctx_rank_of(c->prog, c->tp_idx, c->dp_idx, peer);
+    srt_t a[K], b[K];
+    for (int k = 0; k < K; k++) {
+        a[k] = srt_dview(c, (int64_t)k * n * 4, n, SRT_F32);
+        b[k] = srt_dview(c, (int64_t)(K + k) * n * 4, n, SRT_F32);
+    }
+    srt_t x = srt_dview(c, 2 * K * n * 4, n, SRT_F32), y = srt_dview(c, (2 * K + 1) * n * 4, n, SRT_F32);
+    int ok = 1;
+    if (me == 0) {
+        for (int k = 0; k < K; k++) {
+            for (int64_t i = 0; i < n; i++) ((float *)a[k].p)[i] = val(c->rank, i, 10 + k, SRT_F32);
+            memset(b[k].p, 0, (size_t)n * 4);
+        }
+        for (int64_t i = 0; i < n; i++) ((float *)x.p)[i] = val(c->rank, i, 9, SRT_F32);
+        for (int k = 0; k < K; k++) {
+            srt_send(c, SRT_PP_COMM, a[k], peer);
+            srt_recv(c, SRT_PP_COMM, b[k], peer);
+            srt_event_record(c, SRT_PP_COMM, EV + k);
+        }
+        srt_event_wait(c, SRT_COMPUTE, EV + K - 10);   /* past those the backend had to finish */
+        for (int k = 0; k <= K - 10; k++)
+            for (int64_t i = 0; i < n; i++) ok &= ((float *)b[k].p)[i] == val(c->rank, i, 10 + k, SRT_F32);
+        srt_event_wait(c, SRT_COMPUTE, EV + K - 1);
+        for (int k = 0; k < K; k++)
+            for (int64_t i = 0; i < n; i++) ok &= ((float *)b[k].p)[i] == val(c->rank, i, 10 + k, SRT_F32);
+        srt_send(c, SRT_PP_COMM, x, peer);   /* x to stage 1, then stage 1's message into x */
+        srt_recv(c, SRT_PP_COMM, x, peer);
+        srt_send(c, SRT_PP_COMM, a[0], peer);
+        srt_event_record(c, SRT_PP_COMM, EV);
+        srt_event_wait(c, SRT_COMPUTE, EV);
+        for (int64_t i = 0; i < n; i++) ok &= ((float *)x.p)[i] == val(from, i, 8, SRT_F32);
+    } else {
+        for (int k = 0; k < K; k++) {
+            srt_recv(c, SRT_PP_COMM, a[k], peer);
+            srt_send(c, SRT_PP_COMM, a[k], peer);
+        }
+        for (int64_t i = 0; i < n; i++) ((float *)b[0].p)[i] = val(c->rank, i, 8, SRT_F32);
+        srt_recv(c, SRT_PP_COMM, x, peer);
+        srt_send(c, SRT_PP_COMM, b[0], peer);
+        srt_recv(c, SRT_PP_COMM, b[1], peer);
+        srt_add_fwd(c, SRT_PP_COMM, y, b[1], b[1]);   /* after the receive on its stream */
+        srt_event_record(c, SRT_PP_COMM, EV);
+        srt_event_wait(c, SRT_COMPUTE, EV);
+        for (int64_t i = 0; i < n; i++) {
+            ok &= ((float *)x.p)[i] == val(from, i, 9, SRT_F32);
+            ok &= ((float *)y.p)[i] == 2 * val(from, i, 10, SRT_F32);
+        }
+    }
+    check(ok, "lazy send/recv: events, overlaps, more than the requests in flight");
+    srt_stream_sync(c, SRT_PP_COMM);
+}
+
 /* A world all-reduce of more elements than one round of the scratch holds. */
 static void check_big_allreduce(srt_ctx *c)
 {
@@ -333,6 +399,7 @@ int main(int argc, char **argv)
     }
     check_sendrecv(c, SRT_F32);
     check_sendrecv(c, SRT_BF16);
+    check_p2p_lazy(c);
     check_big_allreduce(c);
     check_xent(c);
     check_norm(c);

@@ -2,7 +2,8 @@
 # The CPU runtime over MPI: tests/e2e/runtime_mpi.c under `mpirun -np 4`.
 #  - tp 2 x dp 2, dp 2 x pp 2 (both rank orders): every group's members and
 #    collectives in fp32 and bf16 against the fixed-order result, send/recv
-#    both ways at once, the vocab-parallel cross-entropy, the exact norm
+#    both ways at once, the lazy completion of the CPU's non-blocking sends
+#    and receives, the vocab-parallel cross-entropy, the exact norm
 #    (checking mode on: any race fails the run);
 #  - a race on one rank (the default handler) while the others wait in an
 #    all-reduce: every rank gone within a few seconds, exit code non-zero,

@@ -10,6 +10,13 @@
 # fractions are printed: idle/step, and idle/compute (the formula's measure).
 # Four ranks on fewer than four cores share them (MPI's waiting ranks poll), so
 # there the measured idle is high: run it where nproc >= 4 for a fair number.
+# The CPU backend posts sends and receives non-blocking and completes them
+# lazily (docs/runtime-api.md, streams), as a GPU's pp stream would: a stage
+# waits only where an op needs a transfer.  Before that, every send settled at
+# the event recorded after it, i.e. waited for the peer to take the message,
+# and the interleaved schedule (the most transfers) measured ~3x the planner's
+# bubble.  The machine's other load shows up as idle: compare runs made
+# back to back, and take the least idle of a few.
 set -eu
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
