@@ -166,8 +166,67 @@ static void canon_fn(FILE *f, const void *spec) { canon_print(f, spec); }
 /* The plan's report, for capture_text. */
 static void report_fn(FILE *f, const void *mp) { report_text(f, mp); }
 
+/* The GEMM shapes the program's code calls (srt_program.gemms), as the C
+ * expressions of the calls' arguments: rt_call records every srt_matmul_fwd /
+ * _bwd it writes, so no path (eval, recompute, sequence parallelism, a custom
+ * op's layer) can call a shape the table lacks; emit_c resets them. */
+typedef struct EmGemm { int kind; const char *N, *C, *OC; bool bias; } EmGemm;
+static EmGemm *em_gemms;
+static int em_ngemms, em_capgemms;
+
+/* Adds one GEMM shape to the program's table unless it is there already. */
+static void gemm_note(int kind, const char *N, const char *C, const char *OC, bool bias)
+{
+    for (int i = 0; i < em_ngemms; i++) {
+        const EmGemm *g = &em_gemms[i];
+        if (g->kind == kind && g->bias == bias && !strcmp(g->N, N) && !strcmp(g->C, C) && !strcmp(g->OC, OC)) return;
+    }
+    if (em_ngemms == em_capgemms) {
+        int cap = em_capgemms ? 2 * em_capgemms : 16;
+        EmGemm *n = arena_alloc(&g_arena, sizeof(EmGemm) * (size_t)cap);
+        if (em_ngemms) memcpy(n, em_gemms, sizeof(EmGemm) * (size_t)em_ngemms);
+        em_gemms = n;
+        em_capgemms = cap;
+    }
+    em_gemms[em_ngemms++] = (EmGemm){kind, N, C, OC, bias};
+}
+
+/* The GEMMs of one srt_matmul_* call (args: its arguments after the stream;
+ * kinds as shardrt.h's SRT_GEMM_*).  An optional operand is "NONE" (absent),
+ * "COND ? X : NONE" (absent on some ranks: both variants) or present. */
+static void gemm_record(const char *op, const char *const *args)
+{
+    bool fused = !strcmp(op, "matmul_gelu_fwd") || !strcmp(op, "matmul_bwd_dgelu");
+    if (!strcmp(op, "matmul_fwd") || fused) {
+        int kind = !fused ? 0 : op[7] == 'g' ? 3 : 4;
+        const char *b = args[kind == 0 ? 3 : kind == 3 ? 4 : 1], *const *d = args + (kind == 0 ? 4 : 5);
+        bool maybe = strstr(b, ": NONE") != NULL;
+        if (strcmp(b, "NONE")) gemm_note(kind, d[0], d[1], d[2], true);
+        if (!strcmp(b, "NONE") || maybe) gemm_note(kind, d[0], d[1], d[2], false);
+    } else if (!strcmp(op, "matmul_bwd")) {
+        if (strcmp(args[0], "NONE")) gemm_note(1, args[6], args[7], args[8], false);
+        if (strcmp(args[1], "NONE")) gemm_note(2, args[6], args[7], args[8], false);
+    }
+}
+
+/* The table of the recorded GEMM shapes (before the srt_program). */
+static void gen_gemms(Str *o)
+{
+    static const char *const kind_c[5] = {"SRT_GEMM_FWD", "SRT_GEMM_BWD_DATA", "SRT_GEMM_BWD_WEIGHT", "SRT_GEMM_FWD_GELU",
+                                          "SRT_GEMM_BWD_DGELU"};
+    if (!em_ngemms) return;
+    sf(o, "/* every GEMM shape the code above calls: the CUDA backend plans them at start-up */\n"
+          "static const srt_gemm_shape gemm_shapes[%d] = {\n", em_ngemms);
+    for (int i = 0; i < em_ngemms; i++) {
+        const EmGemm *g = &em_gemms[i];
+        sf(o, "    {.kind = %s, .N = %s, .C = %s, .OC = %s, .bias = %s, .dt = WDT, .out_dt = %s},\n", kind_c[g->kind],
+           g->N, g->C, g->OC, g->bias ? "true" : "false", g->kind == 2 ? "GDT" : "WDT");
+    }
+    sput(o, "};\n\n");
+}
+
 /* Writes `srt_OP(c, STREAM, args...);` (indented, with a comment), checking OP
- * and the number of arguments against the SRT_OPS list. */
+ * and the number of arguments against the SRT_OPS list; records its GEMMs. */
 static void rt_call(Str *s, const char *ind, const char *op, const char *stream, const char *comment, ...)
 {
     const RtOp *r = rt_find(op);
@@ -175,10 +234,15 @@ static void rt_call(Str *s, const char *ind, const char *op, const char *stream,
     va_list ap;
     va_start(ap, comment);
     int n = 0;
+    const char *args[24];
     sf(s, "%ssrt_%s(c, %s", ind, op, stream);
-    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) sf(s, ", %s", a);
+    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) {
+        sf(s, ", %s", a);
+        if (n < 24) args[n] = a;
+    }
     va_end(ap);
     if (n != r->arity) die("emit: srt_%s takes %d arguments after the stream, %d emitted", op, r->arity, n);
+    gemm_record(op, args);
     sput(s, ");");
     if (comment) sf(s, "  /* %s */", comment);
     sput(s, "\n");
@@ -2355,15 +2419,16 @@ static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, c
         rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)",
                 opt_w(e, g, R_UP_B, "FF", false), "N", "C", "FF", NULL);
         rt_call(o, I, "swiglu_fwd", "SRT_COMPUTE", "silu(gate) * up", "act", "gate", "up", "N", "FF", "FF", NULL);
-    } else {
+    } else if (ext_of(e->spec)) {   /* a user-defined activation: the GEMM, then its call */
+        const CatalogExtern *x = ext_of(e->spec);
         rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2",
                 "PW(FC1_W, (int64_t)FF * C)", opt_w(e, g, R_FC1_B, "FF", false), "N", "C", "FF", NULL);
-        const CatalogExtern *x = ext_of(e->spec);
-        if (x)
-            ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
-                     (const char *[]){"act", "fc1"}, 2);
-        else
-            rt_call(o, I, "gelu_fwd", "SRT_COMPUTE", "gelu", "act", "fc1", NULL);
+        ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
+                 (const char *[]){"act", "fc1"}, 2);
+    } else {    /* GELU in the GEMM's epilogue; fc1 (its input) kept for the backward */
+        rt_call(o, I, "matmul_gelu_fwd", "SRT_COMPUTE", "mlp.c_fc + gelu: fc1 = (B,T,C) -> (B,T,FF), act = gelu(fc1)",
+                "act", "fc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", opt_w(e, g, R_FC1_B, "FF", false), "N", "C", "FF",
+                NULL);
     }
     if (replay)
         sput(o, "    if (a->y < 0) return;  /* the last layer of a recompute group: no output needed */\n");
@@ -2413,7 +2478,8 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
                 "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n");
     else
         sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dx2", 0, "(int64_t)N * C", "WDT"));
-    sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dact", 0, "(int64_t)N * FF", "WDT"));
+    if (m->gated || ext_of(e->spec))   /* GELU's backward fuses it away (matmul_bwd_dgelu) */
+        sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dact", 0, "(int64_t)N * FF", "WDT"));
     if (m->gated)
         sf(o, "    srt_t dgate = %s, dup = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dgate", 0, "(int64_t)N * FF", "WDT"),
            piece(bs, "scratch", "dup", 0, "(int64_t)N * FF", "WDT"));
@@ -2448,10 +2514,22 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
     } else {
         rt_call(o, I, "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual)", "dx2", "dy", NULL);
     }
-    rt_call(o, I, "zero", "SRT_COMPUTE", "1", "dact", NULL);
-    rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "1: MLP down projection", "dact", "PG(FC2_W, (int64_t)C * FF)",
-            fbg, "dy", "act", "PW(FC2_W, (int64_t)C * FF)", "N", "FF", "C", NULL);
-    if (m->gated) {
+    /* GELU: the down projection's data gradient fused with gelu' (and c_fc's
+     * bias gradient) in one op; a user-defined activation or SwiGLU: dact */
+    bool dgelu = !m->gated && !ext_of(e->spec);
+    if (!dgelu) rt_call(o, I, "zero", "SRT_COMPUTE", "1", "dact", NULL);
+    rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection",
+            dgelu ? "NONE" : "dact", "PG(FC2_W, (int64_t)C * FF)", fbg, "dy", "act", "PW(FC2_W, (int64_t)C * FF)", "N",
+            "FF", "C", NULL);
+    if (dgelu) {
+        rt_call(o, I, "matmul_bwd_dgelu", "SRT_COMPUTE", "2: dfc1 = (dy·W2) * gelu'(fc1); c_fc's bias gradient +=",
+                "dfc1", opt_w(e, g, R_FC1_B, "FF", true), "dy", "PW(FC2_W, (int64_t)C * FF)", "fc1", "N", "FF", "C",
+                NULL);
+        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
+        rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
+        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.c_fc (its bias gradient came with dfc1)", "dln2",
+                "PG(FC1_W, (int64_t)FF * C)", "NONE", "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
+    } else if (m->gated) {
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dgate", NULL);
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dup", NULL);
         rt_call(o, I, "swiglu_bwd", "SRT_COMPUTE", "2: swiglu", "dgate", "dup", "dact", "gate", "up", "N", "FF", "FF", NULL);
@@ -2464,11 +2542,8 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
     } else {
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dfc1", NULL);
         const CatalogExtern *x = ext_of(e->spec);
-        if (x)
-            ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
-                     (const char *[]){"dfc1", "fc1", "dact"}, 3);
-        else
-            rt_call(o, I, "gelu_bwd", "SRT_COMPUTE", "2: gelu", "dfc1", "fc1", "dact", NULL);
+        ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
+                 (const char *[]){"dfc1", "fc1", "dact"}, 3);
         if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
         rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
         rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.c_fc", "dln2", "PG(FC1_W, (int64_t)FF * C)",
@@ -3022,6 +3097,7 @@ static void gen_program(const MemPlan *mp, const char *name, Str *o, bool *has_e
            has_eval[i] ? arena_printf(&g_arena, "s%d_eval", i) : "NULL", i, rc->nsegs);
     }
     sput(o, "};\n\n");
+    gen_gemms(o);
     sf(o, "static const srt_program program = {\n"
           "    .abi = SRT_ABI_VERSION,\n"
           "    .name = %s,\n"
@@ -3055,8 +3131,9 @@ static void gen_program(const MemPlan *mp, const char *name, Str *o, bool *has_e
                           : s->offload.params == OFF_NVME ? s->offload.params_path : NULL;
     sf(o, "    .aio_block_size = %lld, .aio_queue_depth = %lld, .nvme_path = %s,\n", (long long)s->offload.aio_block_size,
        (long long)s->offload.aio_queue_depth, nvme_path && *nvme_path ? c_string(nvme_path) : "NULL");
-    sf(o, "    .model_flops_per_step = %.17g, .peak_flops = %.17g,\n    .classes = classes,\n};\n\n",
+    sf(o, "    .model_flops_per_step = %.17g, .peak_flops = %.17g,\n    .classes = classes,\n",
        m->flops_model_step, cost_peak(s));
+    sf(o, "    .gemms = %s, .ngemms = %d,\n};\n\n", em_ngemms ? "gemm_shapes" : "NULL", em_ngemms);
     sput(o, "int main(int argc, char **argv)\n{\n    return srt_main(argc, argv, &program);\n}\n");
 }
 
@@ -3283,6 +3360,8 @@ static void gen_class(MemPlan *mp, int ci, Str *o, bool loops, bool *has_eval)
 char *emit_c(MemPlan *mp, const char *name, bool loops)
 {
     Str o = {0};
+    em_gemms = NULL;
+    em_ngemms = em_capgemms = 0;
     gen_prologue(mp, name, &o);
     bool *has_eval = arena_alloc(&g_arena, sizeof(bool) * (size_t)(mp->nclasses + 1));
     for (int ci = 0; ci < mp->nclasses; ci++) gen_class(mp, ci, &o, loops, has_eval);

@@ -64,7 +64,7 @@ typedef struct srt_backend {
     void (*init)(srt_ctx *c);
     void (*fini)(srt_ctx *c);
     /* Called by ops.c before every op (after checking): a backend that
-     * defers work (the CPU's non-blocking sends) settles it here. */
+     * defers work (the CPU's non-blocking sends and receives) settles it here. */
     void (*before_op)(srt_ctx *c, srt_stream s, int op);
     void (*event_record)(srt_ctx *c, srt_stream s, int ev);
     void (*event_wait)(srt_ctx *c, srt_stream s, int ev);
@@ -76,6 +76,10 @@ typedef struct srt_backend {
                        int N, int C, int OC);
     void (*matmul_bwd)(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                        srt_t inp, srt_t w, int N, int C, int OC);
+    void (*matmul_gelu_fwd)(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                            srt_t bias, int N, int C, int OC);
+    void (*matmul_bwd_dgelu)(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
+                             srt_t w, srt_t pre, int N, int C, int OC);
     void (*layernorm_fwd)(srt_ctx *c, srt_stream s, srt_t out, srt_t mean, srt_t rstd,
                           srt_t inp, srt_t w, srt_t b, int N, int C, float eps);
     void (*layernorm_bwd)(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t db, srt_t dout,

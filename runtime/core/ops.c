@@ -240,6 +240,48 @@ void srt_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias,
     RUN(matmul_bwd, dinp, dw, dbias, dout, inp, w, N, C, OC);
 }
 
+/* Whether views a (na elements) and b (nb) share a byte. */
+static bool ops_overlap(srt_t a, int64_t na, srt_t b, int64_t nb)
+{
+    if (!a.p || !b.p) return false;
+    const uint8_t *a0 = a.p, *b0 = b.p;
+    return a0 < b0 + nb * ops_dtype_size(b.dt) && b0 < a0 + na * ops_dtype_size(a.dt);
+}
+
+/* pre = inp·w^T + bias, out = gelu(pre): the GELU MLP's first layer. */
+void srt_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                         srt_t bias, int N, int C, int OC)
+{
+    ops_frame f = ops_begin(c, SRT_OP_matmul_gelu_fwd, s);
+    ops_dim(f, "N", N, true), ops_dim(f, "C", C, false), ops_dim(f, "OC", OC, false);
+    IN("inp", inp, (int64_t)N * C);
+    IN("w", w, (int64_t)OC * C);
+    IN_OPT("bias", bias, OC);
+    OUT("pre", pre, (int64_t)N * OC);
+    OUT("out", out, (int64_t)N * OC);
+    if (ops_overlap(out, (int64_t)N * OC, pre, (int64_t)N * OC))   /* the backward needs pre intact */
+        ctx_die(c, "matmul_gelu_fwd: out and pre overlap");
+    RUN(matmul_gelu_fwd, out, pre, inp, w, bias, N, C, OC);
+}
+
+/* dpre = (dout·w) ⊙ gelu'(pre) (overwritten), dbias_pre += Σ rows of dpre. */
+void srt_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
+                          srt_t w, srt_t pre, int N, int C, int OC)
+{
+    ops_frame f = ops_begin(c, SRT_OP_matmul_bwd_dgelu, s);
+    ops_dim(f, "N", N, true), ops_dim(f, "C", C, false), ops_dim(f, "OC", OC, false);
+    IN("dout", dout, (int64_t)N * OC);
+    IN("w", w, (int64_t)OC * C);
+    IN("pre", pre, (int64_t)N * C);
+    OUT("dpre", dpre, (int64_t)N * C);
+    ACC_OPT("dbias_pre", dbias_pre, C);
+    /* the GEMM's result lands in dpre before GELU's derivative reads pre */
+    if (ops_overlap(dpre, (int64_t)N * C, pre, (int64_t)N * C) ||
+        ops_overlap(dpre, (int64_t)N * C, dout, (int64_t)N * OC))
+        ctx_die(c, "matmul_bwd_dgelu: dpre overlaps pre or dout");
+    RUN(matmul_bwd_dgelu, dpre, dbias_pre, dout, w, pre, N, C, OC);
+}
+
 /* LayerNorm, saving mean and rstd. */
 void srt_layernorm_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t mean, srt_t rstd, srt_t inp,
                        srt_t w, srt_t b, int N, int C, float eps)

@@ -62,6 +62,54 @@ void cpu_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias,
     cpu_unstage(c);
 }
 
+/* The fused GELU MLP layer as today's unfused sequence (matmul_fwd into pre,
+ * then gelu_fwd), so results are bit for bit those of the separate ops. */
+void cpu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                         srt_t bias, int N, int C, int OC)
+{
+    cpu_matmul_fwd(c, s, pre, inp, w, bias, N, C, OC);
+    srt_t p = pre, o = out;
+    p.n = o.n = (int64_t)N * OC;
+    cpu_gelu_fwd(c, s, o, p);
+}
+
+enum { CPU_DGELU_BLOCK = 4096 };   /* elements of dout copied aside per kc_gelu_backward call */
+
+/* One chunk of the in-place GELU derivative: a[0] (dpre, holding dout·w)
+ * becomes 0 + gelu'(pre)·dout·w, through kc_gelu_backward as gelu_bwd into a
+ * zeroed gradient computes it. */
+static void cpu_dgelu_ew(cpu_arg *a, int64_t n, void *ud)
+{
+    float d[CPU_DGELU_BLOCK];
+    for (int64_t o = 0; o < n; o += CPU_DGELU_BLOCK) {
+        size_t len = (size_t)(n - o < CPU_DGELU_BLOCK ? n - o : CPU_DGELU_BLOCK);
+        memcpy(d, a[0].f + o, len * sizeof(float));
+        memset(a[0].f + o, 0, len * sizeof(float));
+        kc_gelu_backward(a[0].f + o, a[1].f + o, d, len);
+    }
+}
+
+/* The fused data gradient through GELU as the unfused sequence: zero dpre,
+ * dpre += dout·w (matmul_bwd's dinp, rounded to dpre's dtype as that
+ * temporary would be), dpre = 0 + gelu'(pre)·dpre in place, then the bias
+ * gradient as the next matmul_bwd would sum it from dpre. */
+void cpu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
+                          srt_t w, srt_t pre, int N, int C, int OC)
+{
+    srt_t none = { NULL, 0, SRT_F32 }, d = dpre, p = pre;
+    d.n = p.n = (int64_t)N * C;
+    cpu_zero(c, s, d);
+    cpu_matmul_bwd(c, s, d, none, none, dout, none, w, N, C, OC);
+    cpu_arg a[] = { A(d, d.n, CPU_RW), A(p, d.n, CPU_R) };
+    cpu_elementwise(c, "matmul_bwd_dgelu", a, NARGS(a), d.n, cpu_dgelu_ew, NULL);
+    if (dbias_pre.p) {
+        cpu_arg b[] = { A(dbias_pre, C, CPU_RW), A(d, d.n, CPU_R) };
+        cpu_stage(c, "matmul_bwd_dgelu", b, NARGS(b));
+        kc_matmul_backward(NULL, NULL, b[0].f, b[1].f, NULL, NULL, N, OC, C);
+        cpu_unstage(c);
+    }
+}
+
 /* kc_layernorm_forward on staged operands. */
 void cpu_layernorm_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t mean, srt_t rstd, srt_t inp,
                        srt_t w, srt_t b, int N, int C, float eps)

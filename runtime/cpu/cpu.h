@@ -25,7 +25,7 @@
 enum {
     CPU_CHUNK = 1 << 16,        /* elements per chunk of an elementwise op         */
     CPU_MAX_ARGS = 12,          /* operands of one op                              */
-    CPU_MAX_PENDING = 64,       /* non-blocking sends in flight per stream         */
+    CPU_MAX_PENDING = 64,       /* non-blocking sends/receives in flight per stream */
     CPU_COMM_BYTES = 4 << 20,   /* receive scratch of the fixed-order reductions   */
     CPU_NVME_QD = 8,            /* io_uring requests in flight (default: the spec's offload.aio.queue_depth) */
     CPU_NVME_SLOT = 1 << 20,    /* bytes per request (default: offload.aio.block_size) */
@@ -62,9 +62,19 @@ typedef struct cpu_state {
     /* MPI: one communicator per group, split from the world */
     MPI_Comm comm[SRT_NGROUPS];
     uint8_t *comm_buf;          /* CPU_COMM_BYTES                                  */
-    MPI_Request pending[SRT_NSTREAMS][CPU_MAX_PENDING];
-    const uint8_t *pend_lo[SRT_NSTREAMS][CPU_MAX_PENDING], *pend_hi[SRT_NSTREAMS][CPU_MAX_PENDING];
-    int npending[SRT_NSTREAMS];
+    /* point to point: each stream's non-blocking sends and receives in issue
+     * order, completed lazily (backend.c); entry k of stream s is request
+     * number p2p_base[s] + k of that stream */
+    MPI_Request p2p_req[SRT_NSTREAMS][CPU_MAX_PENDING];
+    const uint8_t *p2p_lo[SRT_NSTREAMS][CPU_MAX_PENDING], *p2p_hi[SRT_NSTREAMS][CPU_MAX_PENDING];
+    bool p2p_recv[SRT_NSTREAMS][CPU_MAX_PENDING];   /* a receive: it writes [lo, hi) */
+    int np2p[SRT_NSTREAMS];
+    int64_t p2p_base[SRT_NSTREAMS];
+    int np2p_all;                       /* pending on all streams together         */
+    /* per event: the stream of its last recording and the requests issued on
+     * that stream by then, which a wait for the event completes */
+    int8_t ev_stream[SRT_MAX_EVENTS];
+    int64_t ev_seq[SRT_MAX_EVENTS];
     /* the gradient norm of this step, exact */
     KcSumsq sumsq, sumsq_all;
     /* the NVMe swap file */
@@ -114,6 +124,10 @@ void cpu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt
                     int N, int C, int OC);
 void cpu_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                     srt_t inp, srt_t w, int N, int C, int OC);
+void cpu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                         srt_t bias, int N, int C, int OC);
+void cpu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
+                          srt_t w, srt_t pre, int N, int C, int OC);
 void cpu_layernorm_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t mean, srt_t rstd, srt_t inp,
                        srt_t w, srt_t b, int N, int C, float eps);
 void cpu_layernorm_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t db, srt_t dout,
@@ -156,8 +170,13 @@ void cpu_optimizer_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, sr
 /* ---- comm.c: MPI ---------------------------------------------------------------------- */
 void cpu_comm_init(srt_ctx *c);
 void cpu_comm_fini(srt_ctx *c);
-/* Completes the non-blocking sends issued on s. */
-void cpu_settle_sends(srt_ctx *c, srt_stream s);
+/* Completes stream s's sends and receives numbered below seq (all of them:
+ * cpu_p2p_issued(c, s)). */
+void cpu_p2p_complete(srt_ctx *c, srt_stream s, int64_t seq);
+/* The sends and receives issued on s so far. */
+int64_t cpu_p2p_issued(srt_ctx *c, srt_stream s);
+/* Lets MPI move the pending transfers on, retiring the finished ones. */
+void cpu_p2p_progress(srt_ctx *c);
 void cpu_all_reduce(srt_ctx *c, srt_stream s, srt_group g, srt_t x, srt_redop op);
 void cpu_all_gather(srt_ctx *c, srt_stream s, srt_group g, srt_t out, srt_t in);
 void cpu_reduce_scatter(srt_ctx *c, srt_stream s, srt_group g, srt_t out, srt_t in);

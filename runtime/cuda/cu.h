@@ -53,6 +53,7 @@ typedef struct cu_gemm {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
+    bool failed;                /* no algorithm: a fused GELU op falls back    */
 } cu_gemm;
 
 /* The collective in flight on a stream, for the watchdog. */
@@ -175,6 +176,10 @@ void cu_gemm_init(srt_ctx *c);
 void cu_gemm_fini(srt_ctx *c);
 void cu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
                    int N, int C, int OC);
+void cu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w, srt_t bias,
+                        int N, int C, int OC);
+void cu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout, srt_t w,
+                         srt_t pre, int N, int C, int OC);
 void cu_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                    srt_t inp, srt_t w, int N, int C, int OC);
 
@@ -237,6 +242,9 @@ cudaError_t cu_k_bias_grad(void *dbias, int dbias_dt, const void *dout, int dt, 
 /* out[i][j] += bias[j] over N rows of OC (dtypes as above): the forward bias
  * when its pointer is less than 16-byte aligned for cuBLASLt's epilogue. */
 cudaError_t cu_k_bias_add(void *out, int dt, const void *bias, int bias_dt, int N, int OC, cudaStream_t s);
+/* d[i] = gelu'(pre[i]) · d[i] in place over n (tanh GELU, kg_'s formula):
+ * matmul_bwd_dgelu's derivative where the DGELU epilogue cannot run. */
+cudaError_t cu_k_dgelu_inplace(void *d, int dt, const void *pre, int pre_dt, int64_t n, cudaStream_t s);
 #ifdef __cplusplus
 }
 #endif

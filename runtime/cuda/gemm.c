@@ -8,12 +8,20 @@
  *   dinp(N,C) += dout·w       is  D(C x N)  += w(C x OC) · dout(OC x N)
  *   dw(OC,C)  += dout^T·inp   is  D(C x OC) += inp(C x N) · op_T(dout: OC x N).
  * Each distinct shape (with its dtypes, epilogue, beta and the pointers'
- * alignments) gets its descriptors, layouts and the heuristic's first
- * algorithm once, on first use (the first step), and keeps them.  The
+ * alignments, counted up to 16 bytes: what the widest loads and Hopper's TMA
+ * need) gets its descriptors, layouts and the heuristic's first algorithm
+ * once, and keeps them: at start-up for every shape the program declares
+ * (srt_program.gemms, 16-byte aligned pointers), else on first use, which is
+ * reported once per plan (an undeclared shape is an emitter bug; a declared
+ * one with less aligned pointers, or a bias the epilogue cannot take, is
+ * not).  The
  * workspace is the plan's cublaslt.workspace buffer when the spec's cluster
  * has GPUs (compiler/sched.c plans 32 MiB), else 32 MiB of the backend's own.
- * The GELU epilogues are not used: srt_matmul_fwd has no activation (the
- * emitter issues srt_gelu_fwd separately). */
+ * The GELU MLP's fused ops use the GELU epilogues (cu_gelu_epilogue):
+ * srt_matmul_gelu_fwd GELU_AUX_BIAS (D = gelu(pre), aux = pre = the GEMM +
+ * bias), srt_matmul_bwd_dgelu DGELU_BGRAD (fp32 dpre with a bias gradient)
+ * or DGELU (aux = pre read back), beta 0: dpre is overwritten.  Where the
+ * epilogue cannot run they run the GEMM and the GELU kernels separately. */
 #include "cu.h"
 
 #include <stdio.h>
@@ -38,16 +46,19 @@ static cudaDataType_t cu_cuda_type(srt_ctx *c, srt_dtype dt)
     }
 }
 
-/* The largest power of two up to 256 that divides p's address. */
+/* The largest power of two up to 16 that divides p's address: the plans'
+ * alignment class (start-up plans assume 16). */
 static int64_t cu_align(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    int64_t al = 256;
+    int64_t al = 16;
     while (al > 1 && a % (uintptr_t)al) al /= 2;
     return al;
 }
 
-/* The workspace: the plan's buffer, else our own. */
+static void cu_gemm_startup(srt_ctx *c);
+
+/* The workspace: the plan's buffer, else our own; then the declared shapes' plans. */
 void cu_gemm_init(srt_ctx *c)
 {
     cu_state *st = cu_st(c);
@@ -79,6 +90,7 @@ void cu_gemm_init(srt_ctx *c)
                "plan it with a GPU cluster to count it)\n", st->ws_bytes);
         fflush(stdout);
     }
+    cu_gemm_startup(c);
 }
 
 /* Releases the cached descriptors, the workspace and the handle. */
@@ -107,29 +119,93 @@ static cublasLtMatrixLayout_t cu_layout(srt_ctx *c, srt_dtype dt, int64_t rows, 
     return l;
 }
 
-/* The cached plan for a shape, made on first use. */
-static cu_gemm *cu_gemm_plan(srt_ctx *c, const char *what, bool ta, bool tb, int m, int n, int k, srt_dtype adt,
-                             int lda, srt_dtype bdt, int ldb, srt_dtype ddt, int ldd, bool bias, srt_dtype biasdt,
-                             bool accumulate, int64_t al_a, int64_t al_b, int64_t al_d)
+/* One GEMM in cuBLASLt's terms (see the file comment): transposes, m n k,
+ * leading dimensions, dtypes, the bias epilogue and beta = 1. */
+typedef struct cu_form {
+    bool ta, tb;
+    int m, n, k, lda, ldb, ldd;
+    srt_dtype adt, bdt, ddt;
+    bool bias, acc;
+} cu_form;
+
+/* The cuBLASLt form of a declared shape: what cu_matmul_fwd / _bwd run for
+ * it (the fused GELU kinds: their GEMM's form, without their epilogues). */
+static cu_form cu_form_of(const srt_gemm_shape *g)
+{
+    int N = g->N, C = g->C, OC = g->OC;
+    switch (g->kind) {
+    case SRT_GEMM_FWD:
+    case SRT_GEMM_FWD_GELU: return (cu_form){true, false, OC, N, C, C, C, OC, g->dt, g->dt, g->out_dt, g->bias, false};
+    case SRT_GEMM_BWD_DATA: return (cu_form){false, false, C, N, OC, C, OC, C, g->dt, g->dt, g->out_dt, false, true};
+    case SRT_GEMM_BWD_DGELU: return (cu_form){false, false, C, N, OC, C, OC, C, g->dt, g->dt, g->out_dt, false, false};
+    default: return (cu_form){false, true, C, OC, N, C, OC, C, g->dt, g->dt, g->out_dt, false, true};
+    }
+}
+
+/* Reports a plan built on first use (once: the plan is kept): whether the
+ * program declared its shape (then only the pointers' alignment or the
+ * bias's variant is new) or not (the emitter's table lacks it). */
+static void cu_gemm_late(srt_ctx *c, const char *what, const cu_form *f, int64_t al_a, int64_t al_b, int64_t al_d)
+{
+    bool declared = false;
+    for (int i = 0; i < c->prog->ngemms && !declared; i++) {
+        cu_form d = cu_form_of(&c->prog->gemms[i]);
+        declared = d.ta == f->ta && d.tb == f->tb && d.m == f->m && d.n == f->n && d.k == f->k && d.adt == f->adt &&
+                   d.bdt == f->bdt && d.ddt == f->ddt;
+    }
+    if (declared)
+        printf("shardrt: cuda: rank %d: %s m %d n %d k %d: a declared shape in a variant not planned at start-up "
+               "(bias %d, pointers aligned to %lld %lld %lld bytes): planned on first use\n", (int)c->rank, what,
+               f->m, f->n, f->k, (int)f->bias, (long long)al_a, (long long)al_b, (long long)al_d);
+    else
+        printf("shardrt: cuda: rank %d: %s m %d n %d k %d (dtypes %d %d -> %d): undeclared GEMM shape (not in "
+               "srt_program.gemms): planned on first use\n", (int)c->rank, what, f->m, f->n, f->k, (int)f->adt,
+               (int)f->bdt, (int)f->ddt);
+    fflush(stdout);
+}
+
+/* Set while cu_gemm_startup plans the declared shapes; a plan made when it is
+ * clear is made on first use, in a step (one context per process). */
+static bool cu_gemm_in_startup;
+
+/* The cached plan for a shape; made now when missing (reported when late).
+ * gelu: 0, or the GELU epilogue of the fused ops (CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+ * GELU_AUX without a bias, DGELU, DGELU_BGRAD), its aux matrix shaped as D
+ * (leading dimension m) in D's dtype.  soft: NULL, remembered, instead of the
+ * end of the job when cuBLASLt has no algorithm (the fused op falls back). */
+static cu_gemm *cu_gemm_plan_epi(srt_ctx *c, const char *what, bool ta, bool tb, int m, int n, int k, srt_dtype adt,
+                                 int lda, srt_dtype bdt, int ldb, srt_dtype ddt, int ldd, bool bias, srt_dtype biasdt,
+                                 bool accumulate, int64_t al_a, int64_t al_b, int64_t al_d, int32_t gelu, bool soft)
 {
     cu_state *st = cu_st(c);
-    int64_t key[14] = { ta, tb, m, n, k, adt, lda, bdt, ldb, ddt * 16 + (bias ? 1 + biasdt : 0), ldd, accumulate,
+    int64_t key[14] = { ta, tb, m, n, k, adt, lda, bdt, ldb,
+                        ((int64_t)gelu << 16) + ddt * 16 + (bias ? 1 + biasdt : 0), ldd, accumulate,
                         al_a * 1024 + al_b, al_d };
     for (int i = 0; i < st->ngemm; i++)
-        if (memcmp(st->gemm[i].key, key, sizeof key) == 0) return &st->gemm[i];
+        if (memcmp(st->gemm[i].key, key, sizeof key) == 0) return st->gemm[i].failed ? NULL : &st->gemm[i];
     if (st->ngemm == CU_GEMM_CACHE) ctx_die(c, "%s: more than %d matmul shapes", what, CU_GEMM_CACHE);
+    if (!cu_gemm_in_startup) {
+        cu_form f = {ta, tb, m, n, k, lda, ldb, ldd, adt, bdt, ddt, bias, accumulate};
+        cu_gemm_late(c, what, &f, al_a, al_b, al_d);
+    }
     cu_gemm *g = &st->gemm[st->ngemm];
     memcpy(g->key, key, sizeof key);
     cu_lt(c, cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
     int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "TRANSA");
     cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "TRANSB");
-    if (bias) {
-        int32_t epi = CUBLASLT_EPILOGUE_BIAS;
-        int32_t bt = cu_cuda_type(c, biasdt);
+    int32_t epi = gelu ? gelu : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT)
         cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
+    if (bias) {
+        int32_t bt = cu_cuda_type(c, biasdt);
         cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
               "BIAS_DATA_TYPE");
+    }
+    if (gelu) {   /* aux: the GELU input (pre), D's shape and dtype (the default aux type) */
+        int64_t ald = m;
+        cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ald, sizeof ald),
+              "EPILOGUE_AUX_LD");
     }
     /* stored shapes: A is (k x m) when transposed, else (m x k); B (n x k) or (k x n) */
     g->a = ta ? cu_layout(c, adt, k, m, lda) : cu_layout(c, adt, m, k, lda);
@@ -155,13 +231,77 @@ static cu_gemm *cu_gemm_plan(srt_ctx *c, const char *what, bool ta, bool tb, int
     cu_lt(c, cublasLtMatmulAlgoGetHeuristic(st->lt, g->op, g->a, g->b, g->d, g->d, pref, 1, &res, &found),
           what);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+    g->failed = found < 1 || res.state != CUBLAS_STATUS_SUCCESS;
+    if (g->failed && soft) {   /* kept, so that the fallback does not ask again every step */
+        st->ngemm++;
+        return NULL;
+    }
+    if (g->failed)
         ctx_die(c, "%s: cuBLASLt has no algorithm for m %d n %d k %d (transa %d transb %d, dtypes %d %d -> %d, "
                 "alignments %lld %lld %lld)", what, m, n, k, ta, tb, (int)adt, (int)bdt, (int)ddt, (long long)al_a,
                 (long long)al_b, (long long)al_d);
     g->algo = res.algo;
     st->ngemm++;
     return g;
+}
+
+/* The cached plan for a shape without a GELU epilogue. */
+static cu_gemm *cu_gemm_plan(srt_ctx *c, const char *what, bool ta, bool tb, int m, int n, int k, srt_dtype adt,
+                             int lda, srt_dtype bdt, int ldb, srt_dtype ddt, int ldd, bool bias, srt_dtype biasdt,
+                             bool accumulate, int64_t al_a, int64_t al_b, int64_t al_d)
+{
+    return cu_gemm_plan_epi(c, what, ta, tb, m, n, k, adt, lda, bdt, ldb, ddt, ldd, bias, biasdt, accumulate, al_a,
+                            al_b, al_d, 0, false);
+}
+
+/* The GELU epilogue a fused op uses for D of m rows (the aux leading
+ * dimension, a multiple of 8), or 0 when it runs unfused: forward
+ * GELU_AUX_BIAS (GELU_AUX without a bias); backward DGELU_BGRAD when the bias
+ * gradient is wanted and fp32 (the epilogue's bias gradient has D's dtype:
+ * a bf16 sum would round where rtk.cu's fp32 sum does not), else DGELU. */
+static int32_t cu_gelu_epilogue(bool fwd, bool bias, srt_dtype ddt, int m)
+{
+    if (m % 8) return 0;
+    if (fwd) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    return bias && ddt == SRT_F32 ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+}
+
+/* Plans every GEMM shape the program declares, for 16-byte aligned pointers
+ * (the arenas' tensors are), and says how many.  The fused GELU kinds get
+ * the epilogue their op will ask for; one that runs unfused (its leading
+ * dimension not a multiple of 8) is only counted. */
+static void cu_gemm_startup(srt_ctx *c)
+{
+    cu_state *st = cu_st(c);
+    static const char *const what[3] = {"matmul_fwd", "matmul_bwd (dinp)", "matmul_bwd (dw)"};
+    int fused = 0;
+    cu_gemm_in_startup = true;
+    for (int i = 0; i < c->prog->ngemms; i++) {
+        const srt_gemm_shape *g = &c->prog->gemms[i];
+        if (g->kind < SRT_GEMM_FWD || g->kind > SRT_GEMM_BWD_DGELU)
+            ctx_die(c, "srt_program.gemms[%d]: kind %d is not an SRT_GEMM_* kind", i, g->kind);
+        cu_form f = cu_form_of(g);
+        if (g->kind > SRT_GEMM_BWD_WEIGHT) {   /* with the epilogue the op will ask for (cu_gelu_epilogue) */
+            int32_t gelu = cu_gelu_epilogue(g->kind == SRT_GEMM_FWD_GELU, g->bias, g->out_dt, f.m);
+            if (gelu)
+                cu_gemm_plan_epi(c, g->kind == SRT_GEMM_FWD_GELU ? "matmul_gelu_fwd" : "matmul_bwd_dgelu", f.ta,
+                                 f.tb, f.m, f.n, f.k, f.adt, f.lda, f.bdt, f.ldb, f.ddt, f.ldd,
+                                 g->kind == SRT_GEMM_FWD_GELU && f.bias, g->dt, f.acc, 16, 16, 16, gelu, true);
+            else
+                fused++;
+            continue;
+        }
+        cu_gemm_plan(c, what[g->kind], f.ta, f.tb, f.m, f.n, f.k, f.adt, f.lda, f.bdt, f.ldb, f.ddt, f.ldd, f.bias,
+                     g->dt, f.acc, 16, 16, 16);
+    }
+    cu_gemm_in_startup = false;
+    if (c->rank == 0) {
+        printf("shardrt: cuda: cuBLASLt: %d GEMM shapes declared, %d plans built at start-up", c->prog->ngemms,
+               st->ngemm);
+        if (fused) printf(" (%d fused GELU shapes without their epilogue: the GEMM and the GELU kernel)", fused);
+        printf("\n");
+        fflush(stdout);
+    }
 }
 
 /* D = op(A)·op(B) (+ D when accumulate; + bias in the epilogue) on s. */
@@ -178,6 +318,29 @@ static void cu_gemm_run(srt_ctx *c, srt_stream s, const char *what, bool ta, boo
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     cu_lt(c, cublasLtMatmul(st->lt, g->op, &alpha, A.p, g->a, B.p, g->b, &beta, D.p, g->d, D.p, g->d, &g->algo,
                             st->ws, st->ws_bytes, cu_stream(c, s)), what);
+}
+
+/* D = op(A)·op(B) with a GELU epilogue on s, beta 0: aux the GELU input
+ * (written forward, read backward), bias the forward's bias or the BGRAD
+ * output.  False, nothing issued, when cuBLASLt has no algorithm for it. */
+static bool cu_gemm_gelu(srt_ctx *c, srt_stream s, const char *what, bool ta, bool tb, int m, int n, int k, srt_t A,
+                         int lda, srt_t B, int ldb, srt_t D, int ldd, int32_t gelu, srt_t bias, void *aux)
+{
+    cu_state *st = cu_st(c);
+    bool fwd_bias = gelu == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    cu_gemm *g = cu_gemm_plan_epi(c, what, ta, tb, m, n, k, A.dt, lda, B.dt, ldb, D.dt, ldd, fwd_bias,
+                                  fwd_bias ? bias.dt : SRT_F32, false, cu_align(A.p), cu_align(B.p), cu_align(D.p),
+                                  gelu, true);
+    if (!g) return false;
+    if (bias.p)
+        cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias.p, sizeof bias.p),
+              "BIAS_POINTER");
+    cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+          "EPILOGUE_AUX_POINTER");
+    float alpha = 1.0f, beta = 0.0f;
+    cu_lt(c, cublasLtMatmul(st->lt, g->op, &alpha, A.p, g->a, B.p, g->b, &beta, D.p, g->d, D.p, g->d, &g->algo,
+                            st->ws, st->ws_bytes, cu_stream(c, s)), what);
+    return true;
 }
 
 /* The rtk.cu dtype code of a float dtype. */
@@ -210,4 +373,57 @@ void cu_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, 
         CU_CHECK(c, cu_k_bias_grad(dbias.p, cu_rtk_dt(dbias.dt), dout.p, cu_rtk_dt(dout.dt), N, OC, st->f32_tmp,
                                    cu_stream(c, s)), "matmul_bwd (dbias)");
     }
+}
+
+/* pre = inp·w^T + bias and out = gelu(pre) in one GEMM (GELU_AUX_BIAS, aux =
+ * pre), else matmul_fwd into pre and kg_gelu_forward. */
+void cu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w, srt_t bias, int N, int C,
+                        int OC)
+{
+    srt_t none = { NULL, 0, SRT_F32 };
+    int32_t gelu = cu_gelu_epilogue(true, bias.p != NULL, out.dt, OC);
+    bool fuse = gelu && pre.dt == out.dt && cu_align(pre.p) >= 16 && (!bias.p || cu_align(bias.p) >= 16);
+    if (fuse && cu_gemm_gelu(c, s, "matmul_gelu_fwd", true, false, OC, N, C, w, C, inp, C, out, OC, gelu,
+                             bias.p ? bias : none, pre.p))
+        return;
+    srt_t p = pre, o = out;
+    p.n = o.n = (int64_t)N * OC;
+    cu_matmul_fwd(c, s, p, inp, w, bias, N, C, OC);
+    cu_kg(c, kg_gelu_forward(o, p, cu_stream(c, s)), "matmul_gelu_fwd (gelu)");
+}
+
+/* dpre = (dout·w) ⊙ gelu'(pre), overwritten, in one GEMM (DGELU_BGRAD or
+ * DGELU, aux = pre), else the GEMM and rtk.cu's in-place derivative; then
+ * dbias_pre += the column sums of dpre: BGRAD's fp32 output added, or
+ * rtk.cu's deterministic sum. */
+void cu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout, srt_t w, srt_t pre,
+                         int N, int C, int OC)
+{
+    cu_state *st = cu_st(c);
+    srt_t none = { NULL, 0, SRT_F32 }, bg = { st->f32_tmp, C, SRT_F32 };
+    int32_t gelu = cu_gelu_epilogue(false, dbias_pre.p != NULL, dpre.dt, C);
+    bool bgrad = gelu == CUBLASLT_EPILOGUE_DGELU_BGRAD && C <= st->f32_tmp_n;
+    if (gelu == CUBLASLT_EPILOGUE_DGELU_BGRAD && !bgrad) gelu = CUBLASLT_EPILOGUE_DGELU;
+    bool fuse = gelu && pre.dt == dpre.dt && cu_align(pre.p) >= 16;
+    if (!fuse || !cu_gemm_gelu(c, s, "matmul_bwd_dgelu", false, false, C, N, OC, w, C, dout, OC, dpre, C, gelu,
+                               bgrad ? bg : none, pre.p)) {
+        bgrad = false;
+        srt_t d = dpre;
+        d.n = (int64_t)N * C;
+        cu_zero(c, s, d);
+        cu_gemm_run(c, s, "matmul_bwd (dinp)", false, false, C, N, OC, w, C, dout, OC, dpre, C, none, true);
+        CU_CHECK(c, cu_k_dgelu_inplace(dpre.p, cu_rtk_dt(dpre.dt), pre.p, cu_rtk_dt(pre.dt), (int64_t)N * C,
+                                       cu_stream(c, s)), "matmul_bwd_dgelu (gelu')");
+    }
+    if (!dbias_pre.p) return;
+    if (bgrad) {
+        CU_CHECK(c, cu_k_bias_add(dbias_pre.p, cu_rtk_dt(dbias_pre.dt), st->f32_tmp, 0, 1, C, cu_stream(c, s)),
+                 "matmul_bwd_dgelu (dbias)");
+        return;
+    }
+    if ((int64_t)CU_BIAS_CHUNKS * C > st->f32_tmp_n)
+        ctx_die(c, "matmul_bwd_dgelu: a bias of %d, the backend planned partials for %lld", C,
+                (long long)(st->f32_tmp_n / CU_BIAS_CHUNKS));
+    CU_CHECK(c, cu_k_bias_grad(dbias_pre.p, cu_rtk_dt(dbias_pre.dt), dpre.p, cu_rtk_dt(dpre.dt), N, C, st->f32_tmp,
+                               cu_stream(c, s)), "matmul_bwd_dgelu (dbias)");
 }

@@ -1,6 +1,8 @@
 // rtk.cu — the CUDA backend's own kernels, for what kernels/cuda does not
-// provide: the loss accumulation and the bias gradient.  Both reduce in a
-// fixed order (no atomics), so a run and its resumption give the same bits.
+// provide: the loss accumulation and the bias gradient (both reduce in a
+// fixed order, no atomics, so a run and its resumption give the same bits),
+// the GEMM's bias when the epilogue cannot take it, and GELU's in-place
+// derivative for matmul_bwd_dgelu's fallback.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -96,5 +98,26 @@ extern "C" cudaError_t cu_k_bias_add(void *out, int dt, const void *bias, int bi
     int64_t total = (int64_t)N * OC;
     if (total <= 0) return cudaSuccess;
     rtk_bias_add<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(out, dt, bias, bias_dt, total, OC);
+    return cudaGetLastError();
+}
+
+// d[i] = gelu'(pre[i]) * d[i], the tanh GELU's derivative with kernels/cuda's
+// formula (expf): matmul_bwd_dgelu where cuBLASLt's DGELU epilogue cannot run.
+__global__ static void rtk_dgelu_inplace(void *d, int dt, const void *pre, int pdt, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float k = 0.7978845608028654f;   // sqrt(2/pi)
+    float x = rtk_load(pre, pdt, i);
+    float u = k * (x + 0.044715f * x * x * x), sg = 1.0f / (1.0f + expf(-2.0f * u));
+    float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+    float local = sg + x * 2.0f * sg * (1.0f - sg) * du;
+    rtk_store(d, dt, i, 0.0f + local * rtk_load(d, dt, i));
+}
+
+extern "C" cudaError_t cu_k_dgelu_inplace(void *d, int dt, const void *pre, int pre_dt, int64_t n, cudaStream_t s)
+{
+    if (n <= 0) return cudaSuccess;
+    rtk_dgelu_inplace<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(d, dt, pre, pre_dt, n);
     return cudaGetLastError();
 }

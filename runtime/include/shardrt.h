@@ -12,9 +12,11 @@
  *  - Every op takes the context and the stream it is issued on first.  Ops on
  *    one stream run in issue order; ops on different streams are ordered only
  *    by events (srt_event_record / srt_event_wait).  The CPU backend runs each
- *    op when it is issued, and its checking mode (SRT_CHECK=1, on in every
- *    test) records every op's reads and writes and fails on any cross-stream
- *    access not ordered by an event chain, naming both ops.
+ *    op when it is issued (sends and receives are posted then, and complete
+ *    at the event wait, sync or op that needs them).  Its checking mode
+ *    (SRT_CHECK=1, on in every test) records every op's reads and writes and
+ *    fails on any cross-stream access not ordered by an event chain, naming
+ *    both ops.
  *  - Tensors are srt_t views into an arena: a pointer, an element count and a
  *    dtype.  Shapes are explicit int arguments, llm.c style: (N,C) means N rows
  *    of C contiguous elements.  Gradients ACCUMULATE (+=) unless an op says it
@@ -126,6 +128,23 @@ typedef struct srt_class {
     int nsegs;
 } srt_class;
 
+/* One GEMM shape the generated code calls, declared so that a backend can
+ * build its plan (cuBLASLt descriptors, layouts, algorithm) at start-up
+ * instead of in step 1.  SRT_GEMM_FWD: srt_matmul_fwd's out(N,OC) =
+ * inp(N,C)·w^T (+ bias when bias); SRT_GEMM_BWD_DATA: srt_matmul_bwd's
+ * dinp(N,C) += dout·w; SRT_GEMM_BWD_WEIGHT: its dw(OC,C) += dout^T·inp (the
+ * bias gradient is no GEMM); SRT_GEMM_FWD_GELU: srt_matmul_gelu_fwd (bias as
+ * for FWD); SRT_GEMM_BWD_DGELU: srt_matmul_bwd_dgelu (bias: with dbias_pre).
+ * dt: the inputs' dtype (and the bias's, dinp's, out's); out_dt: the
+ * output's (dw: the gradients' dtype). */
+enum { SRT_GEMM_FWD, SRT_GEMM_BWD_DATA, SRT_GEMM_BWD_WEIGHT, SRT_GEMM_FWD_GELU, SRT_GEMM_BWD_DGELU };
+typedef struct srt_gemm_shape {
+    int kind;                   /* SRT_GEMM_*                                       */
+    int N, C, OC;               /* the srt_matmul_fwd / _bwd arguments              */
+    bool bias;                  /* SRT_GEMM_FWD with a bias                         */
+    srt_dtype dt, out_dt;
+} srt_gemm_shape;
+
 /* How fp16 scales its loss (DeepSpeed's loss_scale settings). */
 enum { SRT_LOSS_SCALE_NONE, SRT_LOSS_SCALE_STATIC, SRT_LOSS_SCALE_DYNAMIC };
 
@@ -161,6 +180,10 @@ typedef struct srt_program {
     double ls_scale, ls_min;    /* the initial (dynamic) or fixed (static) scale; the floor */
     int64_t ls_window, ls_hysteresis; /* clean steps before doubling; overflows tolerated */
     const srt_class *classes;   /* [pp], indexed by stage                           */
+    /* every GEMM shape of every class's code, deduplicated (the CPU backend
+     * ignores them; the CUDA backend plans them all at start-up) */
+    const srt_gemm_shape *gemms;
+    int ngemms;
 } srt_program;
 
 /* Runs the trainer: parses the command line (--help lists it), starts MPI,
@@ -214,6 +237,16 @@ void srt_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt
 /* dinp(N,C) += dout·w; dw(OC,C) += dout^T·inp; dbias(OC) += Σ dout (any .p may be NULL). */
 void srt_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                     srt_t inp, srt_t w, int N, int C, int OC);
+/* The GELU MLP's first linear layer fused with its activation (cuBLASLt's
+ * GELU_AUX_BIAS epilogue): pre(N,OC) = inp·w^T + bias (bias.p may be NULL),
+ * kept for the backward, and out(N,OC) = gelu(pre); overwrites both. */
+void srt_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                         srt_t bias, int N, int C, int OC);
+/* The next layer's data gradient fused with GELU's derivative (cuBLASLt's
+ * DGELU_BGRAD epilogue): dpre(N,C) = (dout(N,OC)·w(OC,C)) ⊙ gelu'(pre(N,C)),
+ * overwriting dpre; dbias_pre(C) += Σ rows of dpre (dbias_pre.p may be NULL). */
+void srt_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
+                          srt_t w, srt_t pre, int N, int C, int OC);
 /* LayerNorm over C; saves mean(N), rstd(N) fp32. */
 void srt_layernorm_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t mean, srt_t rstd, srt_t inp,
                        srt_t w, srt_t b, int N, int C, float eps);
@@ -308,6 +341,8 @@ void srt_nvme_write(srt_ctx *c, srt_stream s, srt_t src, int64_t offset);
     SRT_OP(loss_add, 2, SRT_KIND_COMPUTE)                \
     SRT_OP(matmul_fwd, 7, SRT_KIND_COMPUTE)              \
     SRT_OP(matmul_bwd, 9, SRT_KIND_COMPUTE)              \
+    SRT_OP(matmul_gelu_fwd, 8, SRT_KIND_COMPUTE)         \
+    SRT_OP(matmul_bwd_dgelu, 8, SRT_KIND_COMPUTE)        \
     SRT_OP(layernorm_fwd, 9, SRT_KIND_COMPUTE)           \
     SRT_OP(layernorm_bwd, 10, SRT_KIND_COMPUTE)          \
     SRT_OP(rmsnorm_fwd, 7, SRT_KIND_COMPUTE)             \

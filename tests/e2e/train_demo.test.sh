@@ -33,7 +33,7 @@ PY
 train_build t
 train_run 4 t --data "$DATA" --steps 3 --trace "$T/tr.json" || { echo "FAIL: --trace run"; cat "$T/t.err"; fail=1; }
 for r in 0 1 2 3; do
-    "$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["traceEvents"]; n=lambda k: sum(1 for x in e if x.get("name")==k and x.get("ph")=="X"); sys.exit(0 if n("step")==3 and n("matmul_fwd")==3*9 and n("all_gather")>=3 else 1)' \
+    "$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["traceEvents"]; n=lambda k: sum(1 for x in e if x.get("name")==k and x.get("ph")=="X"); sys.exit(0 if n("step")==3 and n("matmul_fwd")+n("matmul_gelu_fwd")==3*9 and n("matmul_gelu_fwd")>=3 and n("all_gather")>=3 else 1)' \
         "$T/tr.rank$r.json" || { echo "FAIL: trace of rank $r"; fail=1; }
 done
 [ "$fail" = 0 ] && echo PASS

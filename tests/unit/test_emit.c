@@ -82,7 +82,8 @@ static void test_refusals(void)
 static bool api_call(const char *name)
 {
     static const char *const api[] = {"dview", "hview", "event_record", "event_wait", "stream_sync", "group_rank", "main",
-                                      "param", "buffer", "class", "program", "ctx", "t", "stream", "segment"};
+                                      "param", "buffer", "class", "program", "ctx", "t", "stream", "segment",
+                                      "gemm_shape"};
     for (size_t i = 0; i < sizeof api / sizeof api[0]; i++)
         if (strcmp(name, api[i]) == 0) return true;
 #define SRT_OP(op, arity, kind) if (strcmp(name, #op) == 0) return true;

@@ -189,6 +189,65 @@ static void test_linear_and_norms(srt_ctx *c)
     free(lw), free(lb), free(mean), free(rstd), free(lo), free(g), free(gi), free(gw), free(gb);
 }
 
+/* A check's name with a format (one at a time: check copies nothing it keeps). */
+static const char *msg(const char *fmt, const char *what)
+{
+    static char buf[256];
+    snprintf(buf, sizeof buf, fmt, what);
+    return buf;
+}
+
+/* The fused GELU MLP ops against the unfused sequence of ops they replace
+ * (what the emitter wrote before them), bit for bit, in dtype dt, over rows
+ * token rows: matmul_gelu_fwd = matmul_fwd + gelu_fwd; matmul_bwd_dgelu =
+ * zero, matmul_bwd (dinp), zero, gelu_bwd, matmul_bwd (dbias).  dpre starts
+ * as garbage (overwritten), the bias gradient as random values (+=). */
+static void test_gelu_fused(srt_ctx *c, srt_dtype dt, int rows, const char *what)
+{
+    g_top = 0;
+    int64_t nb = ops_dtype_size(dt);
+    float *inp = rnd((int64_t)rows * C, 1), *w1 = rnd(H * C, 0.3f), *b1 = rnd(H, 0.2f), *w2 = rnd(C * H, 0.2f);
+    float *dout = rnd((int64_t)rows * C, 1), *db = rnd(H, 1), *junk = rnd((int64_t)rows * H, 5);
+    srt_t vin = put(c, inp, (int64_t)rows * C, dt), vw1 = put(c, w1, H * C, dt), vb1 = put(c, b1, H, dt);
+    srt_t vw2 = put(c, w2, C * H, dt), vdout = put(c, dout, (int64_t)rows * C, dt);
+    srt_t pre = view(c, (int64_t)rows * H, dt), act = view(c, (int64_t)rows * H, dt);
+    srt_t pre_r = view(c, (int64_t)rows * H, dt), act_r = view(c, (int64_t)rows * H, dt);
+    srt_matmul_fwd(c, SRT_COMPUTE, pre_r, vin, vw1, vb1, rows, C, H);
+    srt_gelu_fwd(c, SRT_COMPUTE, act_r, pre_r);
+    srt_matmul_gelu_fwd(c, SRT_COMPUTE, act, pre, vin, vw1, vb1, rows, C, H);
+    check(memcmp(pre.p, pre_r.p, (size_t)(rows * H * nb)) == 0 && memcmp(act.p, act_r.p, (size_t)(rows * H * nb)) == 0,
+          msg("matmul_gelu_fwd %s = matmul_fwd + gelu_fwd, bit for bit", what));
+    srt_matmul_gelu_fwd(c, SRT_COMPUTE, act, pre, vin, vw1, NONE, rows, C, H);
+    srt_matmul_fwd(c, SRT_COMPUTE, pre_r, vin, vw1, NONE, rows, C, H);
+    srt_gelu_fwd(c, SRT_COMPUTE, act_r, pre_r);
+    check(memcmp(pre.p, pre_r.p, (size_t)(rows * H * nb)) == 0 && memcmp(act.p, act_r.p, (size_t)(rows * H * nb)) == 0,
+          msg("matmul_gelu_fwd %s without a bias", what));
+
+    srt_t dpre = put(c, junk, (int64_t)rows * H, dt), vdb = put(c, db, H, SRT_F32);
+    srt_t dact_r = view(c, (int64_t)rows * H, dt), dpre_r = view(c, (int64_t)rows * H, dt);
+    srt_t vdb_r = put(c, db, H, SRT_F32);
+    srt_zero(c, SRT_COMPUTE, dact_r);
+    srt_matmul_bwd(c, SRT_COMPUTE, dact_r, NONE, NONE, vdout, NONE, vw2, rows, H, C);
+    srt_zero(c, SRT_COMPUTE, dpre_r);
+    srt_gelu_bwd(c, SRT_COMPUTE, dpre_r, pre_r, dact_r);
+    srt_matmul_bwd(c, SRT_COMPUTE, NONE, NONE, vdb_r, dpre_r, NONE, NONE, rows, C, H);
+    srt_matmul_bwd_dgelu(c, SRT_COMPUTE, dpre, vdb, vdout, vw2, pre, rows, H, C);
+    check(memcmp(dpre.p, dpre_r.p, (size_t)(rows * H * nb)) == 0,
+          msg("matmul_bwd_dgelu %s: dpre (overwritten) = matmul_bwd + gelu_bwd", what));
+    check(memcmp(vdb.p, vdb_r.p, H * 4) == 0,
+          msg("matmul_bwd_dgelu %s: dbias_pre += its rows' sums, as matmul_bwd", what));
+    float *d0 = malloc(sizeof(float) * (size_t)rows * H);
+    if (dt == SRT_F32) memcpy(d0, dpre.p, sizeof(float) * (size_t)rows * H);
+    else for (int64_t i = 0; i < (int64_t)rows * H; i++) d0[i] = kc_f32_from_bf16(((uint16_t *)dpre.p)[i]);
+    int nz = 0;
+    for (int64_t i = 0; i < (int64_t)rows * H; i++) nz += d0[i] != 0.0f && fabsf(d0[i]) < 1e3f;
+    check(nz > rows * H / 2, msg("matmul_bwd_dgelu %s: a non-trivial gradient", what));
+    srt_matmul_bwd_dgelu(c, SRT_COMPUTE, dpre, NONE, vdout, vw2, pre, rows, H, C);   /* no bias gradient */
+    check(memcmp(dpre.p, dpre_r.p, (size_t)(rows * H * nb)) == 0,
+          msg("matmul_bwd_dgelu %s: overwrites again without a bias", what));
+    free(inp), free(w1), free(b1), free(w2), free(dout), free(db), free(junk), free(d0);
+}
+
 static void test_pointwise(srt_ctx *c)
 {
     g_top = 0;
@@ -669,6 +728,8 @@ int main(void)
     check(c->opt.check && c->chk, "checking on");
     check(c->world == 1 && !c->mpi, "a 1-rank context without MPI");
     test_linear_and_norms(c), sync_all(c);
+    test_gelu_fused(c, SRT_F32, N, "f32"), sync_all(c);
+    test_gelu_fused(c, SRT_F32, 77, "f32, 77 rows (past one GELU block)"), sync_all(c);
     test_pointwise(c), sync_all(c);
     test_attention_rope(c, SRT_F32), sync_all(c);
     test_embed_xent(c), sync_all(c);
@@ -688,6 +749,7 @@ int main(void)
     unsetenv("SRT_NVME_URING");
     allocs = c->nallocs;
     test_bf16(c), sync_all(c);
+    test_gelu_fused(c, SRT_BF16, N, "bf16"), sync_all(c);
     test_attention_rope(c, SRT_BF16), sync_all(c);
     test_nvme(c, "nvme write/read on O_DIRECT without io_uring (pread/pwrite, bounce buffer)", true, false), sync_all(c);
     check(chk_races(c) == 0, "no race in the bf16 tests");
