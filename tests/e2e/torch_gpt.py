@@ -12,40 +12,26 @@ step k's global batch is windows k*G .. k*G+G-1 (mod the window count), window j
 step, which torch uses).  STEP1_RANK_FILE: the one rank file of a 1-rank
 checkpoint after step 1: its adam_m pieces are (1 - beta1) * the clipped step-1
 gradients.  Checks: every step's loss within 1e-4 relative; every step-1
-gradient within 1e-4 relative (of the tensor's largest gradient).  Exit 1 on a
-mismatch."""
-import json, math, struct, sys
+gradient within 1e-4 relative (of the tensor's largest gradient), one for every
+tensor.  Exit 1 on a mismatch.  The training loop: torch_common.py."""
+import math, sys
 import torch
 import torch.nn.functional as F
-
-torch.manual_seed(0)
-torch.set_num_threads(1)
+from torch_common import Args, init_torch, read_st, train_compare
 
 
-def read_st(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        head = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, t in head.items():
-        if k == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", t["dtype"]
-        a, b = t["data_offsets"]
-        out[k] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).reshape(t["shape"]).clone()
-    return out
+def hf_grad(name, g):
+    """Our tensor name's gradient under Hugging Face GPT-2's name and layout."""
+    if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+        g = g.t()   # ours [out, in]; Hugging Face's Conv1D [in, out]
+    return "transformer." + name, g
 
 
 def main():
-    (init, data, runlog, rankfile, H, T, G, wd, b1, b2, eps, clip) = sys.argv[1:13]
-    H, T, G = int(H), int(T), int(G)
-    wd, b1, b2, eps, clip = float(wd), float(b1), float(b2), float(eps), float(clip)
-    W = read_st(init)
-    run = [json.loads(l) for l in open(runlog)]
-    run = [o for o in run if "loss" in o]
-    text = open(data, "rb").read()
-    nwin = (len(text) - 1) // T
+    init_torch()
+    a = Args(sys.argv)
+    H, T = a.heads, a.seq
+    W = read_st(a.init)
     L = max(int(k.split(".")[2]) for k in W if k.startswith("transformer.h.")) + 1
     P = {k: v.clone().requires_grad_(True) for k, v in W.items()}
 
@@ -70,47 +56,7 @@ def main():
         logits = x @ P["transformer.wte.weight"].t()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
 
-    decay = [v for k, v in P.items() if v.dim() >= 2]
-    nodecay = [v for k, v in P.items() if v.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=1.0, betas=(b1, b2), eps=eps, foreach=True)
-    bad = 0
-    worst = 0.0
-    for s, o in enumerate(run):
-        rows = [(s * G + i) % nwin for i in range(G)]
-        buf = torch.tensor([list(text[j * T: j * T + T + 1]) for j in rows], dtype=torch.long)
-        loss = forward(buf[:, :T], buf[:, 1:])
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), clip)
-        if s == 0:
-            M = read_st(rankfile)
-            gworst = 0.0
-            for k, v in M.items():
-                kind, name = k.split("/")[:2]
-                if kind != "adam_m":
-                    continue
-                hf = "transformer." + name
-                g = v / (1.0 - b1)
-                tg = P[hf].grad
-                if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
-                    g = g.t()   # ours [out, in]; Hugging Face's Conv1D [in, out]
-                d = ((g - tg).abs().max() / tg.abs().max().clamp_min(1e-30)).item()
-                gworst = max(gworst, d)
-                if d > 1e-4:
-                    print("step-1 gradient of %s: relative difference %.3g" % (hf, d))
-                    bad += 1
-            print("step-1 gradients: %d tensors, worst relative difference %.3g" % (len(M) // 3, gworst))
-        for gr in opt.param_groups:
-            gr["lr"] = o["lr"]
-        opt.step()
-        d = abs(loss.item() - o["loss"]) / abs(loss.item())
-        worst = max(worst, d)
-        print("step %d: torch %.7f shardc %.7f (rel %.2g)" % (o["step"], loss.item(), o["loss"], d))
-        if d > 1e-4:
-            bad += 1
-    print("losses: %d steps, worst relative difference %.3g" % (len(run), worst))
-    sys.exit(1 if bad else 0)
+    train_compare(a, P, forward, hf_grad, 1e-4)
 
 
 main()

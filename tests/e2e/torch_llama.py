@@ -12,28 +12,12 @@ names, nn.Linear [out, in]).  The kv heads follow from k_proj's shape.  The
 batches, RUN.jsonl and STEP1_RANK_FILE are as in torch_gpt.py.  RoPE is Hugging
 Face's rotate-half with the angles in fp32 as LlamaRotaryEmbedding computes
 them.  Checks: every step's loss within 1e-5 relative; every step-1 gradient
-within 1e-4 relative (of the tensor's largest gradient).  Exit 1 on a mismatch."""
-import json, math, struct, sys
+within 1e-4 relative (of the tensor's largest gradient), one for every
+tensor.  Exit 1 on a mismatch.  The training loop: torch_common.py."""
+import math, sys
 import torch
 import torch.nn.functional as F
-
-torch.manual_seed(0)
-torch.set_num_threads(1)
-
-
-def read_st(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        head = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, t in head.items():
-        if k == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", t["dtype"]
-        a, b = t["data_offsets"]
-        out[k] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).reshape(t["shape"]).clone()
-    return out
+from torch_common import Args, init_torch, read_st, train_compare
 
 
 def rope_tables(T, HS, theta):
@@ -56,14 +40,11 @@ def rmsnorm(x, w, eps):
 
 
 def main():
-    (init, data, runlog, rankfile, H, T, G, wd, b1, b2, eps, clip, neps, theta) = sys.argv[1:15]
-    H, T, G = int(H), int(T), int(G)
-    wd, b1, b2, eps, clip, neps, theta = (float(v) for v in (wd, b1, b2, eps, clip, neps, theta))
-    W = read_st(init)
-    run = [json.loads(l) for l in open(runlog)]
-    run = [o for o in run if "loss" in o]
-    text = open(data, "rb").read()
-    nwin = (len(text) - 1) // T
+    init_torch()
+    a = Args(sys.argv, 2)
+    H, T = a.heads, a.seq
+    neps, theta = a.extra
+    W = read_st(a.init)
     L = max(int(k.split(".")[2]) for k in W if k.startswith("model.layers.")) + 1
     C = W["model.embed_tokens.weight"].shape[1]
     HS = C // H
@@ -97,48 +78,8 @@ def main():
         logits = x @ P["lm_head.weight"].t()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
 
-    decay = [v for k, v in P.items() if v.dim() >= 2]
-    nodecay = [v for k, v in P.items() if v.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": nodecay, "weight_decay": 0.0}],
-                            lr=1.0, betas=(b1, b2), eps=eps, foreach=True)
-    bad = 0
-    worst = 0.0
-    for s, o in enumerate(run):
-        rows = [(s * G + i) % nwin for i in range(G)]
-        buf = torch.tensor([list(text[j * T: j * T + T + 1]) for j in rows], dtype=torch.long)
-        loss = forward(buf[:, :T], buf[:, 1:])
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), clip)
-        if s == 0:
-            M = read_st(rankfile)
-            gworst, n = 0.0, 0
-            for k, v in M.items():
-                kind, name = k.split("/")[:2]
-                if kind != "adam_m":
-                    continue
-                n += 1
-                g = v / (1.0 - b1)
-                tg = P[name].grad
-                d = ((g - tg).abs().max() / tg.abs().max().clamp_min(1e-30)).item()
-                gworst = max(gworst, d)
-                if d > 1e-4:
-                    print("step-1 gradient of %s: relative difference %.3g" % (name, d))
-                    bad += 1
-            if n != len(P):
-                print("step-1 gradients: %d tensors in the checkpoint, the model has %d" % (n, len(P)))
-                bad += 1
-            print("step-1 gradients: %d tensors, worst relative difference %.3g" % (n, gworst))
-        for gr in opt.param_groups:
-            gr["lr"] = o["lr"]
-        opt.step()
-        d = abs(loss.item() - o["loss"]) / abs(loss.item())
-        worst = max(worst, d)
-        print("step %d: torch %.7f shardc %.7f (rel %.2g)" % (o["step"], loss.item(), o["loss"], d))
-        if d > 1e-5:
-            bad += 1
-    print("losses: %d steps, worst relative difference %.3g" % (len(run), worst))
-    sys.exit(1 if bad else 0)
+    # our names and layouts are Hugging Face's (nn.Linear [out, in])
+    train_compare(a, P, forward, lambda name, g: (name, g), 1e-5)
 
 
 main()

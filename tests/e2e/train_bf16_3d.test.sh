@@ -31,25 +31,8 @@ NV="$T/swap"
 mkdir -p "$NV"
 unset SRT_NVME_DIR
 export SRT_NVME_STATS=1
-# run SPEC NAME TP PP DP [-D ...]: build in bf16, train 4 steps with a checkpoint, export
-run() {
-    local spec=$1 name=$2 tp=$3 pp=$4 dp=$5 np=$(($3 * $4 * $5))
-    shift 5
-    if ! "$SHARDC" build "$spec" -o "$T/$name" -D model.layers=4 -D precision.dtype=bf16 -D parallel.tp="$tp" \
-         -D parallel.pp="$pp" -D parallel.dp="$dp" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.build" 2>&1; then
-        echo "FAIL: shardc build $name:"
-        cat "$T/$name.build"
-        fail=1
-        return 1
-    fi
-    if ! train_run "$np" "$name" --data "$DATA" --steps 4 --log "$T/$name.jsonl" --ckpt-dir "$T/$name.ck"; then
-        echo "FAIL: $name did not train:"
-        tail -20 "$T/$name.err"
-        fail=1
-        return 1
-    fi
-    "$SHARDC" export "$T/$name.ck" -o "$T/$name.safetensors" > /dev/null || { echo "FAIL: export $name"; fail=1; }
-}
+# run SPEC NAME TP PP DP [-D ...]: train_3d in bf16 at 4 layers (4 steps, checkpoint, export)
+run() { train_3d "$2" "$1" "$3" "$4" "$5" -D model.layers=4 -D precision.dtype=bf16 "${@:6}"; }
 # gnorm REF NAME: every step's logged gradient norm within GTOL relative (the
 # gradients themselves, before Adam's normalisation hides their scale)
 gnorm() {
@@ -72,23 +55,13 @@ EOF
         echo "ok: $2 vs $1: $(tail -1 "$T/gn.txt")"
     fi
 }
-# check REF NAME: losses, gradient norms and weights of NAME against REF at bf16 tolerance
+# check REF NAME: losses, weights and gradient norms of NAME against REF at bf16 tolerance
 check() {
-    train_cmp losses "$T/$1.jsonl" "$T/$2.jsonl" "$LTOL" "$2 vs $1"
+    train_check "$1" "$2" "$LTOL" "$WTOL" "$2 vs $1"
     gnorm "$1" "$2"
-    train_cmp weights "$T/$1.safetensors" "$T/$2.safetensors" "$WTOL" "$2 vs $1"
 }
 # same REF NAME: NAME equals REF (the same layout without the feature) bit for bit
-same() {
-    if ! "$PY" tests/e2e/train_compare.py losses "$T/$1.jsonl" "$T/$2.jsonl" 0 exact > "$T/cmp.txt"; then
-        echo "FAIL: $2 vs $1: losses not bit-identical"
-        cat "$T/cmp.txt"
-        fail=1
-    else
-        echo "ok: $2 vs $1: $(tail -1 "$T/cmp.txt") (bit-identical)"
-    fi
-    train_cmp weights "$T/$1.safetensors" "$T/$2.safetensors" 1e-5 "$2 vs $1"
-}
+same() { train_same "$1" "$2" 1e-5 "$2 vs $1"; }
 for fam in gpt llama; do
     run "specs/tiny-$fam.tspec" "$fam-ref" 1 1 1 -D zero.stage=0 || exit 1
 done

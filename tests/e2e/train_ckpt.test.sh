@@ -21,29 +21,15 @@ act() {
 c = json.load(open(sys.argv[1]))["rank_classes"][0]
 print(c["device_max_bytes"]["activations"], c["host_bytes"]["activations"])' "$T/plan.json"
 }
-# run NAME SPEC NP [-D ...]: build, train 4 steps with a checkpoint at the end, export
+# run NAME SPEC NP [-D ...]: train_layout (4 steps, checkpoint, export), then
+# the trainer's arenas against the plan's: "device arena A bytes (plan A), host arena H bytes (plan H)"
 run() {
-    local name=$1 spec=$2 np=$3
-    shift 3
-    if ! "$SHARDC" build "$spec" -o "$T/$name" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.build" 2>&1; then
-        echo "FAIL: shardc build $name:"
-        cat "$T/$name.build"
-        fail=1
-        return 1
-    fi
-    if ! train_run "$np" "$name" --data "$DATA" --steps 4 --log "$T/$name.jsonl" --ckpt-dir "$T/$name.ck"; then
-        echo "FAIL: $name did not train:"
-        tail -20 "$T/$name.err"
-        fail=1
-        return 1
-    fi
-    # the trainer's arenas are the plan's: "device arena A bytes (plan A), host arena H bytes (plan H)"
-    if ! grep -Eq 'device arena ([0-9]+) bytes \(plan \1\), host arena ([0-9]+) bytes \(plan \2\)' "$T/$name.out"; then
-        echo "FAIL: $name: measured arena use differs from the plan:"
-        grep arena "$T/$name.out"
+    train_layout "$@" || return 1
+    if ! grep -Eq 'device arena ([0-9]+) bytes \(plan \1\), host arena ([0-9]+) bytes \(plan \2\)' "$T/$1.out"; then
+        echo "FAIL: $1: measured arena use differs from the plan:"
+        grep arena "$T/$1.out"
         fail=1
     fi
-    "$SHARDC" export "$T/$name.ck" -o "$T/$name.safetensors" > /dev/null || { echo "FAIL: export $name"; fail=1; }
 }
 # layout REF SPEC NP "LAYOUT ARGS" CASE... ; a CASE is "NAME ARGS": the reference
 # without checkpointing, then every case against it (losses exact, weights 1e-5)
@@ -58,15 +44,7 @@ layout() {
         local name=$1
         shift
         run "$name" "$spec" "$np" $base "$@" || continue
-        # bit for bit (which is within 1e-5 relative)
-        if ! "$PY" tests/e2e/train_compare.py losses "$T/$ref.jsonl" "$T/$name.jsonl" 1e-5 exact > "$T/cmp.txt"; then
-            echo "FAIL: $name: losses"
-            cat "$T/cmp.txt"
-            fail=1
-        else
-            echo "ok: $name: $(tail -1 "$T/cmp.txt") (bit-identical)"
-        fi
-        train_cmp weights "$T/$ref.safetensors" "$T/$name.safetensors" 1e-5 "$name"
+        train_same "$ref" "$name" 1e-5 "$name"
         local ca ch
         read -r ca ch <<< "$(act "$spec" -D cluster.gpus_per_node="$np" $base "$@")"
         if [ "${ca:-x}" -lt "$ra" ] 2> /dev/null; then

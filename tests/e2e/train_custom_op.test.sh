@@ -69,6 +69,7 @@ import runpy, sys, torch
 import torch.nn.functional as F
 F.gelu = lambda x, approximate="none": torch.relu(x) ** 2
 sys.argv = sys.argv[1:]
+sys.path.insert(0, "tests/e2e")   # torch_gpt.py imports torch_common
 runpy.run_path(sys.argv[0], run_name="__main__")
 ' tests/e2e/torch_gpt.py "$T/init.safetensors" "$DATA" "$T/run.jsonl" "$T/run.ck/step-1/rank-00000.safetensors" \
     4 64 4 0.1 0.9 0.95 1e-8 1.0 && echo PASS

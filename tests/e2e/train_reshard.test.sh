@@ -10,16 +10,10 @@ set -u
 . "$(dirname "$0")/train_lib.sh"
 SPEC=specs/tiny-llama.tspec
 fail=0
-# build NAME TP PP DP [-D ...]
+# build NAME TP PP DP [-D ...]: the trainer of that layout (exits 1 when it does not build)
 build() {
-    local name=$1 tp=$2 pp=$3 dp=$4
-    shift 4
-    if ! "$SHARDC" build "$SPEC" -o "$T/$name" -D parallel.tp="$tp" -D parallel.pp="$pp" -D parallel.dp="$dp" \
-         -D cluster.gpus_per_node=$((tp * pp * dp)) "$@" > "$T/$name.build" 2>&1; then
-        echo "FAIL: shardc build $name:"
-        cat "$T/$name.build"
-        exit 1
-    fi
+    train_build_spec "$SPEC" "$1" -D parallel.tp="$2" -D parallel.pp="$3" -D parallel.dp="$4" \
+        -D cluster.gpus_per_node=$(($2 * $3 * $4)) "${@:5}"
 }
 build ref 1 1 1 -D zero.stage=0
 build a 1 1 4 -D zero.stage=3

@@ -12,30 +12,10 @@
 set -u
 . "$(dirname "$0")/train_lib.sh"
 fail=0
-# run SPEC NAME TP PP DP [-D ...]: build, train 4 steps with a checkpoint, export
-run() {
-    local spec=$1 name=$2 tp=$3 pp=$4 dp=$5 np=$(($3 * $4 * $5))
-    shift 5
-    if ! "$SHARDC" build "$spec" -o "$T/$name" -D model.layers=4 -D parallel.tp="$tp" -D parallel.pp="$pp" \
-         -D parallel.dp="$dp" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.build" 2>&1; then
-        echo "FAIL: shardc build $name:"
-        cat "$T/$name.build"
-        fail=1
-        return 1
-    fi
-    if ! train_run "$np" "$name" --data "$DATA" --steps 4 --log "$T/$name.jsonl" --ckpt-dir "$T/$name.ck"; then
-        echo "FAIL: $name did not train:"
-        tail -20 "$T/$name.err"
-        fail=1
-        return 1
-    fi
-    "$SHARDC" export "$T/$name.ck" -o "$T/$name.safetensors" > /dev/null || { echo "FAIL: export $name"; fail=1; }
-}
+# run SPEC NAME TP PP DP [-D ...]: train_3d at 4 layers (4 steps, checkpoint, export)
+run() { train_3d "$2" "$1" "$3" "$4" "$5" -D model.layers=4 "${@:6}"; }
 # check FAMILY NAME: losses and weights of NAME against FAMILY's reference
-check() {
-    train_cmp losses "$T/$1-ref.jsonl" "$T/$2.jsonl" 1e-5 "$2"
-    train_cmp weights "$T/$1-ref.safetensors" "$T/$2.safetensors" 1e-5 "$2"
-}
+check() { train_check "$1-ref" "$2" 1e-5 1e-5 "$2"; }
 SP=(-D parallel.sequence_parallel=on)
 for fam in gpt llama; do
     run "specs/tiny-$fam.tspec" "$fam-ref" 1 1 1 -D zero.stage=0 || exit 1

@@ -12,31 +12,13 @@ set -u
 . "$(dirname "$0")/train_lib.sh"
 SPEC=specs/tiny-llama.tspec
 fail=0
-# run NAME TP DP [-D ...]: build, train 4 steps with a checkpoint at the end, export
-run() {
-    local name=$1 tp=$2 dp=$3 np=$(($2 * $3))
-    shift 3
-    if ! "$SHARDC" build "$SPEC" -o "$T/$name" -D parallel.tp="$tp" -D parallel.dp="$dp" \
-         -D cluster.gpus_per_node="$np" -D model.heads=8 -D model.kv_heads=2 "$@" > "$T/$name.build" 2>&1; then
-        echo "FAIL: shardc build $name:"
-        cat "$T/$name.build"
-        fail=1
-        return 1
-    fi
-    if ! train_run "$np" "$name" --data "$DATA" --steps 4 --log "$T/$name.jsonl" --ckpt-dir "$T/$name.ck"; then
-        echo "FAIL: $name did not train:"
-        tail -20 "$T/$name.err"
-        fail=1
-        return 1
-    fi
-    "$SHARDC" export "$T/$name.ck" -o "$T/$name.safetensors" > /dev/null || { echo "FAIL: export $name"; fail=1; }
-}
+# run NAME TP DP [-D ...]: train_3d of tp · dp with 8 heads and 2 kv heads (4 steps, checkpoint, export)
+run() { train_3d "$1" "$SPEC" "$2" 1 "$3" -D model.heads=8 -D model.kv_heads=2 "${@:4}"; }
 run ref 1 1 -D zero.stage=0 -D train.micro_batch=4 || exit 1
 for v in "tp4 4 1 0 4 off" "tp4sp 4 1 0 4 on" "tp4dp2z1 4 2 1 4 off" "tp4dp2z3sp 4 2 3 2 on"; do
     set -- $v
     run "$1" "$2" "$3" -D zero.stage="$4" -D train.micro_batch="$5" -D parallel.sequence_parallel="$6" || continue
-    train_cmp losses "$T/ref.jsonl" "$T/$1.jsonl" 1e-5 "llama kv 2 $1 ZeRO-$4"
-    train_cmp weights "$T/ref.safetensors" "$T/$1.safetensors" 1e-5 "llama kv 2 $1 ZeRO-$4"
+    train_check ref "$1" 1e-5 1e-5 "llama kv 2 $1 ZeRO-$4"
 done
 # Resharded resume: tp 4 · dp 2's checkpoint (each kv head written by both of
 # its replicas) resumed under tp 2 (kv heads split plainly), and tp 1's resumed
@@ -53,9 +35,8 @@ resume() {   # resume NAME LABEL NP TRAINER CKPT LOG0: steps 5-8 appended to a c
     [ "$(grep -c '"loss"' "$T/$1.jsonl")" = 8 ] || { echo "FAIL: $2 did not log 8 steps"; fail=1; }
     train_cmp losses "$T/ref8.jsonl" "$T/$1.jsonl" 1e-5 "$2"
 }
-"$SHARDC" build "$SPEC" -o "$T/tp2" -D parallel.tp=2 -D parallel.dp=1 -D cluster.gpus_per_node=2 -D model.heads=8 \
-    -D model.kv_heads=2 -D zero.stage=0 -D train.micro_batch=4 > "$T/tp2.build" 2>&1 ||
-    { echo "FAIL: shardc build tp2:"; cat "$T/tp2.build"; exit 1; }
+train_build_spec "$SPEC" tp2 -D parallel.tp=2 -D parallel.dp=1 -D cluster.gpus_per_node=2 -D model.heads=8 \
+    -D model.kv_heads=2 -D zero.stage=0 -D train.micro_batch=4
 if train_run 1 ref --data "$DATA" --steps 8 --log "$T/ref8.jsonl" --ckpt-dir "$T/ref8.ck"; then
     resume ab "tp 4 · dp 2 ZeRO-1 then tp 2" 2 tp2 "$T/tp4dp2z1.ck/step-4" "$T/tp4dp2z1.jsonl"
     resume ba "tp 1 then tp 4" 4 tp4 "$T/ref.ck/step-4" "$T/ref.jsonl"
