@@ -53,6 +53,10 @@ static _Noreturn void ctx_vfatal(const srt_ctx *c, int code, const char *where, 
     fprintf(stderr, "shardrt: rank %lld: %s%s%s\n", rank, code == 1 ? "error: " : "internal error: ",
             where ? where : "", msg);
     fflush(stderr);
+    /* a guarded device arena (SRT_DEV_GUARD) readable again: exit handlers
+     * (LeakSanitizer's scan) and core dumps read it */
+    if (c && c->dev_guard && c->dev)
+        mprotect(c->dev, ((size_t)(c->dev_bytes > 0 ? c->dev_bytes : 1) + 4095) & ~(size_t)4095, PROT_READ | PROT_WRITE);
     int size = 1;
     if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (init && !fin && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
