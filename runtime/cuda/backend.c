@@ -118,6 +118,7 @@ static void cu_arena_free(srt_ctx *c, void *p, int space)
  * device's queued work is done (ctx_dev_read; the host never addresses the arena). */
 static void cu_dev_read(srt_ctx *c, void *dst, int64_t off, int64_t bytes)
 {
+    cu_host_drain(c);
     cu_p2p_close(c);
     CU_CHECK(c, cudaDeviceSynchronize(), "cudaDeviceSynchronize before reading the device arena");
     CU_CHECK(c, cudaMemcpy(dst, c->dev + off, (size_t)bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (device arena to host)");
@@ -127,6 +128,7 @@ static void cu_dev_read(srt_ctx *c, void *dst, int64_t off, int64_t bytes)
  * device's queued work is done (ctx_dev_write). */
 static void cu_dev_write(srt_ctx *c, int64_t off, const void *src, int64_t bytes)
 {
+    cu_host_drain(c);
     cu_p2p_close(c);
     CU_CHECK(c, cudaDeviceSynchronize(), "cudaDeviceSynchronize before writing the device arena");
     CU_CHECK(c, cudaMemcpy(c->dev + off, src, (size_t)bytes, cudaMemcpyHostToDevice), "cudaMemcpy (host to device arena)");
@@ -159,6 +161,7 @@ static void cu_init(srt_ctx *c)
     cu_attn_init(c);
     cu_comm_init(c);
     cu_io_init(c);
+    cu_host_init(c);
     CU_CHECK(c, cudaDeviceSynchronize(), "cudaDeviceSynchronize after start-up");
     st->used_min = st->used_peak = cu_used(c);
     if (c->rank == 0) {
@@ -179,6 +182,7 @@ static void cu_fini(srt_ctx *c)
 {
     cu_state *st = cu_st(c);
     if (!st) return;
+    cu_host_fini(c);
     cu_p2p_close(c);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) ctx_die(c, "cudaDeviceSynchronize at the end: %s", cudaGetErrorString(e));
@@ -208,21 +212,38 @@ static void cu_fini(srt_ctx *c)
 static void cu_before_op(srt_ctx *c, srt_stream s, int op)
 {
     cu_state *st = cu_st(c);
+    if (s == SRT_HOST && !cu_host_op_ok(op))
+        ctx_die(c, "%s issued on SRT_HOST: the CUDA backend's host worker runs only grad_sumsq and "
+                "optimizer_step", ops_name(op));
     if (st->p2p_open && ((op != SRT_OP_send && op != SRT_OP_recv) || st->p2p_open - 1 != (int)s))
         cu_p2p_close(c);
 }
 
-/* cudaEventRecord of ev on s. */
+/* cudaEventRecord of ev on s; on SRT_HOST the host queue's ticket (host.c). */
 static void cu_event_record(srt_ctx *c, srt_stream s, int ev)
 {
     cu_p2p_close(c);
+    if (s == SRT_HOST) {
+        cu_host_record(c, ev);
+        return;
+    }
+    cu_st(c)->ev_host[ev] = false;
     CU_CHECK(c, cudaEventRecord(cu_st(c)->event[ev], cu_stream(c, s)), "cudaEventRecord");
 }
 
-/* s waits for ev on the device (the host does not block). */
+/* s waits for ev: on the device between device streams (the host does not
+ * block); SRT_HOST's waits and waits for host events as host.c says. */
 static void cu_event_wait(srt_ctx *c, srt_stream s, int ev)
 {
     cu_p2p_close(c);
+    if (s == SRT_HOST) {
+        cu_host_wait(c, ev);
+        return;
+    }
+    if (cu_st(c)->ev_host[ev]) {
+        cu_host_block(c, ev);
+        return;
+    }
     CU_CHECK(c, cudaStreamWaitEvent(cu_stream(c, s), cu_st(c)->event[ev], 0), "cudaStreamWaitEvent");
 }
 
@@ -232,6 +253,7 @@ static void cu_stream_sync(srt_ctx *c, srt_stream s)
 {
     cu_state *st = cu_st(c);
     cu_p2p_close(c);
+    if (s == SRT_HOST) cu_host_drain(c);
     CU_CHECK(c, cudaStreamSynchronize(st->stream[s]), "cudaStreamSynchronize");
     if (st->loss_pending[s]) {
         c->loss += st->loss_acc[s];

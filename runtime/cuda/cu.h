@@ -18,8 +18,9 @@
  * cudaStreamNonBlocking) so that a user op's kernels on the legacy default
  * stream are ordered after the runtime's earlier work and before its later
  * work (docs/custom-ops.md); one cudaEvent_t per event id.  SRT_HOST work
- * (host optimizer steps on the pinned arena) runs on the CPU after its
- * stream's earlier work has completed.
+ * (host optimizer steps on the pinned arena) runs on a worker thread in
+ * issue order (host.c, hostq.c), overlapped with the GPU work issued after
+ * it; events recorded on SRT_HOST are tickets of that queue.
  */
 #ifndef SHARDRT_CU_H
 #define SHARDRT_CU_H
@@ -27,20 +28,25 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <liburing.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "hostq.h"
 #include "internal.h"
 #include "../../kernels/cuda/kernels.h"
 
 enum {
     CU_WORKSPACE = 32 << 20,    /* cuBLASLt's workspace on Hopper (the plan's cublaslt.workspace) */
     CU_GEMM_CACHE = 512,        /* matmul shapes cached (a model has a dozen or so)            */
-    CU_NVME_BOUNCE = 8 << 20,   /* pinned bytes for NVMe transfers of device memory             */
+    CU_NVME_QD = 8,             /* io_uring requests in flight when the program gives 0         */
+    CU_NVME_QD_MAX = 1024,      /* the most requests in flight (the CPU backend's limit)        */
+    CU_NVME_SLOT = 1 << 20,     /* bytes of one request when the program gives 0                */
     CU_NVME_ALIGN = 4096,
     CU_BIAS_CHUNKS = 32,        /* row ranges of the bias gradient's partial sums              */
     CU_STAGES = 4,              /* pinned staging slots of srt_load_batch                       */
+    CU_GATES = 256,             /* SRT_HOST's snapshots of device events in flight (host.c)    */
 };
 
 /* What kg_norm_finish writes (device) and the host reads after a sync. */
@@ -55,6 +61,10 @@ typedef struct cu_gemm {
     cublasLtMatmulAlgo_t algo;
     bool failed;                /* no algorithm: a fused GELU op falls back    */
 } cu_gemm;
+
+/* The step's scalars a host op reads, taken when it is issued (the host
+ * worker runs it later, while the trainer moves on). */
+typedef struct cu_step_sc { double lr; int64_t step; float loss_scale; } cu_step_sc;
 
 /* The collective in flight on a stream, for the watchdog. */
 typedef struct cu_inflight {
@@ -73,6 +83,18 @@ typedef struct cu_state {
     int sm_major, sm_minor, nsm;
     cudaStream_t stream[SRT_NSTREAMS];
     cudaEvent_t event[SRT_MAX_EVENTS];
+    /* the SRT_HOST stream (host.c): its worker, and per event whether its
+     * last record was on SRT_HOST and the queue's ticket then */
+    hq_queue hostq;
+    bool ev_host[SRT_MAX_EVENTS];
+    uint64_t ev_ticket[SRT_MAX_EVENTS];
+    /* SRT_HOST's waits on device events: the record waited for, snapshotted
+     * on the gate stream into a private event, and the ticket of the
+     * closure that waits on it (the slot is free once that has passed) */
+    cudaStream_t gate;
+    cudaEvent_t gate_ev[CU_GATES];
+    uint64_t gate_ticket[CU_GATES];
+    int gate_next;
     /* the loss: pinned, mapped host memory a one-block kernel adds to and the
      * host reads after the stream's sync */
     double *loss_acc;           /* [SRT_NSTREAMS]                                  */
@@ -110,7 +132,12 @@ typedef struct cu_state {
     cudaEvent_t stage_done[CU_STAGES];
     int stage_next;
     int nvme_fd;
-    uint8_t *bounce;            /* pinned, CU_NVME_BOUNCE bytes                     */
+    bool nvme_direct;           /* O_DIRECT (else the page cache, pread/pwrite)     */
+    bool uring;                 /* io_uring works here                              */
+    struct io_uring ring;
+    int nvme_qd;                /* requests in flight (aio_queue_depth)             */
+    int64_t nvme_slot;          /* bytes per request (aio_block_size, aligned)      */
+    uint8_t *bounce;            /* pinned, nvme_qd slots of nvme_slot bytes          */
     /* compute.c's device scratch (f32): the cross-entropy's row statistics,
      * rope backward's copy; sized from the program's shapes */
     float *scratch;
@@ -136,6 +163,26 @@ bool cu_is_host(const srt_ctx *c, const void *p);
 double cu_now(void);
 /* The element bytes of dt. */
 static inline int64_t cu_dsize(srt_dtype dt) { return ops_dtype_size(dt); }
+/* The step's scalars now. */
+static inline cu_step_sc cu_step_scalars(const srt_ctx *c)
+{
+    return (cu_step_sc){ c->lr, c->step, c->loss_scale };
+}
+
+/* ---- host.c: the SRT_HOST stream's worker ------------------------------------------------ */
+void cu_host_init(srt_ctx *c);
+void cu_host_fini(srt_ctx *c);
+/* Whether an op issued on s is queued for the worker (s is SRT_HOST and the
+ * caller is not the worker). */
+bool cu_host_defer(srt_ctx *c, srt_stream s);
+/* Whether op may be issued on SRT_HOST. */
+bool cu_host_op_ok(int op);
+void cu_host_grad_sumsq(srt_ctx *c, srt_t g);
+void cu_host_optimizer_step(srt_ctx *c, srt_t params, srt_t master, srt_t grads, srt_t m, srt_t v, bool decay);
+void cu_host_record(srt_ctx *c, int ev);
+void cu_host_wait(srt_ctx *c, int ev);
+void cu_host_block(srt_ctx *c, int ev);
+void cu_host_drain(srt_ctx *c);
 
 /* ---- compute.c ------------------------------------------------------------------------ */
 void cu_load_batch(srt_ctx *c, srt_stream s, int mb, srt_t tokens, srt_t targets);
@@ -202,6 +249,9 @@ void cu_grad_sumsq(srt_ctx *c, srt_stream s, srt_t g);
 void cu_grad_norm_finish(srt_ctx *c, srt_stream s, srt_group g);
 void cu_optimizer_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, srt_t grads,
                        srt_t m, srt_t v, bool decay);
+/* The same with the step's scalars given (the host worker's). */
+void cu_optimizer_step_sc(srt_ctx *c, srt_stream s, srt_t params, srt_t master, srt_t grads,
+                          srt_t m, srt_t v, bool decay, const cu_step_sc *sc);
 
 /* ---- comm.c: NCCL ------------------------------------------------------------------------- */
 void cu_comm_init(srt_ctx *c);

@@ -17,7 +17,8 @@
  * srt_main moves the scale.
  *
  * Optimizer state in the pinned host arena (offload): the step runs on the
- * CPU with the kc_ kernels, after the stream's earlier work has finished.
+ * CPU with the kc_ kernels, on the SRT_HOST worker (host.c) when issued on
+ * SRT_HOST, after the stream's earlier work has finished.
  */
 #include "cu.h"
 
@@ -59,6 +60,10 @@ void cu_optim_fini(srt_ctx *c)
 /* Adds Σ g² to the step's exact bins. */
 void cu_grad_sumsq(srt_ctx *c, srt_stream s, srt_t g)
 {
+    if (cu_host_defer(c, s)) {
+        cu_host_grad_sumsq(c, g);
+        return;
+    }
     cu_kg(c, kg_sumsq_add(&cu_st(c)->norm->acc, g, cu_stream(c, s)), "grad_sumsq");
 }
 
@@ -98,15 +103,18 @@ static void cu_host_f32(float *f, srt_t t, int64_t o, int64_t n)
 
 /* The step on the CPU for state in the pinned host arena (offload). */
 static void cu_host_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, srt_t grads, srt_t m, srt_t v,
-                         bool decay)
+                         bool decay, const cu_step_sc *sc)
 {
     cu_state *st = cu_st(c);
-    CU_CHECK(c, cudaStreamSynchronize(cu_stream(c, s)), "optimizer_step (host): cudaStreamSynchronize");
+    cudaStream_t cs = cu_stream(c, s);
+    /* the norm through s, not the legacy stream: no implicit sync with the others */
     cu_norm_out o;
-    CU_CHECK(c, cudaMemcpy(&o, &st->norm->out, sizeof o, cudaMemcpyDeviceToHost), "optimizer_step (host): the norm");
+    CU_CHECK(c, cudaMemcpyAsync(&o, &st->norm->out, sizeof o, cudaMemcpyDeviceToHost, cs),
+             "optimizer_step (host): the norm");
+    CU_CHECK(c, cudaStreamSynchronize(cs), "optimizer_step (host): cudaStreamSynchronize");
     if (o.overflow) return;
     const srt_program *p = c->prog;
-    float gs = o.clip_scale / c->loss_scale;
+    float gs = o.clip_scale / sc->loss_scale;
     double wd = decay ? p->weight_decay : 0.0;
     if (!st->host_tmp) ctx_die(c, "optimizer_step: host state without a planned host arena");
     float *g = st->host_tmp, *g2 = st->host_tmp + CU_HOST_CHUNK;
@@ -115,10 +123,10 @@ static void cu_host_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, s
         float *w = (float *)master.p + off;
         cu_host_f32(g, grads, off, n);
         if (p->optimizer == 2) {
-            KcSGD h = { c->lr, p->momentum, 0.0, wd, 0, c->step == 1, gs };
+            KcSGD h = { sc->lr, p->momentum, 0.0, wd, 0, sc->step == 1, gs };
             kc_sgd_step(w, g, m.p ? (float *)m.p + off : NULL, (size_t)n, h);
         } else {
-            KcAdamW h = { c->lr, p->beta1, p->beta2, p->eps, wd, (int)c->step, gs };
+            KcAdamW h = { sc->lr, p->beta1, p->beta2, p->eps, wd, (int)sc->step, gs };
             const float *gg = g;
             if (p->optimizer == 1 && wd != 0.0) {
                 for (int64_t i = 0; i < n; i++) g2[i] = g[i] * gs + (float)wd * w[i];
@@ -140,9 +148,22 @@ static void cu_host_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, s
 void cu_optimizer_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, srt_t grads, srt_t m, srt_t v,
                        bool decay)
 {
+    if (cu_host_defer(c, s)) {
+        cu_host_optimizer_step(c, params, master, grads, m, v, decay);
+        return;
+    }
+    cu_step_sc sc = cu_step_scalars(c);
+    cu_optimizer_step_sc(c, s, params, master, grads, m, v, decay, &sc);
+}
+
+/* The step with the given scalars: on the CPU for state in the host arena,
+ * else on the device. */
+void cu_optimizer_step_sc(srt_ctx *c, srt_stream s, srt_t params, srt_t master, srt_t grads, srt_t m, srt_t v,
+                          bool decay, const cu_step_sc *sc)
+{
     cu_state *st = cu_st(c);
     if (cu_is_host(c, master.p)) {
-        cu_host_step(c, s, params, master, grads, m, v, decay);
+        cu_host_step(c, s, params, master, grads, m, v, decay, sc);
         return;
     }
     const srt_program *p = c->prog;
@@ -151,10 +172,10 @@ void cu_optimizer_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, srt
     const float *clip = &st->norm->out.clip_scale;
     const int *skip = &st->norm->out.overflow;
     if (p->optimizer == 2) {
-        KgSGD h = { c->lr, p->momentum, 0.0, wd, 0, c->step == 1, c->loss_scale };
+        KgSGD h = { sc->lr, p->momentum, 0.0, wd, 0, sc->step == 1, sc->loss_scale };
         cu_kg(c, kg_sgd_step(params, master, grads, m, h, clip, skip, cs), "optimizer_step (sgd)");
     } else {
-        KgAdamW h = { c->lr, p->beta1, p->beta2, p->eps, wd, (int)c->step, p->optimizer == 1, c->loss_scale };
+        KgAdamW h = { sc->lr, p->beta1, p->beta2, p->eps, wd, (int)sc->step, p->optimizer == 1, sc->loss_scale };
         cu_kg(c, kg_adamw_step(params, master, grads, m, v, h, clip, skip, cs), "optimizer_step");
     }
 }

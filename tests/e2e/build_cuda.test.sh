@@ -4,8 +4,9 @@
 # the CPU backend's: only the link differs) and links it against
 # libshardrt_cuda.a, cuBLASLt, cuDNN and NCCL, for the spec's dp 4 layout, a
 # one-GPU bf16 layout and a GPU cluster (whose plan holds cuBLASLt's 32 MiB
-# workspace), specs/tiny-llama.tspec; examples/custom-op's sqrelu.cu goes through nvcc into its
-# trainer.  Where no GPU is present the trainer says so and exits 1.
+# workspace), specs/tiny-llama.tspec and an NVMe-offload layout (the host
+# worker, liburing linked); examples/custom-op's sqrelu.cu goes through nvcc
+# into its trainer.  Where no GPU is present the trainer says so and exits 1.
 # Skipped (77) where the build has no CUDA runtime (nvcc not found).
 set -u
 . "$(dirname "$0")/train_lib.sh"
@@ -25,6 +26,14 @@ cuda_build one specs/tiny-gpt.tspec -D parallel.dp=1 -D cluster.gpus_per_node=1 
 cuda_build h100 specs/tiny-gpt.tspec -D parallel.dp=1 -D cluster.gpus_per_node=1 -D cluster.gpu=h100_sxm_80gb --emit-c "$T/h100.c"
 cuda_build sqrelu examples/custom-op/sqrelu.tspec
 cuda_build llama specs/tiny-llama.tspec
+# offload on the GPU path: host AdamW on the SRT_HOST worker, the states on NVMe through io_uring
+cuda_build nvme specs/tiny-gpt.tspec -D zero.stage=3 -D train.micro_batch=2 -D zero.param_persistence_threshold=1000 \
+    -D 'offload.optimizer=nvme{path="/tmp"}' -D zero.sub_group_size=20000 -D offload.aio.block_size=65536 \
+    -D offload.aio.queue_depth=4
+ldd "$T/nvme" | grep -q liburing || { echo "FAIL: the offload trainer does not link liburing"; fail=1; }
+for sym in cu_host_init cu_host_optimizer_step io_uring_queue_init; do
+    nm "$T/nvme" | grep -q " $sym$\| $sym@" || { echo "FAIL: $sym is not in the offload trainer"; fail=1; }
+done
 # the CUDA libraries are linked, the CPU backend is not
 for lib in libcudart libcublasLt libcudnn libnccl; do
     ldd "$T/one" | grep -q "$lib" || { echo "FAIL: the trainer does not link $lib"; fail=1; }
