@@ -729,7 +729,8 @@ static void carve_bwd(CE *e, int64_t limit)
     int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd;
     Carve *cv = &e->bscr;
     if (tp == 1) carve_live(cv, "dx2", T * h * w, 0, 6);   /* tp > 1: the row's d1 */
-    carve_live(cv, "dact", T * ff * w, 1, 2);
+    if (m->gated || ext_of(e->spec))    /* GELU's backward fuses it away (matmul_bwd_dgelu) */
+        carve_live(cv, "dact", T * ff * w, 1, 2);
     if (m->gated) {
         carve_live(cv, "dgate", T * ff * w, 2, 3);
         carve_live(cv, "dup", T * ff * w, 2, 3);

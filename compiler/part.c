@@ -542,20 +542,45 @@ static int64_t sp_fwd_scratch(const Partition *p, const LayerGraph *g0, int pol)
     return peak;
 }
 
-/* Peak bytes of the backward's transients: the gradient of each internal
- * tensor lives from the backward of its last reader to that of its producer;
- * sequence-parallel inputs are gathered again for their linear's backward. */
-static int64_t bwd_scratch(const Partition *p, const LayerGraph *g)
+/* Peak bytes of the layer backward's scratch as the generated backward packs
+ * it (emit.c carve_bwd, rule for rule), over the graph without sp (g0) and
+ * on all tokens (the backward keeps the layer's gradients on all of them,
+ * sp or not): the gradient of each internal tensor lives from the backward
+ * of its last reader to that of its producer, except a row-parallel partial
+ * sum's, which is its residual add's output gradient read in place (so that
+ * one lives on to the partial's producer); tp > 1 keeps the residual x2's
+ * gradient in its own buffer (d1), not here; the fused GELU backward
+ * (matmul_bwd_dgelu) has no gradient of the activation's output; under sp
+ * each norm is recomputed on the gathered input (output and statistics on
+ * all tokens) while its output's gradient lives. */
+static int64_t bwd_scratch(const Spec *s, const Partition *p, const LayerGraph *g0)
 {
+    bool sp = s->parallel.sequence_parallel && p->tp > 1;
+    bool dgelu = !p->model->gated && s->model.activation != ACT_EXTERN;
+    int64_t nstats = p->model->layernorm ? 2 : 1;
+    int born[ACT_MAX_TENSORS], dies[ACT_MAX_TENSORS];
+    for (int i = 0; i < g0->nt; i++) {
+        born[i] = act_producer(g0, i);
+        dies[i] = act_last_use(g0, i, born[i]);
+    }
+    for (int i = 0; i < g0->nt; i++)    /* a partial's gradient is its reader's output gradient */
+        if (g0->t[i].shard == AS_FULL && g0->t[i].kind == AK_TEMP)
+            for (int j = 0; j < g0->st[dies[i]].nout; j++) {
+                int r = g0->st[dies[i]].out[j];
+                if (born[i] < born[r]) born[r] = born[i];
+            }
     int64_t peak = 0;
-    for (int k = g->nst - 1; k >= 0; k--) {
+    for (int k = g0->nst - 1; k >= 0; k--) {
         int64_t live = 0;
-        for (int i = 0; i < g->nt; i++) {
-            const ActTensor *t = &g->t[i];
-            if (t->kind == AK_INPUT || t->kind == AK_OUTPUT) continue;
-            int prod = act_producer(g, i), last = act_last_use(g, i, prod);
-            if (t->grad && prod <= k && k <= last) live += act_bytes(p, t);
-            else if (t->kind == AK_REGATHER && k == last) live += act_bytes(p, t);
+        for (int i = 0; i < g0->nt; i++) {
+            const ActTensor *t = &g0->t[i];
+            if (!t->grad || t->kind == AK_INPUT || t->kind == AK_OUTPUT || k < born[i] || k > dies[i]) continue;
+            if (t->shard == AS_FULL && t->kind == AK_TEMP) continue;
+            if (p->tp > 1 && strcmp(t->name, "x2") == 0) continue;
+            if (dgelu && strcmp(t->name, "act") == 0) continue;
+            live += act_bytes(p, t);
+            if (sp && strncmp(t->name, "norm", 4) == 0)
+                live += p->T * t->width * p->wbytes + p->T * nstats * 4;
         }
         if (live > peak) peak = live;
     }
@@ -580,16 +605,13 @@ static void plan_act(const Spec *s, Partition *p)
     bool split = s->checkpointing.partition_activations && !sp && p->tp > 1;
     a->ckpt = split ? (a->x + p->tp - 1) / p->tp : a->x;
     for (int pol = 0; pol < 3; pol++) a->fwd_scratch[pol] = fwd_scratch(p, &g, pol);
-    a->bwd_scratch = bwd_scratch(p, &g);
-    if (sp) {   /* the generated backward (emit.c) keeps the layer's gradients on all tokens, as
-                 * without sp, and recomputes each norm on its gathered input (all tokens) */
-        int64_t tsp = p->T_sp, nstats = p->model->layernorm ? 2 : 1;
-        LayerGraph g0;
-        model_layer_graph(p->model, false, &g0);
-        p->T_sp = p->T;
-        int64_t need = bwd_scratch(p, &g0) + p->T * p->model->h * p->wbytes + p->T * nstats * 4;
-        p->T_sp = tsp;
-        if (need > a->bwd_scratch) a->bwd_scratch = need;
+    LayerGraph g0;
+    model_layer_graph(p->model, false, &g0);
+    int64_t tsp = p->T_sp;
+    p->T_sp = p->T;
+    a->bwd_scratch = bwd_scratch(s, p, &g0);
+    p->T_sp = tsp;
+    if (sp) {
         /* the generated forward (emit.c) holds the norm of the gathered input and,
          * under checkpointing, what it does not keep, laid out by lifetime */
         for (int pol = 0; pol < 3; pol++) {

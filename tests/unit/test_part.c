@@ -277,6 +277,44 @@ static void test_activations(void)
     }
 }
 
+/* The layer backward's scratch is what the generated backward packs (emit.c
+ * carve_bwd): GPT's fused GELU backward has no dact; tp > 1 keeps x2's
+ * gradient in d1; sp adds each norm recomputed on all tokens, live with its
+ * gradient.  GPT (sbh = s·b·h·2 bytes): tp 1 peaks at fc1 (dx2, dln2, dfc1:
+ * 6sbh), tp t at fc1 without dx2 (sbh(1 + 4/t)), sp adds norm2 and its
+ * statistics (sbh(2 + 4/t) + 8sb).  SwiGLU peaks at the activation's backward
+ * (dx2, dact, dgate, dup: s·b·(h + 3f)·2 at tp 1). */
+static void test_bwd_scratch(void)
+{
+    const int64_t S = 2048, H = 1024, sb = S * 2, sbh = sb * H * 2;
+    CHECK_EQ(acts(2, 1, false, CKPT_NONE).bwd_scratch, 6 * sbh);
+    for (int64_t t = 2; t <= 8; t *= 2) {
+        CHECK_EQ(acts(2, t, false, CKPT_NONE).bwd_scratch, sbh + 4 * sbh / t);
+        CHECK_EQ(acts(2, t, true, CKPT_NONE).bwd_scratch, 2 * sbh + 4 * sbh / t + 8 * sb);
+        CHECK_EQ(acts(2, t, true, CKPT_FULL).bwd_scratch, 2 * sbh + 4 * sbh / t + 8 * sb);
+    }
+    const int64_t LH = 1024, F = 2816, T = 4096;
+    for (int64_t t = 1; t <= 4; t *= 2)
+        for (int sp = 0; sp < 2; sp++) {
+            Spec s;
+            Model m;
+            Partition p;
+            fx_spec(&s);
+            fx_llama(&s, 4, LH, 16, F);
+            s.parallel.tp = t;
+            s.parallel.sequence_parallel = sp;
+            fx_batch(&s);
+            model_build(&s, &m);
+            part_build(&s, &m, &p);
+            int64_t act = T * 2 * ((t == 1 ? LH : 0) + 3 * F / t);                 /* dx2, dact, dgate, dup */
+            int64_t up = T * 2 * ((t == 1 ? LH : 0) + LH + 2 * F / t);              /* dx2, dln2, dgate, dup */
+            int64_t qkv = T * 2 * (LH + 3 * LH / t);                                /* dqkv, dln1 */
+            if (sp && t > 1) up += T * 2 * LH + T * 4, qkv += T * 2 * LH + T * 4;   /* the norms again */
+            int64_t want = act > up ? act : up;
+            CHECK_EQ(p.act.bwd_scratch, want > qkv ? want : qkv);
+        }
+}
+
 /* Microbatches in flight: 1F1B p - stage, GPipe m, interleaved Megatron's
  * warm-up + 1; every order runs each forward before its backward. */
 static void test_pipeline_orders(void)
@@ -420,6 +458,7 @@ int main(void)
     test_matrix();
     test_stages();
     test_activations();
+    test_bwd_scratch();
     test_pipeline_orders();
     test_checks();
     test_kv_split();
