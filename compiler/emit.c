@@ -307,11 +307,6 @@ bool emit_supported(const Spec *s, bool report)
         s->model.kv_heads % s->parallel.tp != 0)
         ok = refuse(report, s, "parallel.tp", "the GPT family's fused QKV with fewer kv heads than tp (replicated kv)",
                     "build with -D parallel.tp=1, or use the Llama family");
-    /* parameter offload with one dp rank: the layers would read the persistent
-     * parameters straight from the (offloaded) shard */
-    if (s->offload.params != OFF_NONE && s->parallel.dp < 2)
-        ok = refuse(report, s, "offload.params", "parameter offload with one data-parallel rank",
-                    "build with -D offload.params=none, or dp >= 2");
     /* a user-defined activation (extern) replaces GELU's calls: see ext_of */
     if (s->model.activation != ACT_GELU && s->model.activation != ACT_SWIGLU && s->model.activation != ACT_EXTERN)
         ok = refuse(report, s, "model.activation", "an activation other than GELU and SwiGLU (or a user-defined one)",
@@ -798,7 +793,8 @@ static void group_role(CE *e, Group *g, int r, int i)
     g->ct[r] = i;
     if (e->p->zero < 3) {
         g->wslot[r] = 0, g->woff[r] = boff(e, e->b_params) + ct->offset * e->wb;
-    } else if (sg->persistent && e->p->dp == 1) {   /* one rank: the shard is the whole segment */
+    } else if (sg->persistent && e->p->dp == 1 && e->params_space == SPACE_DEVICE) {
+        /* one rank, the shard on the device: it is the whole segment */
         g->wslot[r] = 0, g->woff[r] = boff(e, e->b_pshard) + (sg->shard_offset + rel) * e->wb;
     } else if (sg->persistent) {
         g->wslot[r] = 0, g->woff[r] = boff(e, e->b_persist) + (e->persist_rel[ct->seg] + rel) * e->wb;
@@ -1168,9 +1164,12 @@ static void param_gather_op(CE *e, const Op *o, const char *label)
             /* the shard is on the host or on NVMe: gather from there */
             const char *pre, *in = shard_src(e, stream_name(o->stream), sg->shard_offset, sg->shard, &pre);
             if (pre) stmt(e, FN_INLINE, 0, label, pre);
+            /* one dp rank: the shard is the whole segment, a copy to the device */
             stmt(e, FN_INLINE, 0, label,
-                 arena_printf(&g_arena, "srt_all_gather(c, %s, SRT_DP, DV(%lld, %lld, WDT), %s);", stream_name(o->stream),
-                              (long long)(boff(e, e->b_persist) + e->persist_rel[i] * e->wb), (long long)sg->padded, in));
+                 arena_printf(&g_arena, e->p->dp == 1 ? "srt_copy(c, %s, DV(%lld, %lld, WDT), %s);"
+                                                      : "srt_all_gather(c, %s, SRT_DP, DV(%lld, %lld, WDT), %s);",
+                              stream_name(o->stream), (long long)(boff(e, e->b_persist) + e->persist_rel[i] * e->wb),
+                              (long long)sg->padded, in));
         } else if (e->p->zero == 3) {
             if (!sg->persistent) continue;
             row(e, FN_PGATHER, arena_printf(&g_arena, "%s seg%d", label, i), "{%s, %lld, %lld, %lld, %lld}",

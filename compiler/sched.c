@@ -1501,11 +1501,13 @@ static void opt_host(Bld *b)
 }
 
 /* ZeRO 1-2: all-gather the updated shards in place, allgather_bucket at a
- * time; ZeRO 3: gather the persistent small parameters. */
+ * time; ZeRO 3: gather the persistent small parameters (with one dp rank
+ * only when the shard is offloaded: the layers read them on the device). */
 static void param_gathers(Bld *b)
 {
     const Partition *p = b->p;
-    if (p->zero == 0 || p->dp == 1) return;
+    bool away = p->zero == 3 && b->spec->offload.params != OFF_NONE;
+    if (p->zero == 0 || (p->dp == 1 && !away)) return;
     int64_t acc = 0;
     for (int i = 0; i < b->c->nsegs; i++) {
         const Segment *sg = &b->c->segs[i];

@@ -5,6 +5,8 @@
 # offload path; several pipelined sub-groups; the spec's aio block size and queue
 # depth), the parameters on the host and on NVMe (with the optimizer on NVMe),
 # a partial offload (ratio 0.5: half of each rank's shard stepped on the device),
+# dp 1 with the parameters on the host and on NVMe (losses bit for bit, weights
+# equal: the persistent parameters must reach the device),
 # bf16 with all three, and pp 2 · dp 2 with all three — every step's loss within
 # 1e-5 relative (bit for bit is expected; the worst difference is printed) and
 # the exported weights within 1e-5; bf16 at bf16 tolerance (1e-4, weights 1e-2):
@@ -51,6 +53,15 @@ run half -D offload.optimizer=cpu -D offload.optimizer.ratio=0.5 && train_check 
 run bref -D precision.dtype=bf16 &&
     run bhalf -D precision.dtype=bf16 -D offload.params=cpu -D "$NVOPT" -D offload.optimizer.ratio=0.5 &&
     train_check bref bhalf 1e-4 1e-2 "bf16, parameters on the host, optimizer ratio 0.5 on NVMe"
+# one dp rank (ZeRO-Infinity on one GPU): each unit fetched from the host or
+# NVMe shard, the persistent parameters copied to the device after each step
+# one NAME [-D ...]: dp 1 ZeRO-3 with the -D; train_layout (4 steps, checkpoint, export)
+one() { train_layout "$1" specs/tiny-gpt.tspec 1 -D parallel.dp=1 -D zero.stage=3 -D train.micro_batch=2 "${PERSIST[@]}" \
+            "${@:2}"; }
+if one ref1; then
+    one pcpu1 -D offload.params=cpu && train_same ref1 pcpu1 0 "dp 1, parameters on the host"
+    one pnvme1 -D "$NVPAR" -D "$NVOPT" && train_same ref1 pnvme1 0 "dp 1, parameters and optimizer on NVMe"
+fi
 # with pipeline parallelism: pp 2 · dp 2 (four ranks), the same offloads
 # pp NAME [-D ...]: pp 2 · dp 2 ZeRO-3 with the -D; train_3d (4 steps, checkpoint, export)
 pp() { train_3d "$1" specs/tiny-gpt.tspec 1 2 2 -D zero.stage=3 -D train.micro_batch=2 "${PERSIST[@]}" "${@:2}"; }

@@ -52,8 +52,6 @@ static void test_refusals(void)
 {
     static const struct { const char *ov[4]; const char *what; } cases[] = {
         {{"parallel.tp=2", "model.kv_heads=1", "cluster.gpus_per_node=4"}, "fused QKV with fewer kv heads than tp"},
-        {{"zero.stage=3", "offload.params=cpu", "parallel.dp=1", "cluster.gpus_per_node=1"},
-         "parameter offload with one data-parallel rank"},
         {{"model.bias=off"}, "without biases"},
         {{"model.activation=relu"}, "other than GELU and SwiGLU"},
     };
@@ -399,7 +397,7 @@ static void test_pipeline(void)
 /* Offload: every layout emits, with only declared calls, the host optimizer on
  * SRT_HOST, its gradients and parameters on SRT_COPY, the NVMe reads and writes,
  * the shard split at S_dev (ratio), and offloaded parameters fetched before
- * their gathers. */
+ * their gathers (with one dp rank too, the persistent ones copied to the device). */
 static void test_offload(void)
 {
     static const struct { const char *ov[5]; const char *want[3]; } cases[] = {
@@ -412,6 +410,10 @@ static void test_offload(void)
         {{"zero.stage=3", "offload.params=nvme{path=\"/x\" buffer_count=2 buffer_size=100000}",
           "precision.dtype=bf16", "zero.param_persistence_threshold=100"},
          {"srt_nvme_read(c, SRT_COPY, HV(", "srt_nvme_write(c, SRT_COPY, DV(", "srt_nvme_read(c, SRT_DP_COMM, HV("}},
+        /* one dp rank: each unit fetched, the persistent parameters copied to the device */
+        {{"zero.stage=3", "offload.params=cpu", "parallel.dp=1", "cluster.gpus_per_node=1",
+          "zero.param_persistence_threshold=100"},
+         {"srt_copy(c, SRT_COPY, DV(", "srt_copy(c, SRT_COPY, HV(", "srt_copy(c, SRT_DP_COMM, DV("}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int n = 0;
