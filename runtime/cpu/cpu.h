@@ -16,10 +16,10 @@
 #ifndef SHARDRT_CPU_H
 #define SHARDRT_CPU_H
 
-#include <liburing.h>
 #include <mpi.h>
 
 #include "internal.h"
+#include "nvme.h"
 #include "kernels.h"
 
 enum {
@@ -27,10 +27,6 @@ enum {
     CPU_MAX_ARGS = 12,          /* operands of one op                              */
     CPU_MAX_PENDING = 64,       /* non-blocking sends/receives in flight per stream */
     CPU_COMM_BYTES = 4 << 20,   /* receive scratch of the fixed-order reductions   */
-    CPU_NVME_QD = 8,            /* io_uring requests in flight (default: the spec's offload.aio.queue_depth) */
-    CPU_NVME_SLOT = 1 << 20,    /* bytes per request (default: offload.aio.block_size) */
-    CPU_NVME_QD_MAX = 1024,     /* the most requests in flight the runtime accepts */
-    CPU_NVME_ALIGN = 4096,      /* O_DIRECT alignment of offsets, sizes, buffers   */
 };
 
 /* How an op uses an operand. */
@@ -77,16 +73,8 @@ typedef struct cpu_state {
     int64_t ev_seq[SRT_MAX_EVENTS];
     /* the gradient norm of this step, exact */
     KcSumsq sumsq, sumsq_all;
-    /* the NVMe swap file */
-    int nvme_fd;                /* -1: none                                        */
-    bool nvme_direct;           /* opened with O_DIRECT                            */
-    bool uring;                 /* io_uring works here                             */
-    struct io_uring ring;
-    uint8_t *bounce;            /* nvme_qd x nvme_slot, page-aligned               */
-    int nvme_qd;                /* requests in flight (offload.aio.queue_depth)    */
-    int64_t nvme_slot;          /* bytes per request (offload.aio.block_size)      */
-    int64_t nvme_rd_bytes, nvme_wr_bytes;   /* transferred so far, and the time spent */
-    double nvme_rd_us, nvme_wr_us;
+    /* the NVMe swap file (runtime/core/nvme.c; bounce slots from ctx_alloc) */
+    nvme_file nvme;
 } cpu_state;
 
 static inline cpu_state *cpu_st(srt_ctx *c) { return (cpu_state *)c->bs; }

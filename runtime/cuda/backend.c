@@ -66,7 +66,7 @@ static cu_state *cu_state_of(srt_ctx *c)
     if (c->bs) return c->bs;
     cu_state *st = ctx_alloc(c, (int64_t)sizeof *st, "the CUDA backend's state");
     c->bs = st;
-    st->nvme_fd = -1;
+    st->nvme.fd = -1;
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)

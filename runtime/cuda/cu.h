@@ -28,22 +28,18 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
-#include <liburing.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "hostq.h"
 #include "internal.h"
+#include "nvme.h"
 #include "../../kernels/cuda/kernels.h"
 
 enum {
     CU_WORKSPACE = 32 << 20,    /* cuBLASLt's workspace on Hopper (the plan's cublaslt.workspace) */
     CU_GEMM_CACHE = 512,        /* matmul shapes cached (a model has a dozen or so)            */
-    CU_NVME_QD = 8,             /* io_uring requests in flight when the program gives 0         */
-    CU_NVME_QD_MAX = 1024,      /* the most requests in flight (the CPU backend's limit)        */
-    CU_NVME_SLOT = 1 << 20,     /* bytes of one request when the program gives 0                */
-    CU_NVME_ALIGN = 4096,
     CU_BIAS_CHUNKS = 32,        /* row ranges of the bias gradient's partial sums              */
     CU_STAGES = 4,              /* pinned staging slots of srt_load_batch                       */
     CU_GATES = 256,             /* SRT_HOST's snapshots of device events in flight (host.c)    */
@@ -131,13 +127,7 @@ typedef struct cu_state {
     int32_t *batch_stage;       /* pinned: CU_STAGES slots of tokens and targets   */
     cudaEvent_t stage_done[CU_STAGES];
     int stage_next;
-    int nvme_fd;
-    bool nvme_direct;           /* O_DIRECT (else the page cache, pread/pwrite)     */
-    bool uring;                 /* io_uring works here                              */
-    struct io_uring ring;
-    int nvme_qd;                /* requests in flight (aio_queue_depth)             */
-    int64_t nvme_slot;          /* bytes per request (aio_block_size, aligned)      */
-    uint8_t *bounce;            /* pinned, nvme_qd slots of nvme_slot bytes          */
+    nvme_file nvme;             /* runtime/core/nvme.c; bounce slots pinned (cudaHostAlloc) */
     /* compute.c's device scratch (f32): the cross-entropy's row statistics,
      * rope backward's copy; sized from the program's shapes */
     float *scratch;

@@ -508,7 +508,7 @@ static void test_collectives_1rank(srt_ctx *c)
 static void test_nvme(srt_ctx *c, const char *what, bool direct, bool uring)
 {
     g_top = 0;
-    check(cpu_st(c)->nvme_direct == direct && cpu_st(c)->uring == uring, what);
+    check(cpu_st(c)->nvme.direct == direct && cpu_st(c)->nvme.uring == uring, what);
     int64_t n = 50001;
     float *x = rnd(n, 1), *y = rnd(n, 1);
     srt_t vx = put(c, x, n, SRT_F32), vy = put(c, y, n, SRT_F32), back = view(c, n, SRT_F32);
