@@ -4,7 +4,7 @@
  * must finalize against the installed cuDNN (the operation graph, the
  * heuristics and the plans need a device and are not built here).  Includes
  * attention.c itself; the runtime functions it calls on other paths are
- * stubs that are never reached.  Exit 0 when both graphs of every shape
+ * link-time fakes here, which abort if a graph build ever reaches them.  Exit 0 when both graphs of every shape
  * finalize, else 1 naming the first failure. */
 #include "attention.c"
 
