@@ -3,14 +3,15 @@
  * a GPU: every tensor, pointwise, matmul, reduction and reshape descriptor
  * must finalize against the installed cuDNN (the operation graph, the
  * heuristics and the plans need a device and are not built here).  Includes
- * attention.c itself; the runtime functions it calls on other paths are
- * link-time fakes here, which abort if a graph build ever reaches them.  Exit 0 when both graphs of every shape
- * finalize, else 1 naming the first failure. */
+ * attention.c itself, with link-time fakes of the runtime functions it
+ * calls: a dtype size and an allocation, and aborting ones for the start-up
+ * and call paths a graph build never takes.  Exit 0 when both graphs of every
+ * shape finalize, else 1 naming the first failure. */
 #include "attention.c"
 
 #include <stdlib.h>
 
-/* Never reached here: attention.c's start-up and call paths. */
+/* The runtime functions attention.c links against (see the top). */
 void *ctx_alloc(srt_ctx *c, int64_t n, const char *w) { (void)c, (void)w; return calloc(1, (size_t)n); }
 void ctx_die_at(const srt_ctx *c, const char *f, int l, const char *fmt, ...) { (void)c, (void)f, (void)l, (void)fmt; abort(); }
 void ctx_fatal(const srt_ctx *c, int code, const char *fmt, ...) { (void)c, (void)code, (void)fmt; abort(); }
