@@ -316,6 +316,7 @@ bool mem_plan(const Spec *s, MemPlan *mp, bool report)
     if (!part_check(s, report)) return false;
     model_build(s, &mp->model);
     part_build(s, &mp->model, &mp->part);
+    if (!part_check_staging(s, &mp->part, report)) return false;
     mp->nclasses = mp->part.nclasses;
     mp->classes = arena_alloc(&g_arena, sizeof(ClassMem) * (size_t)mp->nclasses);
     for (int i = 0; i < mp->nclasses; i++) {

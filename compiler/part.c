@@ -129,6 +129,43 @@ bool part_check(const Spec *s, bool report)
     return ok;
 }
 
+/* The NVMe parameter staging must hold one segment's shard (a fetch unit,
+ * or the persistent small parameters, read NVMe -> staging -> device) and, with the optimizer offloaded, one host
+ * sub-group's parameters (written back NVMe-ward through it): the DeepSpeed
+ * rule that buffer_size be at least the largest parameter, on our units. */
+bool part_check_staging(const Spec *s, const Partition *p, bool report)
+{
+    if (p->zero < 3 || s->offload.params != OFF_NVME) return true;
+    int64_t have = s->offload.params_buffer_count * s->offload.params_buffer_size, need = 0;
+    const char *what = "";
+    for (int i = 0; i < p->nclasses; i++) {
+        const RankClass *c = &p->classes[i];
+        for (int k = 0; k < c->nsegs; k++)
+            if (c->segs[k].shard > need) {
+                need = c->segs[k].shard;
+                what = c->segs[k].persistent ? "the persistent small parameters' shard on one rank"
+                                             : "the largest ZeRO-3 fetch unit's shard on one rank";
+            }
+        if (s->offload.optimizer != OFF_NONE) {
+            double r = s->offload.optimizer_ratio > 0 ? s->offload.optimizer_ratio : 1.0;
+            int64_t host = r >= 1.0 ? c->shard : (int64_t)((double)c->shard * r + 0.5);
+            int64_t sub = s->zero.sub_group_size < host ? s->zero.sub_group_size : host;
+            if (sub > need) {
+                need = sub;
+                what = "one host optimizer sub-group (zero.sub_group_size, at most the rank's host shard)";
+            }
+        }
+    }
+    if (have >= need) return true;
+    return fail(report, s, "offload.params.buffer_size",
+                arena_printf(&g_arena, "make offload.params buffer_count x buffer_size at least %lld elements "
+                             "(or lower zero.sub_group_size)", (long long)need),
+                arena_printf(&g_arena, "the NVMe parameter staging holds %lld elements (buffer_count %lld x "
+                             "buffer_size %lld), but %s is %lld elements", (long long)have,
+                             (long long)s->offload.params_buffer_count, (long long)s->offload.params_buffer_size,
+                             what, (long long)need));
+}
+
 /* ---- ranks ----------------------------------------------------------------- */
 
 /* The global rank of (tp index, dp index, stage). */

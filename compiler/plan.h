@@ -224,6 +224,10 @@ typedef struct Partition {
 bool part_check(const Spec *s, bool report);
 /* Builds the partition plan (call part_check first). */
 void part_build(const Spec *s, const Model *m, Partition *p);
+/* Whether the spec's NVMe parameter staging (offload.params buffer_count x
+ * buffer_size) holds what passes through it on every rank: the largest
+ * fetch unit's shard and a host optimizer sub-group (after part_build). */
+bool part_check_staging(const Spec *s, const Partition *p, bool report);
 /* Rank <-> (tp, dp, pp) coordinates under the spec's rank order. */
 int64_t part_rank(const Partition *p, int64_t t, int64_t d, int64_t st);
 void part_coords(const Partition *p, int64_t rank, int64_t *t, int64_t *d, int64_t *st);
