@@ -283,6 +283,7 @@ void ctx_begin_step(srt_ctx *c, int64_t step)
     c->loss_scale = (float)c->ls.scale;
     c->overflow = false;
     c->data_step = step - 1;   /* the loader counts steps from 0 */
+    c->data_mb = 0;
 }
 
 /* ---- the accessors of shardrt.h -------------------------------------------------- */

@@ -544,11 +544,13 @@ static void loop_sync(srt_ctx *c)
     for (int s = 0; s < SRT_NSTREAMS; s++) srt_stream_sync(c, (srt_stream)s);
 }
 
-/* The validation loss: the mean of `batches` evaluations of microbatch 0 of
- * val batches 0, 1, ... (each evaluation's loss is mean / microbatches).
- * Under pp every stage's eval runs microbatch 0's forward through the
- * pipeline; only the last stage adds a loss, and the sum over the world
- * makes it every rank's. */
+/* The validation loss: the mean over val batches 0, 1, ... of every
+ * sequence of the global batch, so that it does not depend on the layout:
+ * each rank runs the eval function (microbatch 0's forward) once per
+ * microbatch of its share, srt_load_batch reading microbatch k on the k-th
+ * (c->data_mb); each run adds mean / microbatches.  Under pp every stage's
+ * eval runs the forward through the pipeline; only the last stage adds a
+ * loss, and the sum over the world makes it every rank's. */
 static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, int64_t step, int batches)
 {
     srt_ctx *c = R->c;
@@ -557,12 +559,16 @@ static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, i
         ctx_begin_step(c, step);
         c->data = val;
         c->data_step = i;
-        ctx_dev_guard(c, false);
-        c->cls->eval(c);
-        loop_sync(c);
-        ctx_dev_guard(c, true);
-        acc += loop_reduce_loss(c, c->loss) * (double)R->p->microbatches;
+        for (int64_t k = 0; k < R->p->microbatches; k++) {
+            c->data_mb = k;
+            ctx_dev_guard(c, false);
+            c->cls->eval(c);
+            loop_sync(c);
+            ctx_dev_guard(c, true);
+        }
+        acc += loop_reduce_loss(c, c->loss);
     }
+    c->data_mb = 0;
     c->data = train;
     return acc / batches;
 }
