@@ -667,7 +667,7 @@ static void carve_fwd_scratch(CE *e, const LayerGraph *g, int pol, Carve *cv, in
     bool sp = sp_on(e);
     for (int i = 0; i < g->nt; i++) {
         const ActTensor *t = &g->t[i];
-        bool norm = sp && strncmp(t->name, "norm", 4) == 0;
+        bool norm = sp && t->role == AR_NORM;
         if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || (sp && t->shard == AS_FULL)) continue;
         if (!norm && graph_kept(t, pol)) continue;
         int prod = graph_producer(g, i);

@@ -237,7 +237,7 @@ static int g_tensor(LayerGraph *g, const char *name, int64_t width, bool fp32, i
                     int kind, bool grad)
 {
     if (g->nt >= ACT_MAX_TENSORS) die("model: layer graph tensor overflow");
-    g->t[g->nt] = (ActTensor){name, width, fp32, shard, kind, grad};
+    g->t[g->nt] = (ActTensor){name, width, fp32, shard, kind, grad, AR_NONE};
     return g->nt++;
 }
 
@@ -261,6 +261,7 @@ static int g_norm(LayerGraph *g, const Model *m, bool sp, int in, const char *na
     int64_t nstats = m->layernorm ? 2 : 1;          /* mean + rstd, or rstd */
     int stats = g_tensor(g, arena_printf(&g_arena, "%s.stats", name), nstats, true, AS_SEQ, AK_SAVED, false);
     int out = g_tensor(g, arena_printf(&g_arena, "%s.out", name), m->h, false, AS_SEQ, AK_SAVED, true);
+    g->t[stats].role = g->t[out].role = AR_NORM;
     g_step(g, name, in, -1, stats, out);
     *gathered = out;
     if (sp) {   /* Megatron keeps the shard and gathers it again in backward */
@@ -300,12 +301,14 @@ void model_layer_graph(const Model *m, bool sp, LayerGraph *g)
     g_step(g, "attention", qkv, -1, o, lse);
     int pr = g_rowpar(g, m, sp, o, "proj");
     int x2 = g_tensor(g, "x2", m->h, false, AS_SEQ, AK_SAVED, true);            /* residual 1 */
+    g->t[x2].role = AR_RESIDUAL;
     g_step(g, "add1", x, pr, x2, -1);
     g_norm(g, m, sp, x2, "norm2", &n2g);
     int f1 = g_tensor(g, m->gated ? "gate" : "fc1", m->ffn, false, AS_TP, AK_SAVED, true);
     int up = m->gated ? g_tensor(g, "up", m->ffn, false, AS_TP, AK_SAVED, true) : -1;
     g_step(g, m->gated ? "gate+up" : "fc1", n2g, -1, f1, up);
     int act = g_tensor(g, "act", m->ffn, false, AS_TP, AK_SAVED, true);         /* fc2 input */
+    g->t[act].role = AR_ACT;
     g_step(g, "activation", f1, up, act, -1);
     int fr = g_rowpar(g, m, sp, act, "fc2");
     int y = g_tensor(g, "y", m->h, false, AS_SEQ, AK_OUTPUT, true);

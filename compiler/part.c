@@ -567,7 +567,7 @@ static int64_t sp_fwd_scratch(const Partition *p, const LayerGraph *g0, int pol)
         int64_t live = 0;
         for (int i = 0; i < g0->nt; i++) {
             const ActTensor *t = &g0->t[i];
-            bool norm = strncmp(t->name, "norm", 4) == 0;
+            bool norm = t->role == AR_NORM;
             if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || t->shard == AS_FULL || (!norm && act_saved(t, pol)))
                 continue;
             int prod = act_producer(g0, i);
@@ -613,10 +613,10 @@ static int64_t bwd_scratch(const Spec *s, const Partition *p, const LayerGraph *
             const ActTensor *t = &g0->t[i];
             if (!t->grad || t->kind == AK_INPUT || t->kind == AK_OUTPUT || k < born[i] || k > dies[i]) continue;
             if (t->shard == AS_FULL && t->kind == AK_TEMP) continue;
-            if (p->tp > 1 && strcmp(t->name, "x2") == 0) continue;
-            if (dgelu && strcmp(t->name, "act") == 0) continue;
+            if (p->tp > 1 && t->role == AR_RESIDUAL) continue;
+            if (dgelu && t->role == AR_ACT) continue;
             live += act_bytes(p, t);
-            if (sp && strncmp(t->name, "norm", 4) == 0)
+            if (sp && t->role == AR_NORM)
                 live += p->T * t->width * p->wbytes + p->T * nstats * 4;
         }
         if (live > peak) peak = live;

@@ -96,6 +96,15 @@ typedef enum ActKind {
     AK_REGATHER,    /* transient; gathered again in backward (SP linear inputs)      */
 } ActKind;
 
+/* The tensors the scratch rules single out (part.c's bounds, emit.c's
+ * carving), so that they find them by role, not by name. */
+typedef enum ActRole {
+    AR_NONE,
+    AR_NORM,        /* a norm's output or statistics (recomputed on all tokens under sp) */
+    AR_RESIDUAL,    /* x2, the attention residual's sum (its gradient is d1 under tp)    */
+    AR_ACT,         /* the MLP activation's output (no gradient with the fused dGELU)    */
+} ActRole;
+
 typedef struct ActTensor {
     const char *name;
     int64_t width;
@@ -103,6 +112,7 @@ typedef struct ActTensor {
     int shard;                  /* ActShard                                        */
     int kind;                   /* ActKind                                         */
     bool grad;                  /* has a gradient in backward                      */
+    int role;                   /* ActRole                                         */
 } ActTensor;
 
 enum { ACT_MAX_TENSORS = 24, ACT_MAX_STEPS = 16 };
