@@ -52,13 +52,13 @@ uint64_t hq_push(hq_queue *q, hq_fn fn, const void *arg, size_t size)
     it->fn = fn;
     if (size) memcpy(it->arg, arg, size);
     pthread_mutex_lock(&q->mu);
-    it->ticket = ++q->pushed;
+    uint64_t t = it->ticket = ++q->pushed;   /* read under the lock: the worker may free it at once */
     if (q->tail) q->tail->next = it;
     else q->head = it;
     q->tail = it;
     pthread_cond_signal(&q->work);
     pthread_mutex_unlock(&q->mu);
-    return it->ticket;
+    return t;
 }
 
 /* The last ticket pushed. */
