@@ -213,8 +213,8 @@ static void cu_before_op(srt_ctx *c, srt_stream s, int op)
 {
     cu_state *st = cu_st(c);
     if (s == SRT_HOST && !cu_host_op_ok(op))
-        ctx_die(c, "%s issued on SRT_HOST: the CUDA backend's host worker runs only grad_sumsq and "
-                "optimizer_step", ops_name(op));
+        ctx_die(c, "%s issued on SRT_HOST: the CUDA backend's host worker runs only grad_sumsq, "
+                "grad_norm_finish and optimizer_step", ops_name(op));
     if (st->p2p_open && ((op != SRT_OP_send && op != SRT_OP_recv) || st->p2p_open - 1 != (int)s))
         cu_p2p_close(c);
 }

@@ -168,6 +168,7 @@ bool cu_host_defer(srt_ctx *c, srt_stream s);
 /* Whether op may be issued on SRT_HOST. */
 bool cu_host_op_ok(int op);
 void cu_host_grad_sumsq(srt_ctx *c, srt_t g);
+void cu_host_grad_norm_finish(srt_ctx *c, srt_group g);
 void cu_host_optimizer_step(srt_ctx *c, srt_t params, srt_t master, srt_t grads, srt_t m, srt_t v, bool decay);
 void cu_host_record(srt_ctx *c, int ev);
 void cu_host_wait(srt_ctx *c, int ev);
@@ -237,6 +238,7 @@ void cu_optim_fini(srt_ctx *c);
 void cu_norm_settle(srt_ctx *c);
 void cu_grad_sumsq(srt_ctx *c, srt_stream s, srt_t g);
 void cu_grad_norm_finish(srt_ctx *c, srt_stream s, srt_group g);
+void cu_grad_norm_finish_ls(srt_ctx *c, srt_stream s, srt_group g, float loss_scale);
 void cu_optimizer_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, srt_t grads,
                        srt_t m, srt_t v, bool decay);
 /* The same with the step's scalars given (the host worker's). */

@@ -3,7 +3,8 @@
  * issuing thread goes on queueing GPU work.
  *
  * The ops the schedule puts on SRT_HOST (grad_sumsq of the fp32 host
- * gradients and optimizer_step of the offloaded states) become closures
+ * gradients, grad_norm_finish when every gradient is the host's, and
+ * optimizer_step of the offloaded states) become closures
  * over their arguments and the step's scalars (lr, step, loss scale, taken
  * at the issue); any other op on SRT_HOST ends the job at cu_before_op.  A
  * closure's CUDA work (grad_sumsq's kernel) goes to the SRT_HOST cudaStream
@@ -29,6 +30,7 @@ typedef struct cu_hop {
     srt_ctx *c;
     int op;                     /* SRT_OP_* or CU_HOP_WAIT               */
     srt_t t[5];
+    srt_group g;                /* grad_norm_finish's group              */
     bool decay;
     int gate;                   /* CU_HOP_WAIT: the gate_ev slot         */
     cu_step_sc sc;
@@ -56,6 +58,9 @@ static void cu_hop_run(void *p)
         return;
     case SRT_OP_grad_sumsq:
         cu_grad_sumsq(c, SRT_HOST, h->t[0]);
+        break;
+    case SRT_OP_grad_norm_finish:
+        cu_grad_norm_finish_ls(c, SRT_HOST, h->g, h->sc.loss_scale);
         break;
     case SRT_OP_optimizer_step:
         cu_optimizer_step_sc(c, SRT_HOST, h->t[0], h->t[1], h->t[2], h->t[3], h->t[4], h->decay, &h->sc);
@@ -98,7 +103,7 @@ bool cu_host_defer(srt_ctx *c, srt_stream s)
 /* Whether op may be issued on SRT_HOST. */
 bool cu_host_op_ok(int op)
 {
-    return op == SRT_OP_grad_sumsq || op == SRT_OP_optimizer_step;
+    return op == SRT_OP_grad_sumsq || op == SRT_OP_grad_norm_finish || op == SRT_OP_optimizer_step;
 }
 
 /* Queues h. */
@@ -111,6 +116,13 @@ static void cu_host_push(srt_ctx *c, const cu_hop *h)
 void cu_host_grad_sumsq(srt_ctx *c, srt_t g)
 {
     cu_host_push(c, &(cu_hop){ .c = c, .op = SRT_OP_grad_sumsq, .t = { g } });
+}
+
+/* grad_norm_finish on SRT_HOST (the generated code's when the optimizer is
+ * offloaded and the norm is this rank's alone). */
+void cu_host_grad_norm_finish(srt_ctx *c, srt_group g)
+{
+    cu_host_push(c, &(cu_hop){ .c = c, .op = SRT_OP_grad_norm_finish, .g = g, .sc = cu_step_scalars(c) });
 }
 
 /* optimizer_step on SRT_HOST, with this step's scalars. */

@@ -71,16 +71,28 @@ void cu_grad_sumsq(srt_ctx *c, srt_stream s, srt_t g)
  * next step, the results copied out for the settle. */
 void cu_grad_norm_finish(srt_ctx *c, srt_stream s, srt_group g)
 {
+    if (cu_host_defer(c, s)) {
+        cu_st(c)->norm_pending = (int)s + 1;   /* set by the issuing thread, which settles it */
+        cu_host_grad_norm_finish(c, g);
+        return;
+    }
+    cu_grad_norm_finish_ls(c, s, g, c->loss_scale);
+}
+
+/* cu_grad_norm_finish with the loss scale given (the host worker's: the one
+ * at the issue, which the trainer's thread may have changed since). */
+void cu_grad_norm_finish_ls(srt_ctx *c, srt_stream s, srt_group g, float loss_scale)
+{
     cu_state *st = cu_st(c);
     cudaStream_t cs = cu_stream(c, s);
     if (c->gsize[g] > 1)
         cu_allreduce_raw(c, s, g, &st->norm->acc, 2 * KG_SUMSQ_BINS, ncclUint64, ncclSum, "grad_norm_finish");
     cu_kg(c, kg_norm_finish(&st->norm->out.norm, &st->norm->out.clip_scale, &st->norm->out.overflow, &st->norm->acc,
-                            c->prog->grad_clip, c->loss_scale, cs), "grad_norm_finish");
+                            c->prog->grad_clip, loss_scale, cs), "grad_norm_finish");
     cu_kg(c, kg_sumsq_zero(&st->norm->acc, cs), "grad_norm_finish: zero");
     CU_CHECK(c, cudaMemcpyAsync(st->norm_host, &st->norm->out, sizeof *st->norm_host, cudaMemcpyDeviceToHost, cs),
              "grad_norm_finish: copy out");
-    st->norm_pending = (int)s + 1;
+    if (s != SRT_HOST) st->norm_pending = (int)s + 1;   /* on the worker: set at the issue */
 }
 
 /* The norm's results into the context (after the sync of its stream). */
