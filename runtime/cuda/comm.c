@@ -39,9 +39,9 @@ static const char *cu_group_name(srt_group g)
 static void cu_nccl(srt_ctx *c, ncclResult_t r, const char *what, srt_group g)
 {
     if (r == ncclSuccess) return;
+    const char *last = ncclGetLastError(NULL);   /* NCCL's own buffer: never NULL, "" when it has nothing */
     ctx_fatal(c, 1, "%s on the %s group: NCCL error %d (%s)%s%s", what, cu_group_name(g), (int)r,
-              ncclGetErrorString(r), ncclGetLastError(NULL) ? ": " : "",
-              ncclGetLastError(NULL) ? ncclGetLastError(NULL) : "");
+              ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
 /* The NCCL type of a dtype. */

@@ -228,10 +228,11 @@ static cu_gemm *cu_gemm_plan_epi(srt_ctx *c, const char *what, bool ta, bool tb,
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     memset(&res, 0, sizeof res);
-    cu_lt(c, cublasLtMatmulAlgoGetHeuristic(st->lt, g->op, g->a, g->b, g->d, g->d, pref, 1, &res, &found),
-          what);
+    /* no algorithm is the call's own CUBLAS_STATUS_NOT_SUPPORTED (0 found), which a soft plan survives */
+    cublasStatus_t hr = cublasLtMatmulAlgoGetHeuristic(st->lt, g->op, g->a, g->b, g->d, g->d, pref, 1, &res, &found);
+    if (hr != CUBLAS_STATUS_NOT_SUPPORTED || !soft) cu_lt(c, hr, what);
     cublasLtMatmulPreferenceDestroy(pref);
-    g->failed = found < 1 || res.state != CUBLAS_STATUS_SUCCESS;
+    g->failed = hr != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS;
     if (g->failed && soft) {   /* kept, so that the fallback does not ask again every step */
         st->ngemm++;
         return NULL;
@@ -346,12 +347,20 @@ static bool cu_gemm_gelu(srt_ctx *c, srt_stream s, const char *what, bool ta, bo
 /* The rtk.cu dtype code of a float dtype. */
 static int cu_rtk_dt(srt_dtype dt) { return dt == SRT_BF16 ? 1 : dt == SRT_F16 ? 2 : 0; }
 
-/* out(N,OC) = inp·w^T + bias: the bias in the epilogue when its pointer is
- * 16-byte aligned (what the epilogue's vector loads want), else added after. */
+/* Whether the bias epilogue takes this bias: 16-byte aligned, and in D's
+ * dtype or, for an fp32 D, the inputs' (cuBLASLt's bias types; it refuses
+ * others with CUBLAS_STATUS_NOT_SUPPORTED). */
+static bool cu_bias_epi_ok(srt_t bias, srt_dtype ddt, srt_dtype abdt)
+{
+    return bias.p && cu_align(bias.p) >= 16 && (bias.dt == ddt || (ddt == SRT_F32 && bias.dt == abdt));
+}
+
+/* out(N,OC) = inp·w^T + bias: the bias in the epilogue when it can take it
+ * (cu_bias_epi_ok), else added after. */
 void cu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias, int N, int C, int OC)
 {
     srt_t none = { NULL, 0, SRT_F32 };
-    bool epi = bias.p && cu_align(bias.p) >= 16;
+    bool epi = cu_bias_epi_ok(bias, out.dt, inp.dt);
     cu_gemm_run(c, s, "matmul_fwd", true, false, OC, N, C, w, C, inp, C, out, OC, epi ? bias : none, false);
     if (bias.p && !epi)
         CU_CHECK(c, cu_k_bias_add(out.p, cu_rtk_dt(out.dt), bias.p, cu_rtk_dt(bias.dt), N, OC, cu_stream(c, s)),
@@ -382,7 +391,8 @@ void cu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t in
 {
     srt_t none = { NULL, 0, SRT_F32 };
     int32_t gelu = cu_gelu_epilogue(true, bias.p != NULL, out.dt, OC);
-    bool fuse = gelu && pre.dt == out.dt && cu_align(pre.p) >= 16 && (!bias.p || cu_align(bias.p) >= 16);
+    bool fuse = gelu && pre.dt == out.dt && cu_align(pre.p) >= 16 &&
+                (!bias.p || cu_bias_epi_ok(bias, out.dt, inp.dt));
     if (fuse && cu_gemm_gelu(c, s, "matmul_gelu_fwd", true, false, OC, N, C, w, C, inp, C, out, OC, gelu,
                              bias.p ? bias : none, pre.p))
         return;
