@@ -42,10 +42,11 @@ done
 rc=$?
 expect "plan: host sub-group larger than the staging" 1 'but one host optimizer sub-group .* is [0-9]+ elements' \
     'or lower zero.sub_group_size'
-# exactly enough: builds
-"$SHARDC" build "$SRC/specs/tiny-gpt.tspec" "${ONE[@]}" -D "$(staging 60288)" -o "$T/trainer" > /dev/null 2> "$T/err"
+# exactly enough: the trainer's C is generated (not linked: this test also
+# runs in the sanitizer build, whose runtime a plain link cannot take)
+"$SHARDC" build "$SRC/specs/tiny-gpt.tspec" "${ONE[@]}" -D "$(staging 60288)" --emit-c "$T/trainer.c" > /dev/null 2> "$T/err"
 rc=$?
-expect "build: staging of exactly 120576 elements" 0
-[ -x "$T/trainer" ] || { echo "FAIL: no trainer"; fail=1; }
+expect "build --emit-c: staging of exactly 120576 elements" 0
+grep -q "srt_nvme_read" "$T/trainer.c" || { echo "FAIL: the generated trainer reads no NVMe parameters"; fail=1; }
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
