@@ -2,10 +2,11 @@
 // provide: the loss accumulation and the bias gradient (both reduce in a
 // fixed order, no atomics, so a run and its resumption give the same bits),
 // the GEMM's bias when the epilogue cannot take it, and GELU's in-place
-// derivative for matmul_bwd_dgelu's fallback.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
+// derivative for matmul_bwd_dgelu's fallback.  Written in kernels/cuda's
+// style (KG_LAUNCH, 1-D grids, common.cuh's bit-exact loads and stores) so
+// that tests/gpu/emu can also run it on the CPU, compiled as C++.
+#include "../../kernels/cuda/common.cuh"
+
 #include <stdint.h>
 
 enum { RTK_BIAS_CHUNKS = 32 };   // cu.h's CU_BIAS_CHUNKS
@@ -28,33 +29,33 @@ __global__ static void rtk_loss_add(double *acc, const float *x, int n, double s
 extern "C" cudaError_t cu_k_loss_add(double *acc, const float *x, int n, double scale, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
-    rtk_loss_add<<<1, 256, 0, s>>>(acc, x, n, scale);
+    KG_LAUNCH(rtk_loss_add, 1, 256, s, acc, x, n, scale);
     return cudaGetLastError();
 }
 
-// Element i of a float tensor of dtype dt (0 f32, 1 bf16, 2 f16) as fp32.
+// Element i of a float tensor of dtype dt (SRT_F32 0, SRT_BF16 1, SRT_F16 2)
+// as fp32: exact, as __bfloat162float / __half2float.
 __device__ static float rtk_load(const void *p, int dt, int64_t i)
 {
-    if (dt == 1) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == 2) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
+    return kg_ld(p, dt, (size_t)i);
 }
 
-// Stores v as dtype dt (round to nearest even).
+// Stores v as dtype dt, rounded to nearest even (the bits of
+// __float2bfloat16_rn / __float2half_rn, NaN payloads as kernels/cuda's).
 __device__ static void rtk_store(void *p, int dt, int64_t i, float v)
 {
-    if (dt == 1) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (dt == 2) ((__half *)p)[i] = __float2half_rn(v);
-    else ((float *)p)[i] = v;
+    kg_st(p, dt, (size_t)i, v);
 }
 
-// partials[chunk][j] = sum of dout[i][j] over the chunk's rows, in row order.
-__global__ static void rtk_bias_partial(float *partials, const void *dout, int dt, int N, int OC, int rows)
+// partials[chunk][j] = sum of dout[i][j] over the chunk's rows, in row order;
+// block b covers columns (b % xblocks) * blockDim.x... of chunk b / xblocks.
+__global__ static void rtk_bias_partial(float *partials, const void *dout, int dt, int N, int OC, int rows,
+                                        int xblocks)
 {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    int chunk = blockIdx.y;
+    int j = (int)(blockIdx.x % (unsigned)xblocks) * blockDim.x + threadIdx.x;
+    int chunk = (int)(blockIdx.x / (unsigned)xblocks);
     if (j >= OC) return;
-    int r0 = chunk * rows, r1 = min(N, r0 + rows);
+    int r0 = chunk * rows, r1 = N < r0 + rows ? N : r0 + rows;
     float s = 0.0f;
     for (int i = r0; i < r1; i++) s += rtk_load(dout, dt, (int64_t)i * OC + j);
     partials[(int64_t)chunk * OC + j] = s;
@@ -76,11 +77,11 @@ extern "C" cudaError_t cu_k_bias_grad(void *dbias, int dbias_dt, const void *dou
     if (N <= 0 || OC <= 0) return cudaSuccess;
     int rows = (N + RTK_BIAS_CHUNKS - 1) / RTK_BIAS_CHUNKS;
     int chunks = (N + rows - 1) / rows;
-    dim3 grid((unsigned)((OC + 127) / 128), (unsigned)chunks);
-    rtk_bias_partial<<<grid, 128, 0, s>>>(partials, dout, dt, N, OC, rows);
+    int xblocks = (OC + 127) / 128;
+    KG_LAUNCH(rtk_bias_partial, (unsigned)xblocks * (unsigned)chunks, 128, s, partials, dout, dt, N, OC, rows, xblocks);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    rtk_bias_final<<<(unsigned)((OC + 127) / 128), 128, 0, s>>>(dbias, dbias_dt, partials, OC, chunks);
+    KG_LAUNCH(rtk_bias_final, (unsigned)xblocks, 128, s, dbias, dbias_dt, partials, OC, chunks);
     return cudaGetLastError();
 }
 
@@ -97,7 +98,7 @@ extern "C" cudaError_t cu_k_bias_add(void *out, int dt, const void *bias, int bi
 {
     int64_t total = (int64_t)N * OC;
     if (total <= 0) return cudaSuccess;
-    rtk_bias_add<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(out, dt, bias, bias_dt, total, OC);
+    KG_LAUNCH(rtk_bias_add, (unsigned)((total + 255) / 256), 256, s, out, dt, bias, bias_dt, total, OC);
     return cudaGetLastError();
 }
 
@@ -118,6 +119,6 @@ __global__ static void rtk_dgelu_inplace(void *d, int dt, const void *pre, int p
 extern "C" cudaError_t cu_k_dgelu_inplace(void *d, int dt, const void *pre, int pre_dt, int64_t n, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
-    rtk_dgelu_inplace<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(d, dt, pre, pre_dt, n);
+    KG_LAUNCH(rtk_dgelu_inplace, (unsigned)((n + 255) / 256), 256, s, d, dt, pre, pre_dt, n);
     return cudaGetLastError();
 }

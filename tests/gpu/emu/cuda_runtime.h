@@ -55,7 +55,10 @@ inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
 
 /* Runs body as grid blocks of block threads (CUDA's limits checked). */
 void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body);
+/* kg_emu_run on stream s (a cudaStream_t: void here, so that host code
+ * built against the real header links the same symbol), which must be live. */
+void kg_emu_launch(unsigned grid, unsigned block, const void *s, const std::function<void()> &body);
 #define KG_LAUNCH(kern, grid, block, s, ...) \
-    kg_emu_run((unsigned)(grid), (unsigned)(block), [=]() { kern(__VA_ARGS__); })
+    kg_emu_launch((unsigned)(grid), (unsigned)(block), (s), [=]() { kern(__VA_ARGS__); })
 
 #endif

@@ -1,14 +1,17 @@
 /* emu.cpp — runs kernels/cuda on the CPU for machines without a GPU (see
  * cuda_runtime.h): a fiber per CUDA thread, switched by a few lines of
- * x86-64 assembly at barriers, and the host API on guarded host memory.
+ * x86-64 assembly at barriers.  The host API (guarded memory, streams,
+ * cudaGetLastError) is the emulated runtime, cudart.c.
  * It checks the kernels' indexing and arithmetic against the CPU twins in
  * CI; it says nothing about races between real warps or about speed.
  */
 #include "cuda_runtime.h"
+#include "cuemu.h"
 
-#include <map>
+#include <mutex>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #if !defined(__x86_64__)
 #error "the kernel emulator switches fibers with x86-64 assembly"
@@ -34,16 +37,27 @@ enum { EMU_STACK = 128 * 1024 };
 struct EmuFiber {
     void *sp;
     int state;
+    int stack;                                /* its stack; -1: not started yet */
 };
 
 static EmuFiber g_fiber[1024];
 static char *g_stacks;                       /* 1024 stacks of EMU_STACK bytes */
+static int g_free[1024], g_nfree;            /* stacks no live thread uses (LIFO) */
 static void *g_sched_sp;
 static int g_cur, g_nthreads;
 static const std::function<void()> *g_body;
-static float g_xf[1024];                     /* warp / block exchange slots */
-static int g_xi[1024];
-static cudaError_t g_last = cudaSuccess;
+static int g_xi[1024];                       /* __syncthreads_or's slots */
+/* Warp exchange slots, two sets used in turn by each lane: a lane writes set
+ * p, waits once for its warp, reads set p; its next operation writes the
+ * other set, and set p is written again only after one more warp barrier,
+ * which every lane reaches after reading it. */
+static float g_wf[2][1024];
+static int g_wi[2][1024];
+static unsigned char g_wpar[1024];
+static unsigned g_wgen[1024];                /* warp operations each lane has made */
+/* One kernel at a time: the fibers, their stacks and the dims are global,
+ * and the runtime launches from its host worker thread too. */
+static std::mutex g_launch_mu;
 
 dim3 kg_emu_thread_idx(void)
 {
@@ -94,29 +108,33 @@ static void emu_full_mask(unsigned mask)
 unsigned __ballot_sync(unsigned mask, int pred)
 {
     emu_full_mask(mask);
-    g_xi[g_cur] = pred != 0;
+    int p = g_wpar[g_cur];
+    g_wpar[g_cur] = (unsigned char)(p ^ 1);
+    g_wi[p][g_cur] = pred != 0;
+    g_wgen[g_cur]++;
     emu_wait(EMU_WAIT_WARP);
     unsigned r = 0;
     int w0 = g_cur & ~31;
     for (int l = 0; l < 32 && w0 + l < g_nthreads; l++)
-        if (g_xi[w0 + l]) r |= 1u << l;
-    emu_wait(EMU_WAIT_WARP);
+        if (g_wi[p][w0 + l]) r |= 1u << l;
     return r;
 }
 
 float __shfl_xor_sync(unsigned mask, float v, int lane_xor)
 {
     emu_full_mask(mask);
-    g_xf[g_cur] = v;
+    int p = g_wpar[g_cur];
+    g_wpar[g_cur] = (unsigned char)(p ^ 1);
+    g_wf[p][g_cur] = v;
+    unsigned gen = ++g_wgen[g_cur];
     emu_wait(EMU_WAIT_WARP);
     int src = (g_cur & ~31) | ((g_cur & 31) ^ lane_xor);
-    if (src >= g_nthreads || g_fiber[src].state == EMU_DONE) {
+    /* the source made this operation too (it may have ended since) */
+    if (src >= g_nthreads || g_wgen[src] < gen) {
         fprintf(stderr, "emu: shuffle from lane %d, which is not running\n", src);
         abort();
     }
-    float r = g_xf[src];
-    emu_wait(EMU_WAIT_WARP);
-    return r;
+    return g_wf[p][src];
 }
 
 /* Releases the barriers that every live thread has reached; 0 if none. */
@@ -148,13 +166,36 @@ static int emu_release(void)
     return 0;
 }
 
+/* A launch on a destroyed or foreign stream fails as on a GPU: cudaStreamQuery
+ * records cudaErrorInvalidResourceHandle as the last error, and nothing runs. */
+void kg_emu_launch(unsigned grid, unsigned block, const void *s, const std::function<void()> &body)
+{
+    if (cudaStreamQuery((cudaStream_t)s) != cudaSuccess) return;
+    kg_emu_run(grid, block, body);
+}
+
+/* The fibers' stacks, on transparent huge pages where the kernel allows
+ * (a block's threads switch round-robin over up to 1024 stacks). */
+static char *emu_stacks(void)
+{
+    size_t bytes = (size_t)1024 * EMU_STACK;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "emu: cannot map %zu bytes of fiber stacks\n", bytes);
+        abort();
+    }
+    madvise(p, bytes, MADV_HUGEPAGE);   /* advice only: 4 KiB pages still work */
+    return (char *)p;
+}
+
 void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body)
 {
     if (grid == 0 || grid > 0x7fffffffu || block == 0 || block > 1024) {
-        g_last = cudaErrorInvalidConfiguration;
+        cuemu_set_error(cudaErrorInvalidConfiguration);
         return;
     }
-    if (!g_stacks) g_stacks = (char *)malloc((size_t)1024 * EMU_STACK);
+    std::lock_guard<std::mutex> lock(g_launch_mu);
+    if (!g_stacks) g_stacks = emu_stacks();
     kg_emu_grid_dim = { grid, 1, 1 };
     kg_emu_block_dim = { block, 1, 1 };
     g_body = &body;
@@ -162,16 +203,15 @@ void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body
     for (unsigned b = 0; b < grid; b++) {
         kg_emu_block_idx = { b, 0, 0 };
         for (int t = 0; t < g_nthreads; t++) {
-            /* a fresh stack that "returns" into emu_entry with the ABI's
-             * alignment: six zero registers, emu_entry, a fake return slot */
-            uintptr_t top = ((uintptr_t)(g_stacks + (size_t)(t + 1) * EMU_STACK)) & ~(uintptr_t)15;
-            void **sp = (void **)(top - 64);
-            for (int r = 0; r < 6; r++) sp[r] = 0;
-            sp[6] = (void *)emu_entry;
-            sp[7] = 0;
-            g_fiber[t].sp = sp;
             g_fiber[t].state = EMU_RUN;
+            g_fiber[t].stack = -1;
+            g_wpar[t] = 0;
+            g_wgen[t] = 0;
         }
+        /* a thread gets a stack when it first runs and gives it back when it
+         * ends: a kernel without barriers runs every thread on one hot stack */
+        g_nfree = 0;
+        for (int k = 1023; k >= 0; k--) g_free[g_nfree++] = k;
         /* even blocks run their threads from 0 up between barriers, odd
          * blocks from the last down: a kernel that needs a barrier it lacks
          * (shared memory read before another thread wrote it) sees the
@@ -182,8 +222,21 @@ void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body
             for (int i = 0; i < g_nthreads; i++) {
                 int t = reverse ? g_nthreads - 1 - i : i;
                 if (g_fiber[t].state == EMU_RUN) {
+                    if (g_fiber[t].stack < 0) {
+                        /* a fresh stack that "returns" into emu_entry with the ABI's
+                         * alignment: six zero registers, emu_entry, a fake return slot */
+                        int k = g_free[--g_nfree];
+                        uintptr_t top = ((uintptr_t)(g_stacks + (size_t)(k + 1) * EMU_STACK)) & ~(uintptr_t)15;
+                        void **sp = (void **)(top - 64);
+                        for (int r = 0; r < 6; r++) sp[r] = 0;
+                        sp[6] = (void *)emu_entry;
+                        sp[7] = 0;
+                        g_fiber[t].sp = sp;
+                        g_fiber[t].stack = k;
+                    }
                     g_cur = t;
                     kg_emu_switch(&g_sched_sp, g_fiber[t].sp);
+                    if (g_fiber[t].state == EMU_DONE) g_free[g_nfree++] = g_fiber[t].stack;
                     ran = 1;
                 }
                 done += g_fiber[t].state == EMU_DONE;
@@ -194,91 +247,5 @@ void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body
                 abort();
             }
         }
-    }
-}
-
-/* ---- the host API ---------------------------------------------------------------- */
-
-enum { EMU_GUARD = 4096 };
-static std::map<void *, size_t> g_allocs;
-
-extern "C" cudaError_t cudaGetDeviceCount(int *n)
-{
-    *n = 1;
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
-{
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "CPU emulator (tests/gpu/emu)");
-    p->major = 9;
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaMalloc(void **p, size_t bytes)
-{
-    unsigned char *m = (unsigned char *)malloc(bytes + EMU_GUARD);
-    if (!m) return cudaErrorInvalidValue;
-    memset(m, 0xff, bytes);
-    memset(m + bytes, 0xa5, EMU_GUARD);
-    g_allocs[m] = bytes;
-    *p = m;
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaFree(void *p)
-{
-    auto it = g_allocs.find(p);
-    if (it == g_allocs.end()) return cudaErrorInvalidValue;
-    unsigned char *m = (unsigned char *)p;
-    for (size_t i = 0; i < EMU_GUARD; i++)
-        if (m[it->second + i] != 0xa5) {
-            fprintf(stderr, "emu: a kernel wrote %zu bytes past a buffer of %zu bytes\n", i, it->second);
-            abort();
-        }
-    g_allocs.erase(it);
-    free(p);
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k)
-{
-    memmove(dst, src, bytes);
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
-                                       enum cudaMemcpyKind k, cudaStream_t s)
-{
-    memmove(dst, src, bytes);
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
-{
-    memset(p, v, bytes);
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaDeviceSynchronize(void)
-{
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t cudaGetLastError(void)
-{
-    cudaError_t e = g_last;
-    g_last = cudaSuccess;
-    return e;
-}
-
-extern "C" const char *cudaGetErrorString(cudaError_t e)
-{
-    switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    default: return "emulator error";
     }
 }
