@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The CUDA trainer on the CPU (docs/cuda-emulation.md): trainers built with
+# --backend cuda --runtime BUILD/cuda-emu (runtime/cuda against emulated
+# libcudart, cuBLASLt, cuDNN and NCCL) against CPU-backend trainers of the
+# same spec and layout, race checker on.  tests/gpu/train_gpu.test.sh itself
+# (one rank, bf16 and fp32, resume bit for bit) for specs/tiny-gpt.tspec and
+# specs/tiny-llama.tspec, 4 steps each of a quarter of the specs' batch,
+# with the emulation's tolerances: its cuBLASLt and cuDNN accumulate in fp32
+# like the CPU backend, so the losses agree far closer than a GPU's (seen:
+# bf16 2.7e-5, fp32 5.9e-9 relative; tolerances 1e-4 and 1e-6).  Then
+# 2 steps each of: the optimizer offloaded to the host (the SRT_HOST worker
+# thread) and to NVMe, and under mpirun -np 2 dp 2 ZeRO-3, tp 2 and pp 2
+# (NCCL over MPI), losses and exported weights against the CPU backend; and
+# a user op's CUDA source refused (the emulation does not compile one).
+# Slow by nature (every CUDA thread a fiber): about 40 s of CPU on 2 cores.
+# Skipped (77) where BUILD/cuda-emu was not built (no nvcc, not x86-64).
+set -u
+. "$(dirname "$0")/train_lib.sh"
+RTD=$BUILD/cuda-emu
+[ -f "$RTD/libshardrt_cuda.a" ] || { echo "SKIP: no $RTD/libshardrt_cuda.a (built where nvcc is found, on x86-64)"; exit 77; }
+fail=0
+TOL_BF16=1e-4 TOL_FP32=1e-6
+# a quarter of the specs' batch (4 sequences, microbatches of 2): a step of
+# the emulation costs about 0.5 s then
+SMALL="-D train.global_batch=4 -D train.micro_batch=2"
+
+# tests/gpu/train_gpu.test.sh on the emulated runtime, for both specs
+for spec in specs/tiny-gpt.tspec specs/tiny-llama.tspec; do
+    if SHARDC_CUDA_RUNTIME=$RTD SHARDC_GPU_STEPS=4 SHARDC_GPU_SPEC=$spec SHARDC_GPU_TOL_BF16=$TOL_BF16 \
+       SHARDC_GPU_TOL_FP32=$TOL_FP32 SHARDC_GPU_DEFS=$SMALL bash tests/gpu/train_gpu.test.sh "$SHARDC" "$BUILD" > "$T/gpu.txt" 2>&1; then
+        echo "ok: tests/gpu/train_gpu.test.sh on the emulated CUDA runtime, $spec:"
+    else
+        echo "FAIL: tests/gpu/train_gpu.test.sh on the emulated CUDA runtime, $spec:"
+        fail=1
+    fi
+    grep -v '^shardrt: cuda: \(cuBLASLt\|attention\|device memory\)' "$T/gpu.txt" | sed 's/^/   /'
+done
+
+# The other features and layouts, 2 steps each (checkpoint, export), against
+# one CPU-backend reference of the same model and batch (one rank, bf16):
+# offload and the layouts change no arithmetic beyond the order of sums.
+# The weights' tolerance is Adam's first steps: a gradient near 0 whose sign
+# differs by a rounding moves a weight by up to 2 lr a step (3e-3 in two).
+export SRT_NVME_STATS=1
+CU=(--backend cuda --runtime "$RTD")
+GPU=(-D cluster.gpu=h100_sxm_80gb -D precision.dtype=bf16 $SMALL)
+STEPS=2 train_layout ref specs/tiny-gpt.tspec 1 "${GPU[@]}" -D parallel.dp=1 -D zero.stage=1 || exit 1
+# emu NAME NP [-D ...]: the layout on the emulated CUDA runtime against ref
+emu() {
+    local name=$1 np=$2
+    shift 2
+    STEPS=2 train_layout "$name" specs/tiny-gpt.tspec "$np" "${GPU[@]}" "$@" "${CU[@]}" &&
+        train_check ref "$name" $TOL_BF16 5e-3 "emulated CUDA, $name, against the CPU backend"
+}
+NV=$T/nvme
+mkdir -p "$NV"
+emu offload_host 1 -D parallel.dp=1 -D zero.stage=1 -D offload.optimizer=cpu
+if emu offload_nvme 1 -D parallel.dp=1 -D zero.stage=1 -D "offload.optimizer=nvme{path=\"$NV\"}"; then
+    grep -m1 -o "nvme: path.*" "$T/offload_nvme.err" | sed 's/^/   /'
+    grep "nvme: path" "$T/offload_nvme.err" | grep -qv "read 0 bytes" || { echo "FAIL: the NVMe optimizer read nothing"; fail=1; }
+fi
+emu dp2_zero3 2 -D parallel.dp=2 -D zero.stage=3
+emu tp2 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1
+emu pp2 2 -D parallel.pp=2 -D parallel.dp=1 -D zero.stage=1
+# a user op's CUDA source is refused by the emulated runtime's nvcc, saying why
+"$SHARDC" build examples/custom-op/sqrelu.tspec -o "$T/cop" -D zero.stage=0 "${CU[@]}" > "$T/cop.build" 2>&1
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "CUDA emulator .* cannot compile a user op's CUDA source" "$T/cop.build"; then
+    echo "FAIL: a user op on the emulated CUDA runtime: exit $rc"; cat "$T/cop.build"; fail=1
+else
+    echo "ok: a user op's CUDA source is refused by the emulated runtime (exit 1)"
+fi
+[ "$fail" = 0 ] && echo PASS
+exit "$fail"
