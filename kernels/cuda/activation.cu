@@ -14,7 +14,7 @@ __device__ __forceinline__ float kg_gelu_sig(float x)
 }
 
 /* out = x * sigmoid(2u) (GPT-2's gelu, no cancellation for negative x). */
-__global__ void kg_gelu_fwd_kernel(KgT out, KgT inp, int64_t n)
+__global__ void kg_gelu_fwd_kernel(KgT out, KgC inp, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -24,7 +24,7 @@ __global__ void kg_gelu_fwd_kernel(KgT out, KgT inp, int64_t n)
 }
 
 /* dinp += (s + x * 2 s (1 - s) du/dx) * dout, s = sigmoid(2u). */
-__global__ void kg_gelu_bwd_kernel(KgT dinp, KgT inp, KgT dout, int64_t n)
+__global__ void kg_gelu_bwd_kernel(KgT dinp, KgC inp, KgC dout, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -36,7 +36,7 @@ __global__ void kg_gelu_bwd_kernel(KgT dinp, KgT inp, KgT dout, int64_t n)
 }
 
 /* out(N,H) = silu(a) * b, a and b rows ld apart. */
-__global__ void kg_swiglu_fwd_kernel(KgT out, KgT a, KgT b, int N, int H, int ld)
+__global__ void kg_swiglu_fwd_kernel(KgT out, KgC a, KgC b, int N, int H, int ld)
 {
     int64_t n = (int64_t)N * H;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -48,7 +48,7 @@ __global__ void kg_swiglu_fwd_kernel(KgT out, KgT a, KgT b, int N, int H, int ld
 }
 
 /* da += dout * b * s (1 + a (1 - s)), db += dout * a * s, s = sigmoid(a). */
-__global__ void kg_swiglu_bwd_kernel(KgT da, KgT db, KgT dout, KgT a, KgT b, int N, int H, int ld)
+__global__ void kg_swiglu_bwd_kernel(KgT da, KgT db, KgC dout, KgC a, KgC b, int N, int H, int ld)
 {
     int64_t n = (int64_t)N * H;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -62,7 +62,7 @@ __global__ void kg_swiglu_bwd_kernel(KgT da, KgT db, KgT dout, KgT a, KgT b, int
 }
 
 /* out = a + b (out may alias a or b: each element is read before written). */
-__global__ void kg_add_fwd_kernel(KgT out, KgT a, KgT b, int64_t n)
+__global__ void kg_add_fwd_kernel(KgT out, KgC a, KgC b, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -70,7 +70,7 @@ __global__ void kg_add_fwd_kernel(KgT out, KgT a, KgT b, int64_t n)
 }
 
 /* da += dout, db += dout. */
-__global__ void kg_add_bwd_kernel(KgT da, KgT db, KgT dout, int64_t n)
+__global__ void kg_add_bwd_kernel(KgT da, KgT db, KgC dout, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {

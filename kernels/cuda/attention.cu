@@ -39,7 +39,7 @@ __device__ __forceinline__ int64_t kg_ooff(const KgAttn &s, int b, int t, int h)
 }
 
 /* x[r] := row[lane + 32 r] (0 past HS). */
-__device__ __forceinline__ void kg_att_load(float *x, KgT t, int64_t off, int HS, int lane)
+__device__ __forceinline__ void kg_att_load(float *x, KgC t, int64_t off, int HS, int lane)
 {
 #pragma unroll
     for (int r = 0; r < KG_ATT_MAXR; r++) {
@@ -49,7 +49,7 @@ __device__ __forceinline__ void kg_att_load(float *x, KgT t, int64_t off, int HS
 }
 
 /* The dot product of x (registers) with row (memory), in every lane. */
-__device__ __forceinline__ float kg_att_dot(const float *x, KgT t, int64_t off, int HS, int lane)
+__device__ __forceinline__ float kg_att_dot(const float *x, KgC t, int64_t off, int HS, int lane)
 {
     float s = 0.0f;
 #pragma unroll
@@ -61,7 +61,7 @@ __device__ __forceinline__ float kg_att_dot(const float *x, KgT t, int64_t off, 
 }
 
 /* acc += a * row. */
-__device__ __forceinline__ void kg_att_axpy(float *acc, float a, KgT t, int64_t off, int HS, int lane)
+__device__ __forceinline__ void kg_att_axpy(float *acc, float a, KgC t, int64_t off, int HS, int lane)
 {
 #pragma unroll
     for (int r = 0; r < KG_ATT_MAXR; r++) {
@@ -72,7 +72,7 @@ __device__ __forceinline__ void kg_att_axpy(float *acc, float a, KgT t, int64_t 
 
 /* Forward: one warp per (b, h, i). */
 __global__ void __launch_bounds__(32 * KG_ATT_WARPS)
-kg_attn_fwd_kernel(KgT out, float *lse, KgT q, KgT k, KgT v, KgAttn s)
+kg_attn_fwd_kernel(KgT out, float *lse, KgC q, KgC k, KgC v, KgAttn s)
 {
     int64_t row = (int64_t)blockIdx.x * KG_ATT_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -107,7 +107,7 @@ kg_attn_fwd_kernel(KgT out, float *lse, KgT q, KgT k, KgT v, KgAttn s)
 
 /* Backward, dq: one warp per (b, h, i); dq += sum_j ds_ij * scale * k_j. */
 __global__ void __launch_bounds__(32 * KG_ATT_WARPS)
-kg_attn_dq_kernel(KgT dq, KgT dout, KgT out, const float *lse, KgT q, KgT k, KgT v, KgAttn s)
+kg_attn_dq_kernel(KgT dq, KgC dout, KgC out, const float *lse, KgC q, KgC k, KgC v, KgAttn s)
 {
     int64_t row = (int64_t)blockIdx.x * KG_ATT_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -138,7 +138,7 @@ kg_attn_dq_kernel(KgT dq, KgT dout, KgT out, const float *lse, KgT q, KgT k, KgT
 /* Backward, dk and dv: one warp per (b, g, j), summing over the group's
  * heads and the queries i >= j in order. */
 __global__ void __launch_bounds__(32 * KG_ATT_WARPS)
-kg_attn_dkv_kernel(KgT dk, KgT dv, KgT dout, KgT out, const float *lse, KgT q, KgT k, KgT v, KgAttn s)
+kg_attn_dkv_kernel(KgT dk, KgT dv, KgC dout, KgC out, const float *lse, KgC q, KgC k, KgC v, KgAttn s)
 {
     int64_t row = (int64_t)blockIdx.x * KG_ATT_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;

@@ -77,6 +77,14 @@ static inline KgT kg_t(srt_t t)
     KgT r = { t.p, (int)t.dt };
     return r;
 }
+/* A tensor a kernel only reads: its parameters say so (and the emulator's
+ * race detector, tests/gpu/emu, records it as a read); a launcher's kg_t
+ * converts. */
+struct KgC {
+    const void *p;
+    int dt;
+    __host__ __device__ KgC(KgT t) : p(t.p), dt(t.dt) {}
+};
 
 /* ---- reductions (fixed order: the same bits on every run) ----------------- */
 

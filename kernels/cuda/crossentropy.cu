@@ -23,7 +23,7 @@ static __host__ __device__ int kg_xent_valid(int Vl, int v0, int V)
 
 /* rowmax, rowsum, tlogit of one row per block. */
 __global__ void __launch_bounds__(KG_XENT_THREADS)
-kg_xent_partial_kernel(float *rowmax, float *rowsum, float *tlogit, KgT logits,
+kg_xent_partial_kernel(float *rowmax, float *rowsum, float *tlogit, KgC logits,
                        const int32_t *targets, int Vl, int v0, int nv)
 {
     __shared__ float sh[32];

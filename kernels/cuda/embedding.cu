@@ -21,7 +21,7 @@ enum {
 };
 
 /* out[bt, c] = wte[tok - v0, c] (or 0) + wpe[t, c]. */
-__global__ void kg_embed_fwd_kernel(KgT out, const int32_t *tokens, KgT wte, KgT wpe, int B,
+__global__ void kg_embed_fwd_kernel(KgT out, const int32_t *tokens, KgC wte, KgC wpe, int B,
                                     int T, int C, int v0, int v1)
 {
     int64_t n = (int64_t)B * T * C;
@@ -61,7 +61,7 @@ __device__ void kg_emb_sort(unsigned long long *key, int n)
  * row.  Loads go out KG_EMB_BATCH at a time (a frequent token's row is a
  * long chain of adds, which would otherwise wait for one load at a time);
  * the adds stay in list order. */
-__device__ void kg_emb_flush(KgT dwte, KgT dout, unsigned long long *key, int n, int C)
+__device__ void kg_emb_flush(KgT dwte, KgC dout, unsigned long long *key, int n, int C)
 {
     kg_emb_sort(key, n);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -93,7 +93,7 @@ __device__ void kg_emb_flush(KgT dwte, KgT dout, unsigned long long *key, int n,
 
 /* dwte rows owned by this block += their tokens' dout rows (see the top). */
 __global__ void __launch_bounds__(KG_EMB_THREADS)
-kg_embed_bwd_wte_kernel(KgT dwte, KgT dout, const int32_t *tokens, int BT, int C, int v0, int v1)
+kg_embed_bwd_wte_kernel(KgT dwte, KgC dout, const int32_t *tokens, int BT, int C, int v0, int v1)
 {
     __shared__ unsigned long long key[KG_EMB_CAP];
     __shared__ int warp_count[KG_EMB_THREADS / 32];
@@ -126,7 +126,7 @@ kg_embed_bwd_wte_kernel(KgT dwte, KgT dout, const int32_t *tokens, int BT, int C
 }
 
 /* dwpe[t, c] += sum over b (increasing) of dout[b, t, c]. */
-__global__ void kg_embed_bwd_wpe_kernel(KgT dwpe, KgT dout, int B, int T, int C)
+__global__ void kg_embed_bwd_wpe_kernel(KgT dwpe, KgC dout, int B, int T, int C)
 {
     int64_t n = (int64_t)T * C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;

@@ -65,7 +65,7 @@ __global__ void kg_fill_kernel(KgT x, float v, int64_t n)
 }
 
 /* dst[i] := src[i] with a dtype change. */
-__global__ void kg_convert_kernel(KgT dst, KgT src, int64_t n)
+__global__ void kg_convert_kernel(KgT dst, KgC src, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -89,7 +89,7 @@ __global__ void kg_scale_kernel(KgT x, float s, int64_t n)
 }
 
 /* *flag := 0 if some element is inf or NaN (all writers write the same 0). */
-__global__ void kg_all_finite_kernel(int *flag, KgT x, int64_t n)
+__global__ void kg_all_finite_kernel(int *flag, KgC x, int64_t n)
 {
     int bad = 0;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;

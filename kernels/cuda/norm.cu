@@ -16,7 +16,7 @@ enum {
 };
 
 /* Layernorm of one row per warp; rms != 0: rmsnorm (no mean, no bias). */
-__global__ void kg_norm_fwd_kernel(KgT out, float *mean, float *rstd, KgT inp, KgT w, KgT b,
+__global__ void kg_norm_fwd_kernel(KgT out, float *mean, float *rstd, KgC inp, KgC w, KgC b,
                                    int N, int C, float eps, int rms)
 {
     int n = blockIdx.x * KG_NORM_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -52,7 +52,7 @@ __global__ void kg_norm_fwd_kernel(KgT out, float *mean, float *rstd, KgT inp, K
 /* dinp of one row per warp:
  * layernorm: dx += (w*dy - mean(w*dy) - norm * mean(w*dy*norm)) * rstd;
  * rmsnorm:   dx += rstd * (w*dy - x * rstd^2 * mean(w*dy*x)). */
-__global__ void kg_norm_bwd_dinp_kernel(KgT dinp, KgT dout, KgT inp, KgT w, const float *mean,
+__global__ void kg_norm_bwd_dinp_kernel(KgT dinp, KgC dout, KgC inp, KgC w, const float *mean,
                                         const float *rstd, int N, int C, int rms)
 {
     int n = blockIdx.x * KG_NORM_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -79,7 +79,7 @@ __global__ void kg_norm_bwd_dinp_kernel(KgT dinp, KgT dout, KgT inp, KgT w, cons
 /* dw[c] += sum_n dout*norm, db[c] += sum_n dout for 32 columns per block;
  * norm = (x - mean) * rstd, or x * rstd when mean is NULL. */
 __global__ void __launch_bounds__(32 * KG_NORM_PW)
-kg_norm_bwd_param_kernel(KgT dw, KgT db, KgT dout, KgT inp, const float *mean, const float *rstd,
+kg_norm_bwd_param_kernel(KgT dw, KgT db, KgC dout, KgC inp, const float *mean, const float *rstd,
                          int N, int C)
 {
     __shared__ float pw[KG_NORM_PW][33], pb[KG_NORM_PW][33];

@@ -30,7 +30,7 @@ __device__ __forceinline__ float kg_grad_mult(const float *clip, float loss_scal
 }
 
 /* One AdamW (or Adam: l2 != 0 adds l2 * p to the gradient) step per element. */
-__global__ void kg_adamw_kernel(KgT params, float *master, KgT grads, float *m, float *v, int64_t n,
+__global__ void kg_adamw_kernel(KgT params, float *master, KgC grads, float *m, float *v, int64_t n,
                                 KgAdamConst k, const float *clip, const int *skip)
 {
     if (skip && *skip) return;
@@ -59,7 +59,7 @@ struct KgSgdConst {
 };
 
 /* One SGD step per element. */
-__global__ void kg_sgd_kernel(KgT params, float *master, KgT grads, float *buf, int64_t n,
+__global__ void kg_sgd_kernel(KgT params, float *master, KgC grads, float *buf, int64_t n,
                               KgSgdConst k, const float *clip, const int *skip)
 {
     if (skip && *skip) return;
@@ -155,7 +155,7 @@ __device__ __forceinline__ void kg_sumsq_bits(unsigned long long *lo, unsigned l
 }
 
 /* acc += the bins of x's squares (block bins in shared memory, then global). */
-__global__ void kg_sumsq_kernel(KgSumsq *acc, KgT x, int64_t n)
+__global__ void kg_sumsq_kernel(KgSumsq *acc, KgC x, int64_t n)
 {
     __shared__ unsigned long long lo[KG_SUMSQ_BINS], hi[KG_SUMSQ_BINS];
     for (int e = threadIdx.x; e < KG_SUMSQ_BINS; e += blockDim.x) lo[e] = 0, hi[e] = 0;

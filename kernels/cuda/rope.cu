@@ -11,7 +11,7 @@
 
 /* Rotates pair i of head h of token (b,t); sign +1 forward, -1 inverse;
  * accumulate: y += R x instead of y = R x. */
-__global__ void kg_rope_kernel(KgT y, KgT x, int B, int T, int NH, int HS, int ld, int pos0,
+__global__ void kg_rope_kernel(KgT y, KgC x, int B, int T, int NH, int HS, int ld, int pos0,
                                float theta, float sign, int accumulate)
 {
     int half = HS / 2;
