@@ -6,6 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The CUDA emulation's race detector (tests/gpu/emu/cuemu.h) cannot see this
+ * queue's mutex, which orders the worker's CUDA work with the trainer's:
+ * the queue tells it, as a thread sanitizer's annotations would.  Weak:
+ * NULL when linked against the real libcudart. */
+extern void cuemu_host_release(const void *obj) __attribute__((weak));
+extern void cuemu_host_acquire(const void *obj) __attribute__((weak));
+
+/* The calling thread's CUDA knowledge published at obj (mutex held), for the emulation. */
+static void hq_release(const void *obj)
+{
+    if (cuemu_host_release) cuemu_host_release(obj);
+}
+
+/* What was published at obj taken in by the calling thread (mutex held), for the emulation. */
+static void hq_acquire(const void *obj)
+{
+    if (cuemu_host_acquire) cuemu_host_acquire(obj);
+}
+
 /* The worker: takes closures in push order and runs them until stopped. */
 static void *hq_main(void *p)
 {
@@ -16,11 +35,13 @@ static void *hq_main(void *p)
         while (!q->head && !q->stop) pthread_cond_wait(&q->work, &q->mu);
         if (!q->head) break;    /* stopped and empty */
         hq_item *it = q->head;
+        hq_acquire(&q->work);
         q->head = it->next;
         if (!q->head) q->tail = NULL;
         pthread_mutex_unlock(&q->mu);
         it->fn(it->arg);
         pthread_mutex_lock(&q->mu);
+        hq_release(&q->passed);
         q->done = it->ticket;
         free(it);
         pthread_cond_broadcast(&q->passed);
@@ -53,6 +74,7 @@ uint64_t hq_push(hq_queue *q, hq_fn fn, const void *arg, size_t size)
     if (size) memcpy(it->arg, arg, size);
     pthread_mutex_lock(&q->mu);
     uint64_t t = it->ticket = ++q->pushed;   /* read under the lock: the worker may free it at once */
+    hq_release(&q->work);
     if (q->tail) q->tail->next = it;
     else q->head = it;
     q->tail = it;
@@ -84,6 +106,7 @@ void hq_wait(hq_queue *q, uint64_t t)
 {
     pthread_mutex_lock(&q->mu);
     while (q->done < t) pthread_cond_wait(&q->passed, &q->mu);
+    hq_acquire(&q->passed);
     pthread_mutex_unlock(&q->mu);
 }
 

@@ -4,9 +4,11 @@
 // stand for illegal addresses (each in a forked child that must abort with
 // the call's name), and the kernel executor's launch errors and its mutex.
 // Compiled as C++ against the real cuda_runtime_api.h (label unit).
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include "cuemu.h"
+#include "kernels.h"
 
 #include <functional>
 #include <pthread.h>
@@ -233,6 +235,238 @@ static void test_faults(void)
     }, false));
 }
 
+// A buffer of n bytes of device memory, for the race tests.
+static char *dev_buf(size_t n)
+{
+    void *d = NULL;
+    if (cudaMalloc(&d, n) != cudaSuccess) abort();
+    return (char *)d;
+}
+
+// Two streams of the given flags.
+static void two_streams(cudaStream_t *a, cudaStream_t *b, unsigned flags = cudaStreamDefault)
+{
+    if (cudaStreamCreateWithFlags(a, flags) != cudaSuccess || cudaStreamCreateWithFlags(b, flags) != cudaSuccess)
+        abort();
+}
+
+// One fp32 GEMM D = A * B of n x n on stream s with the given workspace
+// (the heuristic asked for an algorithm that uses it).
+static void lt_matmul(cudaStream_t s, const float *A, const float *B, float *D, void *ws, size_t ws_bytes, int n)
+{
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t l;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, n, n, n) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                             sizeof ws_bytes) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoGetHeuristic(h, op, l, l, l, l, pref, 1, &res, &got) != CUBLAS_STATUS_SUCCESS || got != 1)
+        abort();
+    float one = 1.0f, zero = 0.0f;
+    if (cublasLtMatmul(h, op, &one, A, l, B, l, &zero, D, l, D, l, &res.algo, ws, ws_bytes, s) != CUBLAS_STATUS_SUCCESS)
+        abort();
+}
+
+static cudaStream_t g_handoff_stream;
+static char *g_handoff_buf;
+
+// Another host thread: writes the buffer on its stream, waits for it and
+// publishes that at &g_handoff_buf (as the host queue does).
+static void *handoff_writer(void *release)
+{
+    cudaMemsetAsync(g_handoff_buf, 1, 64, g_handoff_stream);
+    cudaStreamSynchronize(g_handoff_stream);
+    if (release) cuemu_host_release(&g_handoff_buf);
+    return NULL;
+}
+
+// The race detector: each case in a child, which must fault naming both
+// accesses where streams are not ordered, and run clean where they are.
+static void test_races(void)
+{
+    // two streams write one buffer with nothing between them
+    CHECK(faults("race: cudaMemsetAsync (destination) writes", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaMemsetAsync(d + 128, 2, 64, b);
+    }));
+    // the same with an event recorded on a and waited for on b
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        cudaEvent_t e;
+        two_streams(&a, &b);
+        cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        char *d = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaEventRecord(e, a);
+        cudaStreamWaitEvent(b, e, 0);
+        cudaMemsetAsync(d + 128, 2, 64, b);
+    }, false));
+    // an event recorded before the write orders nothing
+    CHECK(faults("race", [] {
+        cudaStream_t a, b;
+        cudaEvent_t e;
+        two_streams(&a, &b);
+        cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        char *d = dev_buf(256);
+        cudaEventRecord(e, a);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaStreamWaitEvent(b, e, 0);
+        cudaMemsetAsync(d + 128, 2, 64, b);
+    }));
+    // disjoint bytes never race; two reads never race
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256), *x = dev_buf(256), *y = dev_buf(256);
+        cudaMemsetAsync(d, 1, 128, a);
+        cudaMemsetAsync(d + 128, 2, 128, b);
+        cudaDeviceSynchronize();
+        cudaMemcpyAsync(x, d, 256, cudaMemcpyDeviceToDevice, a);
+        cudaMemcpyAsync(y, d, 256, cudaMemcpyDeviceToDevice, b);
+    }, false));
+    // a read on b after a write on a, ordered only by the host's cudaStreamSynchronize
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256), *x = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaStreamSynchronize(a);
+        cudaMemcpyAsync(x, d, 256, cudaMemcpyDeviceToDevice, b);
+    }, false));
+    // ... and without it, a race naming the read and the write
+    CHECK(faults("race: cudaMemcpyAsync (source) reads", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256), *x = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaMemcpyAsync(x, d, 256, cudaMemcpyDeviceToDevice, b);
+    }));
+    // the host's synchronisation orders only what the host issues afterwards:
+    // b's copy issued before the sync still races
+    CHECK(faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256), *x = dev_buf(256);
+        cudaMemcpyAsync(x, d, 256, cudaMemcpyDeviceToDevice, b);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaStreamSynchronize(b);
+    }));
+    // a kernel (kg_fill writes its tensor) racing a copy that reads it
+    CHECK(faults("race: cudaMemcpyAsync (source) reads", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(1024), *x = dev_buf(1024);
+        srt_t t = { d, 256, SRT_F32 };
+        if (kg_fill(t, 1.0f, a) != cudaSuccess) abort();
+        cudaMemcpyAsync(x, d + 512, 512, cudaMemcpyDeviceToDevice, b);   // the kernel's byte is d[0]: not this
+        cudaMemcpyAsync(x, d, 512, cudaMemcpyDeviceToDevice, b);
+    }));
+    CHECK(faults("kg_fill_kernel (a tensor argument) writes", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(1024), *x = dev_buf(1024);
+        srt_t t = { d, 256, SRT_F32 };
+        cudaMemcpyAsync(x, d, 512, cudaMemcpyDeviceToDevice, b);
+        if (kg_fill(t, 1.0f, a) != cudaSuccess) abort();
+    }));
+    // a kernel that only reads (kg_convert's source is a KgC) beside a copy that reads
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(1024), *x = dev_buf(1024), *y = dev_buf(1024);
+        cudaDeviceSynchronize();
+        srt_t src = { d, 256, SRT_F32 }, dst = { y, 256, SRT_F32 };
+        cudaMemcpyAsync(x, d, 1024, cudaMemcpyDeviceToDevice, b);
+        if (kg_convert(dst, src, a) != cudaSuccess) abort();
+    }, false));
+    // the legacy default stream waits for a blocking stream's work ...
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaMemsetAsync(d, 2, 256, 0);
+        cudaMemsetAsync(d, 3, 256, b);   // and a blocking stream for the legacy one's
+    }, false));
+    // ... but not for a non-blocking stream's
+    CHECK(faults("on the legacy default stream", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b, cudaStreamNonBlocking);
+        char *d = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaMemsetAsync(d, 2, 256, 0);
+    }));
+    // cudaStreamPerThread is a blocking stream too
+    CHECK(!faults("race", [] {
+        char *d = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, cudaStreamPerThread);
+        cudaMemsetAsync(d, 2, 256, 0);
+    }, false));
+    // one cuBLASLt workspace shared by GEMMs on two unordered streams
+    CHECK(faults("cublasLtMatmul (the workspace) writes", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        float *A = (float *)dev_buf(64 * 64 * 4), *D1 = (float *)dev_buf(64 * 64 * 4), *D2 = (float *)dev_buf(64 * 64 * 4);
+        void *ws = dev_buf(1 << 20);
+        cudaMemset(A, 0, 64 * 64 * 4);
+        cudaDeviceSynchronize();
+        lt_matmul(a, A, A, D1, ws, 1 << 20, 64);
+        lt_matmul(b, A, A, D2, ws, 1 << 20, 64);
+    }));
+    // the same GEMMs with their own workspaces: they only read A together
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        float *A = (float *)dev_buf(64 * 64 * 4), *D1 = (float *)dev_buf(64 * 64 * 4), *D2 = (float *)dev_buf(64 * 64 * 4);
+        void *w1 = dev_buf(1 << 20), *w2 = dev_buf(1 << 20);
+        cudaMemset(A, 0, 64 * 64 * 4);
+        cudaDeviceSynchronize();
+        lt_matmul(a, A, A, D1, w1, 1 << 20, 64);
+        lt_matmul(b, A, A, D2, w2, 1 << 20, 64);
+    }, false));
+    // cudaDeviceSynchronize orders everything before what follows
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256);
+        cudaMemsetAsync(d, 1, 256, a);
+        cudaDeviceSynchronize();
+        cudaMemsetAsync(d, 2, 256, b);
+    }, false));
+    // mapped pinned memory is tracked like device memory (a kernel may address it)
+    CHECK(faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        void *m;
+        cudaHostAlloc(&m, 256, cudaHostAllocMapped);
+        char *d = dev_buf(256);
+        cudaMemcpyAsync(m, d, 256, cudaMemcpyDeviceToHost, a);
+        cudaMemcpyAsync(d, m, 256, cudaMemcpyHostToDevice, b);
+    }));
+    // host threads: another thread's synchronisation orders this thread's
+    // later work only through a hand-off the detector is told of
+    for (int release = 0; release < 2; release++)
+        CHECK(faults("race", [release] {
+            cudaStream_t b;
+            two_streams(&g_handoff_stream, &b);
+            g_handoff_buf = dev_buf(256);
+            pthread_t t;
+            pthread_create(&t, NULL, handoff_writer, release ? &g_handoff_buf : NULL);
+            pthread_join(t, NULL);
+            if (release) cuemu_host_acquire(&g_handoff_buf);
+            cudaMemsetAsync(g_handoff_buf, 2, 64, b);
+        }, release == 0) == (release == 0));
+}
+
 int main(void)
 {
     test_memory();
@@ -240,6 +474,7 @@ int main(void)
     test_handles();
     test_launch();
     test_faults();
+    test_races();
     printf("%d of %d checks passed\n", g_checks - g_fail, g_checks);
     return g_fail != 0;
 }

@@ -654,7 +654,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
                               size_t workspaceSizeInBytes, cudaStream_t stream)
 {
-    (void)stream;
     if (!lightHandle || lightHandle->magic != EMLT_MAGIC_HANDLE) return CUBLAS_STATUS_NOT_INITIALIZED;
     const emlt_desc *d = emlt_desc_of(computeDesc);
     const emlt_layout *L[4] = { emlt_layout_of(Adesc), emlt_layout_of(Bdesc), emlt_layout_of(Cdesc),
@@ -691,6 +690,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     emlt_range(D, emlt_span(p.m, p.n, L[3]->ld, p.dt), "D");
     if (p.bias_in || p.bias_out) emlt_range(d->bias, (size_t)p.bias_n * emlt_esize(p.bias_t), "the bias vector");
     if (p.aux_in || p.aux_out) emlt_range(d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), "the aux matrix");
+    /* what the kernel reads and writes, for the race detector (cuemu.h) */
+    cuemu_access("cublasLtMatmul", "A", stream, A, emlt_span((int64_t)L[0]->rows, (int64_t)L[0]->cols, L[0]->ld, p.at), false);
+    cuemu_access("cublasLtMatmul", "B", stream, B, emlt_span((int64_t)L[1]->rows, (int64_t)L[1]->cols, L[1]->ld, p.bt), false);
+    if (be != 0.0f) cuemu_access("cublasLtMatmul", "C", stream, C, emlt_span(p.m, p.n, L[2]->ld, p.ct), false);
+    if (p.bias_in) cuemu_access("cublasLtMatmul", "the bias vector", stream, d->bias, (size_t)p.bias_n * emlt_esize(p.bias_t), false);
+    if (p.aux_in) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), false);
+    if (a.ws) cuemu_access("cublasLtMatmul", "the workspace", stream, workspace, (size_t)a.ws, true);
+    cuemu_access("cublasLtMatmul", "D", stream, D, emlt_span(p.m, p.n, L[3]->ld, p.dt), true);
+    if (p.bias_out) cuemu_access("cublasLtMatmul", "the bias gradient", stream, d->bias, (size_t)p.bias_n * emlt_esize(p.bias_t), true);
+    if (p.aux_out) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), true);
     if (a.ws) {   /* the algorithm's scratch: scribbled, as a real kernel's partial sums would */
         emlt_range(workspace, (size_t)a.ws, "the workspace");
         memset(workspace, 0xa5, (size_t)a.ws);

@@ -11,11 +11,13 @@
 #define KG_EMU_CUDA_RUNTIME_H
 
 #include "cuda_runtime_api.h"
+#include "cuemu.h"
 
 #include <functional>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <type_traits>
 
 #define __global__
 #define __device__
@@ -58,7 +60,43 @@ void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body
 /* kg_emu_run on stream s (a cudaStream_t: void here, so that host code
  * built against the real header links the same symbol), which must be live. */
 void kg_emu_launch(unsigned grid, unsigned block, const void *s, const std::function<void()> &body);
+
+/* A kernel argument as the race detector sees it, converted to the kernel's
+ * parameter type P: a pointer to const is read, any other pointer written,
+ * at the byte it points to (the extent is the kernel's business); a KgT
+ * (kernels/cuda/common.cuh: a non-const pointer) is written, a KgC read. */
+template <typename P, typename = void> struct KgEmuArg {
+    static void access(const char *, const void *, const P &) {}
+};
+template <typename T> struct KgEmuArg<T *, void> {
+    static void access(const char *kern, const void *s, T *p)
+    {
+        cuemu_access(kern, "a pointer argument", s, (const void *)p, 0, !std::is_const<T>::value);
+    }
+};
+/* a tensor passed as a struct with a pointer member p (KgT, KgC) */
+template <typename P>
+struct KgEmuArg<P, typename std::enable_if<std::is_class<P>::value && std::is_pointer<decltype(P::p)>::value>::type> {
+    static void access(const char *kern, const void *s, const P &t)
+    {
+        cuemu_access(kern, "a tensor argument", s, (const void *)t.p, 0,
+                     !std::is_const<typename std::remove_pointer<decltype(P::p)>::type>::value);
+    }
+};
+
+/* Records every argument's access on s, then runs the kernel (or records
+ * the launch's error when s is not live). */
+template <typename... P, typename... A>
+void kg_emu_launch_args(const char *kern, void (*)(P...), unsigned grid, unsigned block, const void *s,
+                        const std::function<void()> &body, const A &...args)
+{
+    static_assert(sizeof...(P) == sizeof...(A), "a kernel launched with the wrong number of arguments");
+    if (!cuemu_stream_live(s)) return;
+    (KgEmuArg<typename std::decay<P>::type>::access(kern, s, (typename std::decay<P>::type)args), ...);
+    kg_emu_launch(grid, block, s, body);
+}
 #define KG_LAUNCH(kern, grid, block, s, ...) \
-    kg_emu_launch((unsigned)(grid), (unsigned)(block), (s), [=]() { kern(__VA_ARGS__); })
+    kg_emu_launch_args(#kern, &kern, (unsigned)(grid), (unsigned)(block), (s), [=]() { kern(__VA_ARGS__); }, \
+                       __VA_ARGS__)
 
 #endif

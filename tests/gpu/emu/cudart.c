@@ -7,7 +7,9 @@
  * every synchronisation and at exit: a kernel or library that writes past a
  * buffer ends the run.  Every stream runs its work at issue time, in issue
  * order, so an event is complete once recorded and a synchronisation only
- * checks its handle.  What the real runtime rejects is rejected with its
+ * checks its handle; the race detector (below, cuemu_access) keeps the order
+ * a GPU would guarantee and reports accesses it leaves unordered.  What the
+ * real runtime rejects is rejected with its
  * error code; what would be an illegal address on a GPU (a copy reaching
  * outside an allocation, a copy whose kind contradicts its pointers) is a
  * cuemu_fault that ends the process.
@@ -39,13 +41,41 @@ typedef struct emrt_alloc {
     size_t bytes;
     int host;                   /* cudaHostAlloc'd                            */
     unsigned flags;             /* cudaHostAlloc's flags                      */
+    struct emrt_acc *acc;       /* the race detector's history of its bytes   */
+    int nacc, acc_cap;
 } emrt_alloc;
+
+/* A vector clock of the race detector: v[id] is the last epoch of clock id
+ * (a stream) known to happen before; ids past n are 0. */
+typedef struct emrt_vc {
+    uint32_t *v;
+    int n;
+} emrt_vc;
+
+/* A stream's clock: its id (its own component) and what it has joined. */
+typedef struct emrt_clock {
+    int id;
+    int blocking;               /* synchronises with the legacy default stream */
+    emrt_vc vc;
+} emrt_clock;
+
+/* One recorded access: [lo, hi) read or written by the operation who/what,
+ * epoch `epoch` of clock id on stream `stream`. */
+typedef struct emrt_acc {
+    uintptr_t lo, hi;
+    int id;
+    uint32_t epoch;
+    int write;
+    const char *who, *what;
+    const void *stream;
+} emrt_acc;
 
 /* A stream or event handle; never freed, so a destroyed one stays known. */
 typedef struct emrt_handle {
     int kind;                   /* 's' stream, 'e' event                      */
     int live;
     unsigned flags;
+    emrt_clock clk;             /* a stream's clock; an event's snapshot in clk.vc */
 } emrt_handle;
 
 static pthread_mutex_t emrt_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -108,10 +138,13 @@ static void emrt_check_guards(const char *who)
     pthread_mutex_unlock(&emrt_mu);
 }
 
+static void emrt_rc_report(void);
+
 /* atexit: the guards of what the program never freed. */
 static void emrt_at_exit(void)
 {
     emrt_check_guards("at exit");
+    emrt_rc_report();
 }
 
 /* A new poisoned, guarded allocation of bytes; NULL when out of memory. */
@@ -127,7 +160,7 @@ static void *emrt_alloc_new(size_t bytes, int host, unsigned flags)
     pthread_mutex_lock(&emrt_mu);
     if (!registered) registered = 1, atexit(emrt_at_exit);
     if (emrt_nallocs == EMRT_MAX_ALLOCS) cuemu_fault(host ? "cudaHostAlloc" : "cudaMalloc", "more than %d live allocations", EMRT_MAX_ALLOCS);
-    emrt_allocs[emrt_nallocs++] = (emrt_alloc){m, bytes, host, flags};
+    emrt_allocs[emrt_nallocs++] = (emrt_alloc){m, bytes, host, flags, NULL, 0, 0};
     if (!host) emrt_device_bytes += bytes;
     pthread_mutex_unlock(&emrt_mu);
     return m;
@@ -144,6 +177,7 @@ static cudaError_t emrt_alloc_free(void *p, int host, const char *who)
         emrt_check_guard(a, who);
         if (!host) emrt_device_bytes -= a->bytes;
         free(a->p);
+        free(a->acc);
         *a = emrt_allocs[--emrt_nallocs];
         pthread_mutex_unlock(&emrt_mu);
         return cudaSuccess;
@@ -217,15 +251,21 @@ static size_t emrt_handle_slot(const void *h)
     return i;
 }
 
+/* emrt_handle_of with the mutex held. */
+static emrt_handle *emrt_handle_find(const void *h, int kind)
+{
+    emrt_handle *r = emrt_handle_cap ? emrt_handles[emrt_handle_slot(h)] : NULL;
+    return r && r->kind == kind ? r : NULL;
+}
+
 /* Whether h is a handle of the kind this runtime made (live or destroyed);
  * only addresses are compared, so a foreign pointer is never read. */
 static emrt_handle *emrt_handle_of(const void *h, int kind)
 {
-    emrt_handle *r = NULL;
     pthread_mutex_lock(&emrt_mu);
-    if (emrt_handle_cap) r = emrt_handles[emrt_handle_slot(h)];
+    emrt_handle *r = emrt_handle_find(h, kind);
     pthread_mutex_unlock(&emrt_mu);
-    return r && r->kind == kind ? r : NULL;
+    return r;
 }
 
 /* A stream argument: 0 / cudaStreamLegacy / cudaStreamPerThread or a live stream. */
@@ -248,7 +288,7 @@ static emrt_handle *emrt_handle_new(int kind, unsigned flags)
 {
     emrt_handle *h = calloc(1, sizeof *h);
     if (!h) return NULL;
-    *h = (emrt_handle){kind, 1, flags};
+    *h = (emrt_handle){kind, 1, flags, {-1, 0, {NULL, 0}}};
     pthread_mutex_lock(&emrt_mu);
     if (2 * (emrt_nhandles + 1) > emrt_handle_cap) {   /* grow: rehash into twice the slots */
         emrt_handle **old = emrt_handles;
@@ -273,6 +313,318 @@ static cudaError_t emrt_handle_destroy(const void *p, int kind)
     if (!h || !h->live) return emrt_err(cudaErrorInvalidResourceHandle);
     h->live = 0;
     return cudaSuccess;
+}
+
+/* ---- the race detector ------------------------------------------------------------
+ *
+ * Every stream runs its work at issue here, so a missing event cannot give a
+ * wrong answer; instead each operation is placed in the order a GPU would
+ * guarantee (happens-before, by vector clocks) and two accesses to the same
+ * bytes, one a write, that it does not order are a race (cuemu_fault).  Each
+ * stream is a clock; an operation on it is its next epoch, after everything
+ * its issuing host thread knows to be complete (that thread's vector) and,
+ * on the legacy default stream, after the earlier work of every blocking
+ * stream (and the reverse).  cudaEventRecord snapshots the stream's vector,
+ * cudaStreamWaitEvent joins it, the host synchronisations join into the
+ * calling thread's vector.  An allocation keeps the accesses not yet
+ * superseded: one that a later access of the same bytes covers and follows
+ * (a write after anything, a read after a read) can race with nothing the
+ * later one would not race with. */
+
+enum { EMRT_RC_KEEP = 4096 };   /* accesses an allocation keeps before collecting */
+
+static int emrt_rc_state = -1;              /* -1 unknown, 0 off, 1 on        */
+static int emrt_rc_ids;                     /* clock ids given out             */
+static emrt_clock emrt_rc_legacy = { -1, 0, { NULL, 0 } };
+static emrt_clock *emrt_rc_ptds[256];       /* every thread's per-thread default stream */
+static int emrt_rc_nptds;
+static _Thread_local emrt_clock *emrt_rc_my_ptds;
+static _Thread_local emrt_vc emrt_rc_host;  /* what this host thread knows complete */
+/* the host threads' hand-offs (cuemu_host_release / _acquire) */
+static struct { const void *obj; emrt_vc vc; } emrt_rc_sync[64];
+static int emrt_rc_nsync;
+static size_t emrt_rc_evicted;              /* accesses dropped by the bound    */
+static size_t emrt_rc_checked, emrt_rc_compared;   /* accesses, and history entries compared */
+
+/* Whether the detector runs (CUEMU_RACECHECK=0 turns it off). */
+static int emrt_rc_on(void)
+{
+    if (emrt_rc_state < 0) {
+        const char *e = getenv("CUEMU_RACECHECK");
+        emrt_rc_state = !(e && e[0] == '0' && !e[1]);
+        if (e && e[0] == '2' && !e[1]) emrt_rc_state = 2;   /* on, and its numbers at exit */
+    }
+    return emrt_rc_state;
+}
+
+/* At exit with CUEMU_RACECHECK=2: what the detector did. */
+static void emrt_rc_report(void)
+{
+    if (emrt_rc_state == 2)
+        fprintf(stderr, "cuda emulator: race detector: %zu accesses checked against %zu earlier ones, %zu forgotten "
+                "by the bound, %d stream clocks\n", emrt_rc_checked, emrt_rc_compared, emrt_rc_evicted, emrt_rc_ids);
+}
+
+/* Component id of v (0 past its end). */
+static uint32_t emrt_rc_get(const emrt_vc *v, int id)
+{
+    return id < v->n ? v->v[id] : 0;
+}
+
+/* Makes v hold at least n components. */
+static void emrt_rc_grow(emrt_vc *v, int n)
+{
+    if (n <= v->n) return;
+    int cap = (n + 15) & ~15;   /* ids are few: a multiple of 16, never more */
+    uint32_t *nv = realloc(v->v, (size_t)cap * sizeof *nv);
+    if (!nv) cuemu_fault("race detector", "out of host memory");
+    memset(nv + v->n, 0, (size_t)(cap - v->n) * sizeof *nv);
+    v->v = nv;
+    v->n = cap;
+}
+
+/* a = a joined with b (componentwise max). */
+static void emrt_rc_join(emrt_vc *a, const emrt_vc *b)
+{
+    emrt_rc_grow(a, b->n);
+    for (int i = 0; i < b->n; i++)
+        if (b->v[i] > a->v[i]) a->v[i] = b->v[i];
+}
+
+/* Gives c a clock id when it has none yet (mutex held). */
+static void emrt_rc_init(emrt_clock *c)
+{
+    if (c->id < 0) c->id = emrt_rc_ids++;
+    emrt_rc_grow(&c->vc, c->id + 1);
+}
+
+/* The clock of stream s (mutex held): the legacy default stream, this
+ * thread's per-thread default stream, or a stream handle's; NULL if s is
+ * not a live stream. */
+static emrt_clock *emrt_rc_clock(const void *s)
+{
+    emrt_clock *c = NULL;
+    if (s == NULL || s == (const void *)cudaStreamLegacy) c = &emrt_rc_legacy;
+    else if (s == (const void *)cudaStreamPerThread) {
+        if (!emrt_rc_my_ptds) {
+            if (emrt_rc_nptds == (int)(sizeof emrt_rc_ptds / sizeof emrt_rc_ptds[0]))
+                cuemu_fault("cudaStreamPerThread", "more than %d threads used their per-thread default stream",
+                            emrt_rc_nptds);
+            emrt_rc_my_ptds = calloc(1, sizeof *emrt_rc_my_ptds);
+            if (!emrt_rc_my_ptds) cuemu_fault("cudaStreamPerThread", "out of host memory");
+            /* not a non-blocking stream: it synchronises with the legacy one */
+            *emrt_rc_my_ptds = (emrt_clock){ -1, 1, { NULL, 0 } };
+            emrt_rc_ptds[emrt_rc_nptds++] = emrt_rc_my_ptds;
+        }
+        c = emrt_rc_my_ptds;
+    } else {
+        emrt_handle *h = emrt_handle_find(s, 's');
+        if (h && h->live) c = &h->clk;
+    }
+    if (c) emrt_rc_init(c);
+    return c;
+}
+
+/* Calls f(c) for every blocking stream's clock (mutex held). */
+static void emrt_rc_each_blocking(void (*f)(emrt_clock *, emrt_vc *), emrt_vc *arg)
+{
+    for (size_t i = 0; i < emrt_handle_cap; i++) {
+        emrt_handle *h = emrt_handles[i];
+        if (h && h->kind == 's' && h->live && h->clk.blocking && h->clk.id >= 0) f(&h->clk, arg);
+    }
+    for (int i = 0; i < emrt_rc_nptds; i++)
+        if (emrt_rc_ptds[i]->id >= 0) f(emrt_rc_ptds[i], arg);
+}
+
+/* into = into joined with c's vector. */
+static void emrt_rc_join_into(emrt_clock *c, emrt_vc *into)
+{
+    emrt_rc_join(into, &c->vc);
+}
+
+/* Issues an operation on c now (mutex held): after what the calling host
+ * thread knows complete and, between the legacy default stream and the
+ * blocking streams, after each other's earlier work; its new epoch. */
+static void emrt_rc_issue(emrt_clock *c)
+{
+    emrt_rc_join(&c->vc, &emrt_rc_host);
+    if (c == &emrt_rc_legacy) emrt_rc_each_blocking(emrt_rc_join_into, &c->vc);
+    else if (c->blocking) emrt_rc_join(&c->vc, &emrt_rc_legacy.vc);
+    emrt_rc_grow(&c->vc, c->id + 1);
+    c->vc.v[c->id]++;
+}
+
+/* How a fault names a stream. */
+static const char *emrt_rc_sname(const void *s, char *buf, size_t n)
+{
+    if (s == NULL || s == (const void *)cudaStreamLegacy) return "the legacy default stream";
+    if (s == (const void *)cudaStreamPerThread) return "the per-thread default stream";
+    snprintf(buf, n, "stream %p", s);
+    return buf;
+}
+
+/* Whether a happens before the clock vector v. */
+static int emrt_rc_before(const emrt_acc *a, const emrt_vc *v)
+{
+    return emrt_rc_get(v, a->id) >= a->epoch;
+}
+
+/* Frees room in an allocation's history (mutex held): first the accesses
+ * that happen before every stream's and this thread's present (nothing
+ * issued from now on can race with them), then, if that is not enough, the
+ * oldest half (a bound on the cost: races with those are no longer seen). */
+static void emrt_rc_collect(emrt_alloc *al)
+{
+    /* floor[k]: the least epoch of clock k that every stream has joined */
+    emrt_vc floor = { NULL, 0 };
+    emrt_rc_join(&floor, &emrt_rc_legacy.vc);
+    for (size_t i = 0; i < emrt_handle_cap; i++)
+        if (emrt_handles[i] && emrt_handles[i]->kind == 's' && emrt_handles[i]->live) emrt_rc_join(&floor, &emrt_handles[i]->clk.vc);
+    for (int i = 0; i < emrt_rc_nptds; i++) emrt_rc_join(&floor, &emrt_rc_ptds[i]->vc);
+    for (int k = 0; k < floor.n; k++) {
+        uint32_t m = emrt_rc_get(&emrt_rc_legacy.vc, k);
+        for (size_t i = 0; i < emrt_handle_cap; i++) {
+            emrt_handle *h = emrt_handles[i];
+            if (h && h->kind == 's' && h->live && emrt_rc_get(&h->clk.vc, k) < m) m = emrt_rc_get(&h->clk.vc, k);
+        }
+        for (int i = 0; i < emrt_rc_nptds; i++)
+            if (emrt_rc_get(&emrt_rc_ptds[i]->vc, k) < m) m = emrt_rc_get(&emrt_rc_ptds[i]->vc, k);
+        floor.v[k] = m;
+    }
+    int n = 0;
+    for (int i = 0; i < al->nacc; i++)
+        if (!emrt_rc_before(&al->acc[i], &floor)) al->acc[n++] = al->acc[i];
+    free(floor.v);
+    if (n > EMRT_RC_KEEP / 2) {
+        int drop = n / 2;
+        emrt_rc_evicted += (size_t)drop;
+        memmove(al->acc, al->acc + drop, (size_t)(n - drop) * sizeof *al->acc);
+        n -= drop;
+    }
+    al->nacc = n;
+}
+
+/* Checks an access of [lo, hi) by who/what on stream s (clock c, epoch now
+ * issued) against al's history and records it (mutex held). */
+static void emrt_rc_check(emrt_alloc *al, emrt_clock *c, const void *s, const char *who, const char *what,
+                          uintptr_t lo, uintptr_t hi, int write)
+{
+    int n = 0;
+    emrt_rc_checked++;
+    emrt_rc_compared += (size_t)al->nacc;
+    for (int i = 0; i < al->nacc; i++) {
+        emrt_acc *a = &al->acc[i];
+        int overlap = a->lo < hi && lo < a->hi;
+        int ordered = a->id == c->id || emrt_rc_before(a, &c->vc);
+        if (overlap && (a->write || write) && !ordered) {
+            char b1[64], b2[64];
+            pthread_mutex_unlock(&emrt_mu);
+            cuemu_fault("race", "%s (%s) %s [%p, +%zu) on %s and the earlier %s (%s) %s [%p, +%zu) on %s are not "
+                        "ordered: no event, stream wait or host synchronisation puts one after the other",
+                        who, what, write ? "writes" : "reads", (void *)lo, (size_t)(hi - lo),
+                        emrt_rc_sname(s, b1, sizeof b1), a->who, a->what, a->write ? "writes" : "reads",
+                        (void *)a->lo, (size_t)(a->hi - a->lo), emrt_rc_sname(a->stream, b2, sizeof b2));
+        }
+        /* superseded: covered, ordered before, and a write covers anything, a read a read */
+        if (overlap && ordered && lo <= a->lo && a->hi <= hi && (write || !a->write)) continue;
+        al->acc[n++] = *a;
+    }
+    al->nacc = n;
+    if (al->nacc >= EMRT_RC_KEEP) emrt_rc_collect(al);
+    if (al->nacc == al->acc_cap) {
+        int cap = al->acc_cap ? 2 * al->acc_cap : 16;
+        emrt_acc *na = realloc(al->acc, (size_t)cap * sizeof *na);
+        if (!na) cuemu_fault("race detector", "out of host memory");
+        al->acc = na;
+        al->acc_cap = cap;
+    }
+    al->acc[al->nacc++] = (emrt_acc){ lo, hi, c->id, c->vc.v[c->id], write, who, what, s };
+}
+
+void cuemu_access(const char *who, const char *what, const void *s, const void *p, size_t bytes, bool write)
+{
+    if (!emrt_rc_on() || !p) return;
+    pthread_mutex_lock(&emrt_mu);
+    emrt_clock *c = emrt_rc_clock(s);
+    emrt_alloc *al = c ? emrt_find(p) : NULL;
+    if (al) {
+        emrt_rc_issue(c);
+        uintptr_t lo = (uintptr_t)p, hi = lo + (bytes ? bytes : 1);
+        emrt_rc_check(al, c, s, who, what, lo, hi, write);
+    }
+    pthread_mutex_unlock(&emrt_mu);
+}
+
+/* The calling host thread has waited for stream s: it joins s's vector
+ * (the legacy default stream's includes the blocking streams' earlier work). */
+static void emrt_rc_sync_stream(const void *s)
+{
+    if (!emrt_rc_on()) return;
+    pthread_mutex_lock(&emrt_mu);
+    emrt_clock *c = emrt_rc_clock(s);
+    if (c) {
+        emrt_rc_join(&emrt_rc_host, &c->vc);
+        if (c == &emrt_rc_legacy) emrt_rc_each_blocking(emrt_rc_join_into, &emrt_rc_host);
+    }
+    pthread_mutex_unlock(&emrt_mu);
+}
+
+/* The calling host thread has waited for event h's last record. */
+static void emrt_rc_sync_event(emrt_handle *h)
+{
+    if (!emrt_rc_on()) return;
+    pthread_mutex_lock(&emrt_mu);
+    emrt_rc_join(&emrt_rc_host, &h->clk.vc);
+    pthread_mutex_unlock(&emrt_mu);
+}
+
+/* cudaDeviceSynchronize: every stream's work so far is complete, so the
+ * history is forgotten and the thread knows every stream's present. */
+static void emrt_rc_sync_device(void)
+{
+    if (!emrt_rc_on()) return;
+    pthread_mutex_lock(&emrt_mu);
+    for (int i = 0; i < emrt_nallocs; i++) emrt_allocs[i].nacc = 0;
+    emrt_rc_init(&emrt_rc_legacy);
+    emrt_rc_join(&emrt_rc_host, &emrt_rc_legacy.vc);
+    emrt_rc_each_blocking(emrt_rc_join_into, &emrt_rc_host);
+    for (size_t i = 0; i < emrt_handle_cap; i++) {
+        emrt_handle *h = emrt_handles[i];
+        if (h && h->kind == 's' && h->clk.id >= 0) emrt_rc_join(&emrt_rc_host, &h->clk.vc);
+    }
+    pthread_mutex_unlock(&emrt_mu);
+}
+
+/* The slot of hand-off object obj (mutex held). */
+static emrt_vc *emrt_rc_sync_of(const void *obj)
+{
+    for (int i = 0; i < emrt_rc_nsync; i++)
+        if (emrt_rc_sync[i].obj == obj) return &emrt_rc_sync[i].vc;
+    if (emrt_rc_nsync == (int)(sizeof emrt_rc_sync / sizeof emrt_rc_sync[0]))
+        cuemu_fault("race detector", "more than %d host hand-off objects", emrt_rc_nsync);
+    emrt_rc_sync[emrt_rc_nsync].obj = obj;
+    return &emrt_rc_sync[emrt_rc_nsync++].vc;
+}
+
+void cuemu_host_release(const void *obj)
+{
+    if (!emrt_rc_on()) return;
+    pthread_mutex_lock(&emrt_mu);
+    emrt_rc_join(emrt_rc_sync_of(obj), &emrt_rc_host);
+    pthread_mutex_unlock(&emrt_mu);
+}
+
+void cuemu_host_acquire(const void *obj)
+{
+    if (!emrt_rc_on()) return;
+    pthread_mutex_lock(&emrt_mu);
+    emrt_rc_join(&emrt_rc_host, emrt_rc_sync_of(obj));
+    pthread_mutex_unlock(&emrt_mu);
+}
+
+bool cuemu_stream_live(const void *s)
+{
+    return emrt_stream_ok((cudaStream_t)s) == cudaSuccess;
 }
 
 /* ---- device management ----------------------------------------------------------- */
@@ -332,6 +684,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    emrt_rc_sync_device();
     emrt_check_guards("cudaDeviceSynchronize");
     return cudaSuccess;
 }
@@ -443,11 +796,42 @@ cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     return cudaSuccess;
 }
 
+/* A copy's reads and writes, for the race detector, on stream s. */
+static void emrt_copy_access(const char *who, const void *s, void *dst, const void *src, size_t count)
+{
+    cuemu_access(who, "source", s, src, count, false);
+    cuemu_access(who, "destination", s, dst, count, true);
+}
+
+/* Whether p lies in cudaHostAlloc'd memory. */
+static bool emrt_is_pinned(const void *p)
+{
+    pthread_mutex_lock(&emrt_mu);
+    emrt_alloc *a = emrt_find(p);
+    bool r = a && a->host;
+    pthread_mutex_unlock(&emrt_mu);
+    return r;
+}
+
+/* cudaMemcpy runs on the legacy default stream; how it synchronises with the
+ * host follows CUDA's "API synchronization behavior": from pageable host
+ * memory to the device, the stream is synchronised before the copy (which
+ * may still be in flight at the return); to host memory, from pinned memory
+ * and between host buffers, the copy is complete at the return; between
+ * device buffers there is no host synchronisation. */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     cudaError_t e = emrt_copy_check("cudaMemcpy", dst, src, count, kind);
-    if (e != cudaSuccess) return e;
-    if (count) memmove(dst, src, count);
+    if (e != cudaSuccess || count == 0) return e;
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
+                   (kind == cudaMemcpyDefault && emrt_is_device(dst));
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
+                   (kind == cudaMemcpyDefault && emrt_is_device(src));
+    bool pageable_h2d = dst_dev && !src_dev && !emrt_is_pinned(src);
+    if (pageable_h2d) emrt_rc_sync_stream(NULL);
+    emrt_copy_access("cudaMemcpy", NULL, dst, src, count);
+    memmove(dst, src, count);
+    if (!pageable_h2d && !(dst_dev && src_dev)) emrt_rc_sync_stream(NULL);
     return cudaSuccess;
 }
 
@@ -456,6 +840,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     cudaError_t e = emrt_stream_ok(stream);
     if (e != cudaSuccess) return e;
     if ((e = emrt_copy_check("cudaMemcpyAsync", dst, src, count, kind)) != cudaSuccess) return e;
+    if (count) emrt_copy_access("cudaMemcpyAsync", stream, dst, src, count);
     if (count) memmove(dst, src, count);
     return cudaSuccess;
 }
@@ -464,7 +849,10 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
     if (count == 0) return cudaSuccess;
     emrt_device_side("cudaMemset", "destination", devPtr, count);
+    cuemu_access("cudaMemset", "destination", NULL, devPtr, count, true);
     memset(devPtr, value, count);
+    /* asynchronous to the host except into pinned host memory (CUDA's "API synchronization behavior") */
+    if (emrt_is_pinned(devPtr)) emrt_rc_sync_stream(NULL);
     return cudaSuccess;
 }
 
@@ -474,6 +862,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
     if (e != cudaSuccess) return e;
     if (count == 0) return cudaSuccess;
     emrt_device_side("cudaMemsetAsync", "destination", devPtr, count);
+    cuemu_access("cudaMemsetAsync", "destination", stream, devPtr, count, true);
     memset(devPtr, value, count);
     return cudaSuccess;
 }
@@ -485,6 +874,7 @@ cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t widt
     if (width == 0 || height == 0) return cudaSuccess;
     if (pitch < width) return emrt_err(cudaErrorInvalidPitchValue);
     emrt_device_side("cudaMemset2DAsync", "destination", devPtr, pitch * (height - 1) + width);
+    cuemu_access("cudaMemset2DAsync", "destination", stream, devPtr, pitch * (height - 1) + width, true);
     for (size_t r = 0; r < height; r++) memset((unsigned char *)devPtr + r * pitch, value, width);
     return cudaSuccess;
 }
@@ -496,6 +886,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
     if (!pStream || (flags & ~(unsigned)cudaStreamNonBlocking)) return emrt_err(cudaErrorInvalidValue);
     emrt_handle *h = emrt_handle_new('s', flags);
     if (!h) return emrt_err(cudaErrorMemoryAllocation);
+    h->clk = (emrt_clock){ -1, !(flags & cudaStreamNonBlocking), { NULL, 0 } };
     *pStream = (cudaStream_t)(void *)h;
     return cudaSuccess;
 }
@@ -513,13 +904,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
-    if (e == cudaSuccess) emrt_check_guards("cudaStreamSynchronize");
+    if (e == cudaSuccess) emrt_rc_sync_stream(stream), emrt_check_guards("cudaStreamSynchronize");
     return e;
 }
 
+/* cudaSuccess (the stream's work is done): the host has seen it complete. */
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-    return emrt_stream_ok(stream);
+    cudaError_t e = emrt_stream_ok(stream);
+    if (e == cudaSuccess) emrt_rc_sync_stream(stream);
+    return e;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
@@ -528,6 +922,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (e != cudaSuccess) return e;
     if ((e = emrt_event_ok(event)) != cudaSuccess) return e;
     if (flags & ~(unsigned)cudaEventWaitExternal) return emrt_err(cudaErrorInvalidValue);
+    if (emrt_rc_on()) {   /* the stream's later work follows the event's last record */
+        pthread_mutex_lock(&emrt_mu);
+        emrt_clock *c = emrt_rc_clock(stream);
+        emrt_rc_join(&c->vc, &emrt_handle_find(event, 'e')->clk.vc);
+        pthread_mutex_unlock(&emrt_mu);
+    }
     return cudaSuccess;
 }
 
@@ -557,15 +957,32 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
     cudaError_t e = emrt_event_ok(event);
     if (e != cudaSuccess) return e;
-    return emrt_stream_ok(stream);
+    if ((e = emrt_stream_ok(stream)) != cudaSuccess) return e;
+    if (emrt_rc_on()) {   /* a snapshot of the stream's work so far, as an operation on it */
+        pthread_mutex_lock(&emrt_mu);
+        emrt_clock *c = emrt_rc_clock(stream);
+        emrt_rc_issue(c);
+        emrt_vc *ev = &emrt_handle_find(event, 'e')->clk.vc;
+        emrt_rc_grow(ev, c->vc.n);
+        memset(ev->v, 0, (size_t)ev->n * sizeof *ev->v);
+        memcpy(ev->v, c->vc.v, (size_t)c->vc.n * sizeof *ev->v);
+        pthread_mutex_unlock(&emrt_mu);
+    }
+    return cudaSuccess;
 }
 
+/* cudaSuccess (the work before a record is done when it is issued): the host
+ * has seen the record complete. */
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    return emrt_event_ok(event);   /* the work before a record is done when it is issued */
+    cudaError_t e = emrt_event_ok(event);
+    if (e == cudaSuccess) emrt_rc_sync_event(emrt_handle_of(event, 'e'));
+    return e;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    return emrt_event_ok(event);
+    cudaError_t e = emrt_event_ok(event);
+    if (e == cudaSuccess) emrt_rc_sync_event(emrt_handle_of(event, 'e'));
+    return e;
 }

@@ -1078,7 +1078,23 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         if (!cuemu_device_range(vp->wsp, (size_t)plan->ws))
             cuemu_fault("cudnnBackendExecute", "the workspace: %lld bytes at %p are not device memory",
                         (long long)plan->ws, vp->wsp);
+    }
+    /* what the graph reads and writes, on the handle's stream, for the race detector (cuemu.h) */
+    for (int i = 0; i < g->ntens; i++) {
+        const emdnn_desc *t = g->tens[i];
+        if (!t->virt && !t->byval && g->producer[i] < 0)
+            cuemu_access("cudnnBackendExecute", "an input tensor", h->stream, ptr[i],
+                         (size_t)(emdnn_extent(t) * emdnn_esize(t->dt)), false);
+    }
+    if (plan->ws > 0) {
+        cuemu_access("cudnnBackendExecute", "the workspace", h->stream, vp->wsp, (size_t)plan->ws, true);
         memset(vp->wsp, 0xff, (size_t)plan->ws);    /* NaN: a workspace shared with live tensors shows */
+    }
+    for (int i = 0; i < g->ntens; i++) {
+        const emdnn_desc *t = g->tens[i];
+        if (!t->virt && !t->byval && g->producer[i] >= 0)
+            cuemu_access("cudnnBackendExecute", "an output tensor", h->stream, ptr[i],
+                         (size_t)(emdnn_extent(t) * emdnn_esize(t->dt)), true);
     }
     /* the fp32 images: inputs loaded, everything else NaN until computed */
     float **buf = calloc((size_t)g->ntens, sizeof *buf);

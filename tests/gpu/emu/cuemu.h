@@ -31,6 +31,26 @@ void cuemu_fault(const char *who, const char *fmt, ...) __attribute__((format(pr
  * (emu.cpp) reports a launch it rejects. */
 void cuemu_set_error(int err);
 
+/* The race detector (cudart.c; on unless CUEMU_RACECHECK=0): the operation
+ * who (its operand what) issued now on stream s (a cudaStream_t) reads or
+ * writes [p, p + bytes) (bytes 0: the byte at p, a kernel's pointer
+ * argument, whose extent is unknown).  A cuemu_fault naming both accesses
+ * when an earlier access of another stream to overlapping bytes, one of the
+ * two a write, is not ordered before it (events, stream waits, the legacy
+ * default stream's implicit synchronisation, host synchronisations).
+ * Memory outside the live allocations is not tracked. */
+void cuemu_access(const char *who, const char *what, const void *s, const void *p, size_t bytes, bool write);
+
+/* Host threads' hand-offs the emulation cannot see (a queue's mutex): the
+ * calling thread publishes what it knows complete at obj, or takes in what
+ * was published there (runtime/cuda/hostq.c calls them when linked here). */
+void cuemu_host_release(const void *obj);
+void cuemu_host_acquire(const void *obj);
+
+/* Whether s is 0, a special stream or a live stream; if not, the thread's
+ * last error is cudaErrorInvalidResourceHandle (a launch on it fails). */
+bool cuemu_stream_live(const void *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -516,14 +516,39 @@ static ncclResult_t emnc_thread_check(const char *who)
     return ncclSuccess;
 }
 
-/* Checks a call and runs it now, or queues it inside a group. */
-static ncclResult_t emnc_issue(emnc_op o)
+/* What call o reads and writes on stream s, for the race detector
+ * (cuemu.h): in place, its write covers its read. */
+static void emnc_access(const emnc_op *o, cudaStream_t s)
+{
+    size_t b = o->count * emnc_dsize(o->dt), n = (size_t)o->comm->nranks;
+    bool root = o->comm->rank == o->peer;
+    const char *who = "nccl";   /* the access names the call: "nccl (AllReduce)" */
+    switch (o->kind) {
+    case EMNC_ALLREDUCE: cuemu_access(who, o->name, s, o->send, b, false), cuemu_access(who, o->name, s, o->recv, b, true); break;
+    case EMNC_ALLGATHER: cuemu_access(who, o->name, s, o->send, b, false), cuemu_access(who, o->name, s, o->recv, b * n, true); break;
+    case EMNC_REDUCESCATTER: cuemu_access(who, o->name, s, o->send, b * n, false), cuemu_access(who, o->name, s, o->recv, b, true); break;
+    case EMNC_BROADCAST:
+        if (root) cuemu_access(who, o->name, s, o->send, b, false);
+        cuemu_access(who, o->name, s, o->recv, b, true);
+        break;
+    case EMNC_REDUCE:
+        cuemu_access(who, o->name, s, o->send, b, false);
+        if (root) cuemu_access(who, o->name, s, o->recv, b, true);
+        break;
+    case EMNC_SEND: cuemu_access(who, o->name, s, o->send, b, false); break;
+    case EMNC_RECV: cuemu_access(who, o->name, s, o->recv, b, true); break;
+    }
+}
+
+/* Checks a call issued on stream s and runs it now, or queues it inside a group. */
+static ncclResult_t emnc_issue(emnc_op o, cudaStream_t s)
 {
     ncclResult_t r = emnc_args_check(&o);
     if (r != ncclSuccess) return r;
     if (!emnc_mpi_up()) return emnc_err(ncclInvalidUsage, "%s : MPI is not initialized (or already finalized)", o.name);
     if ((r = emnc_thread_check(o.name)) != ncclSuccess) return r;
     if (o.count == 0 && o.kind != EMNC_SEND && o.kind != EMNC_RECV) return ncclSuccess;   /* NCCL: nothing to do */
+    if (o.count) emnc_access(&o, s);
     if (emnc_depth == 0) return emnc_run_one(&o);
     if (emnc_qn == emnc_qcap) {
         size_t cap = emnc_qcap ? 2 * emnc_qcap : 16;
@@ -756,67 +781,59 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
-    return emnc_issue((emnc_op){ EMNC_ALLREDUCE, "AllReduce", sendbuff, recvbuff, count, datatype, op, 0, comm });
+    return emnc_issue((emnc_op){ EMNC_ALLREDUCE, "AllReduce", sendbuff, recvbuff, count, datatype, op, 0, comm }, stream);
 }
 
 /* recvbuff (nranks * sendcount) = every rank's sendbuff in rank order. */
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return emnc_issue((emnc_op){ EMNC_ALLGATHER, "AllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
-                                 comm });
+                                 comm }, stream);
 }
 
 /* recvbuff (recvcount) = op over ranks of block `rank` of their sendbuff (nranks * recvcount). */
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return emnc_issue((emnc_op){ EMNC_REDUCESCATTER, "ReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, 0,
-                                 comm });
+                                 comm }, stream);
 }
 
 /* Every rank's recvbuff = root's sendbuff. */
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return emnc_issue((emnc_op){ EMNC_BROADCAST, "Broadcast", sendbuff, recvbuff, count, datatype, ncclSum, root,
-                                 comm });
+                                 comm }, stream);
 }
 
 /* The in-place broadcast of older NCCL. */
 ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream)
 {
-    (void)stream;
-    return emnc_issue((emnc_op){ EMNC_BROADCAST, "Bcast", buff, buff, count, datatype, ncclSum, root, comm });
+    return emnc_issue((emnc_op){ EMNC_BROADCAST, "Bcast", buff, buff, count, datatype, ncclSum, root, comm }, stream);
 }
 
 /* root's recvbuff = op over ranks of sendbuff. */
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                         int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
-    return emnc_issue((emnc_op){ EMNC_REDUCE, "Reduce", sendbuff, recvbuff, count, datatype, op, root, comm });
+    return emnc_issue((emnc_op){ EMNC_REDUCE, "Reduce", sendbuff, recvbuff, count, datatype, op, root, comm }, stream);
 }
 
 /* Sends count elements to peer (blocking outside a group). */
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    (void)stream;
-    return emnc_issue((emnc_op){ EMNC_SEND, "Send", sendbuff, NULL, count, datatype, ncclSum, peer, comm });
+    return emnc_issue((emnc_op){ EMNC_SEND, "Send", sendbuff, NULL, count, datatype, ncclSum, peer, comm }, stream);
 }
 
 /* Receives count elements from peer (blocking outside a group). */
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    (void)stream;
-    return emnc_issue((emnc_op){ EMNC_RECV, "Recv", NULL, recvbuff, count, datatype, ncclSum, peer, comm });
+    return emnc_issue((emnc_op){ EMNC_RECV, "Recv", NULL, recvbuff, count, datatype, ncclSum, peer, comm }, stream);
 }
 
 /* Opens a group (groups nest; only the outermost end runs the calls). */
