@@ -727,24 +727,27 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
     return ncclSuccess;
 }
 
-/* Frees the communicator (NULL is allowed and does nothing). */
-ncclResult_t ncclCommDestroy(ncclComm_t comm)
+/* ncclCommDestroy / ncclCommAbort: NULL does nothing, a live communicator is
+ * released once, anything else is refused naming the call. */
+static ncclResult_t emnc_comm_free(ncclComm_t comm, const char *who)
 {
     if (!comm) return ncclSuccess;
-    ncclResult_t r = emnc_comm_check(comm, "ncclCommDestroy");
+    ncclResult_t r = emnc_comm_check(comm, who);
     if (r != ncclSuccess) return r;
     emnc_comm_release(comm);
     return ncclSuccess;
 }
 
+/* Frees the communicator (NULL is allowed and does nothing). */
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    return emnc_comm_free(comm, "ncclCommDestroy");
+}
+
 /* Frees the communicator without waiting for its work (none is ever pending here). */
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    if (!comm) return ncclSuccess;
-    ncclResult_t r = emnc_comm_check(comm, "ncclCommAbort");
-    if (r != ncclSuccess) return r;
-    emnc_comm_release(comm);
-    return ncclSuccess;
+    return emnc_comm_free(comm, "ncclCommAbort");
 }
 
 /* No asynchronous error can happen when every call completes inside itself. */
