@@ -10,9 +10,12 @@
 # bf16 2.7e-5, fp32 5.9e-9 relative; tolerances 1e-4 and 1e-6).  Then
 # 2 steps each of: the optimizer offloaded to the host (the SRT_HOST worker
 # thread) and to NVMe, and under mpirun -np 2 dp 2 ZeRO-3, tp 2 and pp 2
-# (NCCL over MPI), losses and exported weights against the CPU backend; and
-# a user op's CUDA source refused (the emulation does not compile one).
-# Slow by nature (every CUDA thread a fiber): about 40 s of CPU on 2 cores.
+# (NCCL over MPI), losses and exported weights against the CPU backend; full
+# activation checkpointing bit for bit the emulated run without it; fp16
+# from a loss scale of 2^24, the same steps skipped and the same scales as
+# on the CPU backend; and a user op's CUDA source refused (the emulation
+# does not compile one).
+# Slow by nature (every CUDA thread a fiber): about 45 s of CPU on 2 cores.
 # Skipped (77) where BUILD/cuda-emu was not built (no nvcc, not x86-64).
 set -u
 . "$(dirname "$0")/train_lib.sh"
@@ -62,6 +65,40 @@ fi
 emu dp2_zero3 2 -D parallel.dp=2 -D zero.stage=3
 emu tp2 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1
 emu pp2 2 -D parallel.pp=2 -D parallel.dp=1 -D zero.stage=1
+# full activation checkpointing: the recompute on the CUDA path, bit for bit
+# the emulated run without it (the same kernels in the same order)
+STEPS=2 train_layout ckpt_none specs/tiny-gpt.tspec 1 "${GPU[@]}" -D parallel.dp=1 -D zero.stage=1 "${CU[@]}" &&
+    STEPS=2 train_layout ckpt_full specs/tiny-gpt.tspec 1 "${GPU[@]}" -D parallel.dp=1 -D zero.stage=1 \
+        -D checkpointing.activations=full "${CU[@]}" &&
+    train_same ckpt_none ckpt_full 0 "emulated CUDA, full checkpointing against none"
+# fp16 with dynamic loss scaling from 2^24 (hysteresis 2): the overflow check
+# (kg_all_finite, the norm's flag) skips the same steps and the scale takes
+# the same values as on the CPU backend, and the losses of the steps taken agree
+F16=(-D cluster.gpu=h100_sxm_80gb -D precision.dtype=fp16 -D precision.loss_scale.initial_scale_power=24
+     -D precision.loss_scale.hysteresis=2 -D parallel.dp=1 -D cluster.gpus_per_node=1 -D zero.stage=1 $SMALL)
+train_build f16_cpu "${F16[@]}"
+train_build f16_cuda "${F16[@]}" "${CU[@]}"
+if train_run 1 f16_cpu --data "$DATA" --steps 12 --log "$T/f16_cpu.jsonl" &&
+   train_run 1 f16_cuda --data "$DATA" --steps 12 --log "$T/f16_cuda.jsonl"; then
+    "$PY" - "$T/f16_cpu.jsonl" "$T/f16_cuda.jsonl" <<'PYEOF' || fail=1
+import json, sys
+a, b = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
+key = lambda rows: [(r["step"], r["skipped"], r["loss_scale"]) for r in rows]
+if len(a) != 12 or key(a) != key(b):
+    sys.exit("FAIL: fp16 on the emulated CUDA runtime: steps, skips or scales differ from the CPU backend:\n  %s\n  %s"
+             % (key(a), key(b)))
+skipped = sum(r["skipped"] for r in a)
+if not 0 < skipped < len(a):
+    sys.exit("FAIL: fp16 from 2^24: %d of %d steps skipped" % (skipped, len(a)))
+worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b) if not x["skipped"])
+if worst > 1e-3:
+    sys.exit("FAIL: fp16 losses differ by %.3g relative" % worst)
+print("ok: fp16 from 2^24 on the emulated CUDA runtime: the same %d of %d steps skipped and the same scales "
+      "(down to %g) as the CPU backend, losses within %.3g" % (skipped, len(a), a[-1]["loss_scale"], worst))
+PYEOF
+else
+    echo "FAIL: fp16 did not train"; tail -5 "$T/f16_cpu.err" "$T/f16_cuda.err"; fail=1
+fi
 # a user op's CUDA source is refused by the emulated runtime's nvcc, saying why
 "$SHARDC" build examples/custom-op/sqrelu.tspec -o "$T/cop" -D zero.stage=0 "${CU[@]}" > "$T/cop.build" 2>&1
 rc=$?
