@@ -301,12 +301,23 @@ bool emit_supported(const Spec *s, bool report)
     bool ok = true;
     /* tp > 1: Megatron, both families (GPT's fused c_attn split per head:
      * SPLIT_QKV); the Llama's kv heads, when fewer than tp, replicated on the
-     * tp ranks sharing each (SPLIT_NONE for one, else SPLIT_KV), not yet
-     * inside GPT's fused c_attn */
+     * tp ranks sharing each (SPLIT_NONE for one, else SPLIT_KV).  GPT's fused
+     * c_attn splits whole kv heads, as Megatron-LM's does (its
+     * num_query_groups must be a multiple of tensor_model_parallel_size) */
     if (s->parallel.tp > 1 && s->model.family == FAM_GPT && s->model.kv_heads > 0 &&
-        s->model.kv_heads % s->parallel.tp != 0)
-        ok = refuse(report, s, "parallel.tp", "the GPT family's fused QKV with fewer kv heads than tp (replicated kv)",
-                    "build with -D parallel.tp=1, or use the Llama family");
+        s->model.kv_heads % s->parallel.tp != 0) {
+        Str tps = {0};
+        for (int64_t t = 1; t <= s->model.kv_heads; t++)
+            if (s->model.kv_heads % t == 0 && s->model.heads % t == 0) sf(&tps, "%s%lld", tps.p ? ", " : "", (long long)t);
+        ok = refuse(report, s, "parallel.tp",
+                    arena_printf(&g_arena, "the GPT family's fused QKV with kv_heads %lld not a multiple of tp %lld "
+                                 "(a kv head replicated over tp ranks inside c_attn)",
+                                 (long long)s->model.kv_heads, (long long)s->parallel.tp),
+                    arena_printf(&g_arena, "c_attn splits whole kv heads over tp, as Megatron-LM's fused QKV does "
+                                 "(num_query_groups a multiple of tp): use tp %s, or the Llama family, whose separate "
+                                 "k and v are replicated when kv_heads < tp", tps.p));
+        free(tps.p);
+    }
     /* a user-defined activation (extern) replaces GELU's calls: see ext_of */
     if (s->model.activation != ACT_GELU && s->model.activation != ACT_SWIGLU && s->model.activation != ACT_EXTERN)
         ok = refuse(report, s, "model.activation", "an activation other than GELU and SwiGLU (or a user-defined one)",

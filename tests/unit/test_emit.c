@@ -51,7 +51,7 @@ static char *emit_of(const char *text, const char **ovs, int nov, bool loops)
 static void test_refusals(void)
 {
     static const struct { const char *ov[4]; const char *what; } cases[] = {
-        {{"parallel.tp=2", "model.kv_heads=1", "cluster.gpus_per_node=4"}, "fused QKV with fewer kv heads than tp"},
+        {{"parallel.tp=2", "model.kv_heads=1", "cluster.gpus_per_node=4"}, "fused QKV with kv_heads 1 not a multiple of tp 2"},
         {{"model.bias=off"}, "without biases"},
         {{"model.activation=relu"}, "other than GELU and SwiGLU"},
     };
