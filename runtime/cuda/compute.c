@@ -4,6 +4,7 @@
  * its tp all-reduces between the kernel phases. */
 #include "cu.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
@@ -21,9 +22,14 @@ void cu_compute_init(srt_ctx *c)
     st->scratch_n = 6 * N + 64;
     if (p->family == 1 && N * wqkv > st->scratch_n) st->scratch_n = N * wqkv;   /* rope: Llama only */
     CU_CHECK(c, cudaMalloc((void **)&st->scratch, (size_t)st->scratch_n * 4), "cudaMalloc (compute scratch)");
-    CU_CHECK(c, cudaHostAlloc((void **)&st->batch_stage, (size_t)CU_STAGES * 2 * (size_t)N * 4, cudaHostAllocPortable),
+    /* two steps of microbatches: a slot is reused two steps after it was
+     * filled, after the end-of-step stream syncs, so srt_load_batch never
+     * waits for the device inside a step */
+    st->nstages = p->microbatches > 2 ? 2 * (int)p->microbatches : 4;
+    CU_CHECK(c, cudaHostAlloc((void **)&st->batch_stage, (size_t)st->nstages * 2 * (size_t)N * 4, cudaHostAllocPortable),
              "cudaHostAlloc (batch staging)");
-    for (int i = 0; i < CU_STAGES; i++)
+    st->stage_done = ctx_alloc(c, (int64_t)st->nstages * (int64_t)sizeof *st->stage_done, "the batch staging's events");
+    for (int i = 0; i < st->nstages; i++)
         CU_CHECK(c, cudaEventCreateWithFlags(&st->stage_done[i], cudaEventDisableTiming), "cudaEventCreate");
 }
 
@@ -34,22 +40,27 @@ void cu_compute_fini(srt_ctx *c)
     cudaFree(st->scratch);
     st->scratch = NULL;
     if (st->batch_stage) cudaFreeHost(st->batch_stage);
-    for (int i = 0; i < CU_STAGES; i++)
+    for (int i = 0; st->stage_done && i < st->nstages; i++)
         if (st->stage_done[i]) cudaEventDestroy(st->stage_done[i]);
+    free(st->stage_done);
+    st->stage_done = NULL;
 }
 
 /* ---- data and loss ------------------------------------------------------------------ */
 
-/* The loader fills a pinned slot (after the slot's last copy has finished),
- * then the copy to the arena runs on s. */
+/* The loader fills a pinned slot (after the slot's last copy has finished:
+ * two steps ago in training, so the host does not wait), then the copy to
+ * the arena runs on s. */
 void cu_load_batch(srt_ctx *c, srt_stream s, int mb, srt_t tokens, srt_t targets)
 {
     cu_state *st = cu_st(c);
     if (!c->data) ctx_die(c, "load_batch: no data loader is attached to the context");
     int64_t n = c->prog->micro_batch * c->prog->seq_len;
     int slot = st->stage_next;
-    st->stage_next = (slot + 1) % CU_STAGES;
-    CU_CHECK(c, cudaEventSynchronize(st->stage_done[slot]), "load_batch: waiting for a staging slot");
+    st->stage_next = (slot + 1) % st->nstages;
+    cudaError_t q = cudaEventQuery(st->stage_done[slot]);   /* done: no host sync inside a step */
+    if (q == cudaErrorNotReady) q = cudaEventSynchronize(st->stage_done[slot]);
+    CU_CHECK(c, q, "load_batch: waiting for a staging slot");
     int32_t *tok = st->batch_stage + (size_t)slot * 2 * (size_t)n, *tgt = tok + n;
     int e = data_batch(c->data, c->data_step, c->dp_idx, c->prog->dp, mb + c->data_mb, c->prog->micro_batch,
                        tok, tgt);

@@ -41,7 +41,6 @@ enum {
     CU_WORKSPACE = 32 << 20,    /* cuBLASLt's workspace on Hopper (the plan's cublaslt.workspace) */
     CU_GEMM_CACHE = 512,        /* matmul shapes cached (a model has a dozen or so)            */
     CU_BIAS_CHUNKS = 32,        /* row ranges of the bias gradient's partial sums              */
-    CU_STAGES = 4,              /* pinned staging slots of srt_load_batch                       */
     CU_GATES = 256,             /* SRT_HOST's snapshots of device events in flight (host.c)    */
 };
 
@@ -124,9 +123,9 @@ typedef struct cu_state {
     cudaEvent_t coll_done[SRT_NSTREAMS];
     double timeout_s;
     /* data and NVMe */
-    int32_t *batch_stage;       /* pinned: CU_STAGES slots of tokens and targets   */
-    cudaEvent_t stage_done[CU_STAGES];
-    int stage_next;
+    int32_t *batch_stage;       /* pinned: nstages slots of tokens and targets     */
+    cudaEvent_t *stage_done;    /* [nstages]: the slot's last copy                 */
+    int nstages, stage_next;
     nvme_file nvme;             /* runtime/core/nvme.c; bounce slots pinned (cudaHostAlloc) */
     /* compute.c's device scratch (f32): the cross-entropy's row statistics,
      * rope backward's copy; sized from the program's shapes */

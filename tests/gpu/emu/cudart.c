@@ -140,11 +140,37 @@ static void emrt_check_guards(const char *who)
 
 static void emrt_rc_report(void);
 
+/* The calls that make the host wait for the device (a GPU's host
+ * synchronisations), counted over the run: CUEMU_SYNC_STATS=1 prints them at
+ * exit, so a test can see what a training step costs in host syncs. */
+enum { EMRT_SYNC_STREAM, EMRT_SYNC_EVENT, EMRT_SYNC_DEVICE, EMRT_SYNC_MEMCPY, EMRT_SYNC_MEMSET, EMRT_NSYNC };
+static unsigned long emrt_syncs[EMRT_NSYNC];
+
+/* One host synchronisation of kind k (any thread). */
+static void emrt_sync_count(int k)
+{
+    __atomic_fetch_add(&emrt_syncs[k], 1, __ATOMIC_RELAXED);
+}
+
+/* At exit with CUEMU_SYNC_STATS=1: the host synchronisations of the run. */
+static void emrt_sync_report(void)
+{
+    const char *e = getenv("CUEMU_SYNC_STATS");
+    if (!e || strcmp(e, "1") != 0) return;
+    unsigned long n = 0;
+    for (int k = 0; k < EMRT_NSYNC; k++) n += emrt_syncs[k];
+    fprintf(stderr, "cuda emulator: host synchronisations: %lu (cudaStreamSynchronize %lu, cudaEventSynchronize %lu, "
+            "cudaDeviceSynchronize %lu, cudaMemcpy %lu, cudaMemset %lu)\n", n, emrt_syncs[EMRT_SYNC_STREAM],
+            emrt_syncs[EMRT_SYNC_EVENT], emrt_syncs[EMRT_SYNC_DEVICE], emrt_syncs[EMRT_SYNC_MEMCPY],
+            emrt_syncs[EMRT_SYNC_MEMSET]);
+}
+
 /* atexit: the guards of what the program never freed. */
 static void emrt_at_exit(void)
 {
     emrt_check_guards("at exit");
     emrt_rc_report();
+    emrt_sync_report();
 }
 
 /* A new poisoned, guarded allocation of bytes; NULL when out of memory. */
@@ -684,6 +710,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    emrt_sync_count(EMRT_SYNC_DEVICE);
     emrt_rc_sync_device();
     emrt_check_guards("cudaDeviceSynchronize");
     return cudaSuccess;
@@ -832,6 +859,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     emrt_copy_access("cudaMemcpy", NULL, dst, src, count);
     memmove(dst, src, count);
     if (!pageable_h2d && !(dst_dev && src_dev)) emrt_rc_sync_stream(NULL);
+    if (!(dst_dev && src_dev)) emrt_sync_count(EMRT_SYNC_MEMCPY);
     return cudaSuccess;
 }
 
@@ -852,7 +880,7 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
     cuemu_access("cudaMemset", "destination", NULL, devPtr, count, true);
     memset(devPtr, value, count);
     /* asynchronous to the host except into pinned host memory (CUDA's "API synchronization behavior") */
-    if (emrt_is_pinned(devPtr)) emrt_rc_sync_stream(NULL);
+    if (emrt_is_pinned(devPtr)) emrt_rc_sync_stream(NULL), emrt_sync_count(EMRT_SYNC_MEMSET);
     return cudaSuccess;
 }
 
@@ -904,7 +932,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
-    if (e == cudaSuccess) emrt_rc_sync_stream(stream), emrt_check_guards("cudaStreamSynchronize");
+    if (e == cudaSuccess) emrt_sync_count(EMRT_SYNC_STREAM), emrt_rc_sync_stream(stream), emrt_check_guards("cudaStreamSynchronize");
     return e;
 }
 
@@ -983,6 +1011,6 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     cudaError_t e = emrt_event_ok(event);
-    if (e == cudaSuccess) emrt_rc_sync_event(emrt_handle_of(event, 'e'));
+    if (e == cudaSuccess) emrt_sync_count(EMRT_SYNC_EVENT), emrt_rc_sync_event(emrt_handle_of(event, 'e'));
     return e;
 }
