@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Options that train but that no other e2e test trains, each against the right
+# reference, 4 steps, the race checker on (train_lib), the global batch 16.
+# Options that must not change the arithmetic (ZeRO-3's gathering schedule:
+# small max_live_parameters / prefetch_bucket / max_reuse_distance;
+# zero.reduce_scatter = off; data.format = llmc on the same tokens;
+# parallel.rank_order = tp_pp_dp; zero.gather_across_microbatches;
+# parallel.stage_layers = [1, 3], which moves a layer between the stages but
+# computes each layer alike) equal the same layout without them: losses bit for
+# bit (train_same), weights within 1e-5; the base layouts themselves (dp 2
+# ZeRO-3; 4 layers pp 2 · dp 2 ZeRO-3) against the single rank at 1e-5 as
+# below.  Options that change the arithmetic (sgd with momentum,
+# adam, GPT with swiglu, GPT with untied embeddings) train on 2 or 4 ranks
+# against the same model and optimizer on one rank: every loss within 1e-5
+# relative and the exported weights within 1e-5, the fp32 tolerances of
+# train_equivalence / train_tp (the layouts differ only in the order of fp32
+# sums; measured worst 4e-9 and 3e-6).  bf16 with precision.grad_reduce = fp32
+# at dp 2 against bf16 at one rank: losses within 1e-4 relative, weights within
+# 5e-3, the tolerances of train_bf16_3d (each layout rounds its bf16 partial
+# sums in another order; measured 1.1e-5 and 1.7e-3, while a batch of 8 instead
+# of 16, what a missing gradient reduction gives, differs by more).
+set -u
+. "$(dirname "$0")/train_lib.sh"
+fail=0
+G=specs/tiny-gpt.tspec
+# run NAME NP [-D ...] [-- trainer options]: train_layout of tiny-gpt on NP ranks
+run() { train_layout "$1" "$G" "${@:2}"; }
+# ZeRO-3 with every parameter partitioned (no persistent ones: tiny-gpt's
+# tensors are all under the default threshold of 1e5 elements, which would keep
+# them all gathered and leave the gathering schedule nothing to do)
+Z3=(-D zero.stage=3 -D zero.param_persistence_threshold=0)
+
+run ref 1 -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4 || exit 1
+if run z3 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4; then
+    train_check ref z3 1e-5 1e-5 "dp 2 ZeRO-3 (no persistent parameters)"
+    # the gathering schedule at small budgets: gathers each unit around its use
+    # (max_reuse_distance 0), at most 20000 live elements (wte is 16384), a
+    # prefetch of 5000
+    run z3small 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.max_live_parameters=20000 \
+        -D zero.prefetch_bucket=5000 -D zero.max_reuse_distance=0 &&
+        train_same z3 z3small 1e-5 "ZeRO-3 max_live_parameters/prefetch_bucket/max_reuse_distance small"
+    # (today the emitted trainer is the same either way: only the cost model
+    # reads zero.reduce_scatter; this guards that off trains and stays exact)
+    run z3rs 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.reduce_scatter=off &&
+        train_same z3 z3rs 1e-5 "zero.reduce_scatter = off"
+    # llm.c's uint16 shard of the same bytes: the same tokens as format = text
+    "$PY" - "$DATA" "$T/shard.bin" << 'EOF'
+import sys, numpy as np
+tok = np.frombuffer(open(sys.argv[1], 'rb').read(), dtype=np.uint8).astype('<u2')
+hdr = np.zeros(256, dtype='<i4')
+hdr[:3] = (20240520, 1, tok.size)   # runtime/core/data.h: DATA_LLMC_MAGIC16, VERSION16, count
+with open(sys.argv[2], 'wb') as f:
+    f.write(hdr.tobytes()); f.write(tok.tobytes())
+EOF
+    run llmc 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D data.format=llmc -- --data "$T/shard.bin" &&
+        train_same z3 llmc 1e-5 "data.format = llmc (uint16 shard of the same bytes)"
+fi
+
+# pipeline layouts: 4 layers, pp 2 · dp 2, ZeRO-3 gathering each unit around its
+# use (max_reuse_distance 0, so that gather_across_microbatches has work), 4 microbatches
+L4=(-D model.layers=4)
+PP=("${L4[@]}" -D parallel.pp=2 -D parallel.dp=2 "${Z3[@]}" -D zero.max_reuse_distance=0 -D train.micro_batch=2)
+run ref4 1 "${L4[@]}" -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4 || exit 1
+if run pp 4 "${PP[@]}"; then
+    train_check ref4 pp 1e-5 1e-5 "4 layers pp 2 · dp 2 ZeRO-3"
+    run ppro 4 "${PP[@]}" -D parallel.rank_order=tp_pp_dp &&
+        train_same pp ppro 1e-5 "parallel.rank_order = tp_pp_dp"
+    run ppg 4 "${PP[@]}" -D zero.gather_across_microbatches=on &&
+        train_same pp ppg 1e-5 "zero.gather_across_microbatches = on"
+    run ppsl 4 "${PP[@]}" -D 'parallel.stage_layers=[1,3]' &&
+        train_same pp ppsl 1e-5 "parallel.stage_layers = [1, 3]"
+fi
+
+# optimizers: sgd with momentum (dp 4 ZeRO-1), adam (dp 2 ZeRO-2)
+SGD=(-D train.optimizer=sgd -D train.optimizer.lr=0.1 -D train.optimizer.momentum=0.9)
+if run sgd1 1 "${SGD[@]}" -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4; then
+    run sgd 4 "${SGD[@]}" -D parallel.dp=4 -D zero.stage=1 -D train.micro_batch=4 &&
+        train_check sgd1 sgd 1e-5 1e-5 "sgd momentum 0.9, dp 4 ZeRO-1"
+fi
+if run adam1 1 -D train.optimizer=adam -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4; then
+    run adam 2 -D train.optimizer=adam -D parallel.dp=2 -D zero.stage=2 -D train.micro_batch=4 &&
+        train_check adam1 adam 1e-5 1e-5 "adam, dp 2 ZeRO-2"
+fi
+
+# bf16 with the gradients reduced in fp32
+if run bref 1 -D precision.dtype=bf16 -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4; then
+    run bgr 2 -D precision.dtype=bf16 -D precision.grad_reduce=fp32 -D parallel.dp=2 -D zero.stage=1 \
+        -D train.micro_batch=4 &&
+        train_check bref bgr 1e-4 5e-3 "bf16, precision.grad_reduce = fp32, dp 2 ZeRO-1"
+fi
+
+# GPT variants: swiglu (dp 2 ZeRO-2), untied embeddings (dp 2 ZeRO-3)
+for v in "sw model.activation=swiglu 2" "ut model.tie_embeddings=off 3"; do
+    set -- $v
+    run "${1}1" 1 -D "$2" -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4 || continue
+    run "$1" 2 -D "$2" -D parallel.dp=2 -D zero.stage="$3" -D train.micro_batch=4 &&
+        train_check "${1}1" "$1" 1e-5 1e-5 "gpt $2, dp 2 ZeRO-$3"
+done
+[ "$fail" = 0 ] && echo PASS
+exit "$fail"
