@@ -740,6 +740,54 @@ static void import_ignored(Imp *im, const char *path, const char *why)
     diag_warning(import_key_loc(&im->ds, path), "%s: ignored: %s", path, why);
 }
 
+/* What shardc always does instead of the DeepSpeed switches it accepts but
+ * implements one way only (its default in schema.def); NULL for other keys. */
+static const char *import_compat_why(const char *spec)
+{
+    static const struct { const char *spec, *why; } compat[] = {
+        {"zero.contiguous_gradients", "shardc always writes gradients into one contiguous buffer"},
+        {"zero.reduce_scatter", "shardc always reduce-scatters the gradients of ZeRO 2-3 (ZeRO 0-1 all-reduce them)"},
+        {"offload.optimizer.pin_memory", "shardc's host memory is always page-locked (cudaHostAlloc) on the CUDA backend"},
+        {"offload.params.pin_memory", "shardc's host memory is always page-locked (cudaHostAlloc) on the CUDA backend"},
+        {"offload.optimizer.pipeline_read", "shardc always reads the next NVMe sub-group while the current one steps "
+                                            "(with buffer_count >= 2)"},
+        {"offload.optimizer.pipeline_write", "shardc always writes each NVMe sub-group back while the next one steps "
+                                             "(with buffer_count >= 2)"},
+        {"offload.params.max_in_cpu", "shardc keeps no NVMe-offloaded parameters in host memory besides its staging "
+                                      "buffers"},
+    };
+    for (size_t i = 0; i < sizeof compat / sizeof compat[0]; i++)
+        if (strcmp(compat[i].spec, spec) == 0) return compat[i].why;
+    return NULL;
+}
+
+/* Forgets the entry for path, if any. */
+static void import_unput(Imp *im, const char *path)
+{
+    for (Ent **p = &im->ents; *p; p = &(*p)->next)
+        if (strcmp((*p)->k->path, path) == 0) {
+            *p = (*p)->next;
+            return;
+        }
+}
+
+/* Maps a switch of import_compat_why's list: kept when its value is what
+ * shardc does, else left out of the spec with a warning saying what shardc
+ * does instead (a DeepSpeed user must not believe it took effect). */
+static void import_compat(Imp *im, const char *ds_path, const char *spec)
+{
+    const char *why = import_compat_why(spec);
+    if (!why) die("import: %s is not a compatibility switch", spec);
+    if (import_map(im, ds_path, spec) != J_OK) return;
+    Ent *e = import_ent(im, spec);
+    if (!e || strcmp(e->val, e->k->def) == 0) return;
+    cJSON *v = import_get(&im->ds, ds_path);
+    char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+    import_ignored(im, ds_path, arena_printf(&g_arena, "%s is not honoured: %s", text ? text : e->val, why));
+    free(text);
+    import_unput(im, spec);
+}
+
 /* ======================================================================== */
 /* the DeepSpeed keys: mapped, ignored, unknown                              */
 /* ======================================================================== */
@@ -1207,8 +1255,8 @@ static void import_zero(Imp *im)
     } else if (r == J_BAD || r == J_AUTO) {
         im->stage = -1;         /* unknown: skip the stage-dependent checks */
     }
-    import_map(im, "zero_optimization.contiguous_gradients", "zero.contiguous_gradients");
-    import_map(im, "zero_optimization.reduce_scatter", "zero.reduce_scatter");
+    import_compat(im, "zero_optimization.contiguous_gradients", "zero.contiguous_gradients");
+    import_compat(im, "zero_optimization.reduce_scatter", "zero.reduce_scatter");
     import_auto_size(im, "zero_optimization.reduce_bucket_size", "zero.reduce_bucket", "hidden*hidden");
     import_map(im, "zero_optimization.allgather_bucket_size", "zero.allgather_bucket");
     import_map(im, "zero_optimization.overlap_comm", "zero.overlap_comm");
@@ -1310,6 +1358,8 @@ static void import_offload_block(Imp *im, const char *block, const char *spec, i
                 continue;
             }
             import_put(im, sp, arena_printf(&g_arena, "\"%s\"", s), "%s", mpath);
+        } else if (import_compat_why(sp)) {
+            import_compat(im, mpath, sp);
         } else {
             import_map(im, mpath, sp);
         }
@@ -1331,7 +1381,7 @@ static void import_offload_block(Imp *im, const char *block, const char *spec, i
 static void import_offload(Imp *im)
 {
     if (!cJSON_IsObject(import_get(&im->ds, "zero_optimization"))) return;
-    bool on = false, pin = false;
+    bool on = false, pin = false, legacy = false;
     int rpin = import_get_bool(&im->ds, "zero_optimization.cpu_offload_use_pin_memory", &pin);
     if (import_get_bool(&im->ds, "zero_optimization.cpu_offload", &on) == J_OK && on) {
         if (im->stage == 0) {
@@ -1339,7 +1389,8 @@ static void import_offload(Imp *im)
                        "zero_optimization.cpu_offload needs ZeRO stage 1, 2 or 3, but zero_optimization.stage is 0");
         } else {
             import_put(im, "offload.optimizer", "cpu", "zero_optimization.cpu_offload (deprecated form)");
-            if (rpin == J_OK)
+            legacy = true;
+            if (rpin == J_OK && pin)
                 import_put(im, "offload.optimizer.pin_memory", pin ? "on" : "off",
                            "zero_optimization.cpu_offload_use_pin_memory");
         }
@@ -1351,11 +1402,18 @@ static void import_offload(Imp *im)
                        (long long)im->stage);
         } else {
             import_put(im, "offload.params", "cpu", "zero_optimization.cpu_offload_params (deprecated form)");
-            if (rpin == J_OK)
+            legacy = true;
+            if (rpin == J_OK && pin)
                 import_put(im, "offload.params.pin_memory", pin ? "on" : "off",
                            "zero_optimization.cpu_offload_use_pin_memory");
         }
     }
+    if (rpin == J_OK && legacy && !pin)
+        import_ignored(im, "zero_optimization.cpu_offload_use_pin_memory",
+                       arena_printf(&g_arena, "false is not honoured: %s", import_compat_why("offload.optimizer.pin_memory")));
+    else if (rpin == J_OK && !legacy)
+        import_ignored(im, "zero_optimization.cpu_offload_use_pin_memory",
+                       "applies only with cpu_offload or cpu_offload_params set to true");
     import_offload_block(im, "offload_optimizer", "offload.optimizer", 1, "ZeRO stage 1, 2 or 3");
     import_offload_block(im, "offload_param", "offload.params", 3, "ZeRO stage 3");
 }
@@ -2040,6 +2098,76 @@ static void import_cluster(Imp *im)
     import_put(im, "cluster.gpu", "a100_80gb", "not in the DeepSpeed config: set yours (%s)", list);
 }
 
+/* The first '{' of text[0..n) outside a string, or NULL. */
+static const char *import_brace(const char *text, size_t n)
+{
+    bool quoted = false;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '"' && (i == 0 || text[i - 1] != '\\')) quoted = !quoted;
+        else if (text[i] == '{' && !quoted) return text + i;
+    }
+    return NULL;
+}
+
+/* Drops the entries under the enum at path that its new value val does not
+ * carry (as -D does to a spec's keys when it changes their enum). */
+static void import_drop_stale(Imp *im, const char *path, const char *val)
+{
+    size_t n = strlen(path);
+    for (Ent *e = im->ents, *next; e; e = next) {
+        next = e->next;
+        const char *p = e->k->path;
+        if (strncmp(p, path, n) == 0 && p[n] == '.' && !strchr(p + n + 1, '.') && *e->k->when &&
+            !strchr(e->k->when, '=') && !import_in_list(e->k->when, val))
+            import_unput(im, p);
+    }
+}
+
+/* Writes -D path=text into the spec: `key = value  # -D`, replacing what the
+ * DeepSpeed config gave; a value that carries a block (nvme { path = "/x" })
+ * becomes the value and one entry per key inside it. */
+static void import_override(Imp *im, const char *path, const char *text)
+{
+    size_t n = strlen(text);
+    while (n && strchr(" \t\r\n", text[n - 1])) n--;
+    while (n && strchr(" \t\r\n", *text)) text++, n--;
+    const char *brace = import_brace(text, n);
+    size_t hn = brace ? (size_t)(brace - text) : n;
+    while (hn && strchr(" \t\r\n", text[hn - 1])) hn--;
+    if (hn) {
+        const SchemaKey *k = schema_find(path);
+        if (!k) {
+            diag_plain("-D %s: not a key of the spec language (docs/spec-reference.md lists them)", path);
+            return;
+        }
+        const char *val = arena_strndup(&g_arena, text, hn);
+        import_put(im, path, val, "-D %s", path);
+        if (k->type == T_ENUM) import_drop_stale(im, path, val);
+    } else if (!brace) {
+        diag_plain("-D %s= has no value (write it like -D %s=4)", path, path);
+        return;
+    }
+    if (!brace) return;
+    if (text[n - 1] != '}') {
+        diag_plain("-D %s: the block after '%.*s' is not closed with '}'", path, (int)hn, text);
+        return;
+    }
+    const char *body = arena_strndup(&g_arena, brace + 1, (size_t)(text + n - 1 - (brace + 1)));
+    size_t blen = strlen(body);
+    int before = diag_errors;
+    Item *items = spec_parse_text("-D", body, blen);
+    if (diag_errors != before) return;
+    /* each key's value is its text up to the next key (or the block's end),
+     * in the parser's copy of the body, where the locations point */
+    for (Item *it = items; it; it = it->next) {
+        const SrcFile *f = it->loc.file;
+        const char *start = it->kind == I_ASSIGN ? it->value->loc.pos : it->loc.pos + strlen(it->key);
+        const char *end = it->next ? it->next->loc.pos : f->text + f->len;
+        import_override(im, arena_printf(&g_arena, "%s.%s", path, it->key),
+                        arena_strndup(&g_arena, start, (size_t)(end - start)));
+    }
+}
+
 static int import_run(Imp *im);
 
 /* shardc import deepspeed: reads, maps, checks and writes; frees the JSON trees. */
@@ -2088,6 +2216,8 @@ static int import_run(Imp *im)
     }
     if (diag_errors) return EXIT_USER;
     if (im->model_family) import_put(im, "model", im->model_family, "model_type %s", im->model_family[0] == 'g' ? "gpt2" : "llama");
+    for (int i = 0; i < o->nov; i++) import_override(im, o->ov[i].path, o->ov[i].text);
+    if (diag_errors) return EXIT_USER;
 
     size_t len = 0;
     char *text = import_text(im, &len);

@@ -2,7 +2,7 @@
  *
  *   shardc check  FILE [-D key.path=value ...]
  *   shardc plan   FILE [-D ...] [--json F] [--rank R] ...
- *   shardc import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-o OUT]
+ *   shardc import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-D ...] [-o OUT]
  *   shardc docs   spec-reference
  */
 #include "shardc.h"
@@ -22,8 +22,9 @@ static const char usage_text[] =
     "  check FILE [-D key=value ...]    check a spec; print it resolved, in canonical form\n"
     "  plan  FILE [-D ...] [options]    partition and memory plan (see `shardc plan --help`)\n"
     "  build FILE -o TRAINER [options]  generate the trainer's C and compile it (see `shardc build --help`)\n"
-    "  import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-o OUT]\n"
+    "  import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-D ...] [-o OUT]\n"
     "                                   convert a DeepSpeed config (+ HF model config) to a spec\n"
+    "                                   (see `shardc import --help`)\n"
     "  export CKPT_DIR -o FILE [--dtype fp32|bf16]\n"
     "                                   a checkpoint as one safetensors file with Hugging Face names\n"
     "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n"
@@ -47,6 +48,15 @@ static _Noreturn void usage(const char *fmt, const char *arg)
     exit(EXIT_USAGE);
 }
 
+/* Parses the key.path=value of a -D into *o, or exits with a usage error. */
+static void override_arg(const char *d, Override *o)
+{
+    const char *eq = strchr(d, '=');
+    if (!eq || eq == d) usage("-D takes key.path=value, got '%s'", d);
+    o->path = arena_strndup(&g_arena, d, (size_t)(eq - d));
+    o->text = eq + 1;
+}
+
 /* Splits the arguments after the command into the spec file, -D overrides and
  * the rest (kept in order for the subcommand).  Returns the file. */
 static const char *split_args(int argc, char **argv, Override *ov, int *nov, char **rest, int *nrest)
@@ -68,11 +78,7 @@ static const char *split_args(int argc, char **argv, Override *ov, int *nov, cha
             continue;
         }
         if (d) {
-            const char *eq = strchr(d, '=');
-            if (!eq || eq == d) usage("-D takes key.path=value, got '%s'", d);
-            ov[*nov].path = arena_strndup(&g_arena, d, (size_t)(eq - d));
-            ov[*nov].text = eq + 1;
-            (*nov)++;
+            override_arg(d, &ov[(*nov)++]);
         } else if (!file && (a[0] != '-' || strcmp(a, "-") == 0)) {
             file = a;
         } else {
@@ -139,16 +145,48 @@ static int64_t int_arg(const char *opt, const char *v)
     return n;
 }
 
+static const char import_usage_text[] =
+    "usage: shardc import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G]\n"
+    "                                [-D key.path=value ...] [-o OUT]\n"
+    "\n"
+    "Converts a DeepSpeed config (and a Hugging Face model config) to a spec, each key\n"
+    "commented with the key it came from; the spec must pass `shardc check`.\n"
+    "\n"
+    "  --hf config.json          the model (GPT-2 or Llama config.json)\n"
+    "  --nodes N                 cluster.nodes (with --gpus-per-node: the dp DeepSpeed's batch keys need)\n"
+    "  --gpus-per-node G         cluster.gpus_per_node\n"
+    "  -D key.path=value         set a key of the imported spec, as check/plan/build do; it replaces\n"
+    "                            what the DeepSpeed config gave and is written with the comment `# -D`,\n"
+    "                            e.g. -D cluster.gpu=h100_sxm_80gb -D 'offload.optimizer=nvme { path = \"/nvme\" }'\n"
+    "  -o OUT                    write the spec to OUT (atomically; nothing on failure), not stdout\n"
+    "  --max-errors N            stop after N errors (default 20)\n"
+    "\n"
+    "Keys DeepSpeed has but shardc does not honour are reported as warnings (docs/import-deepspeed.md).\n";
+
 /* shardc import deepspeed DS.json [...] */
 static int cmd_import(int argc, char **argv)
 {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(import_usage_text, stdout);
+            return EXIT_OK;
+        }
     if (argc < 1 || strcmp(argv[0], "deepspeed") != 0)
         usage("import: the only format is 'deepspeed' (shardc import deepspeed DS.json ...)", NULL);
     ImportOpts o = {0};
+    static Override ov[256];
+    o.ov = ov;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--hf") == 0 && v) o.hf_path = v, i++;
+        if (strcmp(a, "-D") == 0 || (strncmp(a, "-D", 2) == 0 && a[2])) {
+            if (!a[2] && !v) usage("-D needs key.path=value", NULL);
+            if (o.nov == 256) usage("import: more than 256 -D overrides", NULL);
+            override_arg(a[2] ? a + 2 : argv[++i], &ov[o.nov++]);
+        } else if (strcmp(a, "--max-errors") == 0 && v) {
+            diag_max_errors = atoi(v), i++;
+            if (diag_max_errors < 1) usage("--max-errors must be at least 1", NULL);
+        } else if (strcmp(a, "--hf") == 0 && v) o.hf_path = v, i++;
         else if (strcmp(a, "-o") == 0 && v) o.out_path = v, i++;
         else if (strcmp(a, "--nodes") == 0 && v) o.nodes = int_arg(a, v), i++;
         else if (strcmp(a, "--gpus-per-node") == 0 && v) o.gpus_per_node = int_arg(a, v), i++;

@@ -1044,6 +1044,76 @@ static void rules_zero(Sema *cx)
     }
 }
 
+/* A DeepSpeed key set to a value shardc does not implement: a warning saying
+ * what shardc does instead; the field takes the value shardc implements. */
+static void compat_warn(Sema *cx, const char *path, const char *value, const char *what)
+{
+    const char *name = strrchr(path, '.') + 1;
+    diag_warning(where(cx, path, NULL), "%s = %s has no effect: %s", name, value, what);
+    diag_hint("%s is accepted for DeepSpeed compatibility; remove it (shardc's behaviour is its default)", path);
+}
+
+/* DeepSpeed's memory-layout and overlap switches: shardc always does one thing. */
+static void rules_compat(Sema *cx)
+{
+    Spec *s = cx->s;
+    if (is_set(cx, "zero.contiguous_gradients") && !s->zero.contiguous_gradients) {
+        compat_warn(cx, "zero.contiguous_gradients", "off",
+                    "shardc always writes gradients into one contiguous buffer as they are produced; using on");
+        s->zero.contiguous_gradients = true;
+    }
+    /* compiler/emit.c reduce_op: ZeRO 2-3 reduce-scatter each bucket into the
+     * shards, ZeRO 0-1 all-reduce it (DeepSpeed's reduce_scatter = false
+     * all-reduces and keeps the shard: the same sums, more traffic) */
+    if (is_set(cx, "zero.reduce_scatter") && !s->zero.reduce_scatter) {
+        compat_warn(cx, "zero.reduce_scatter", "off",
+                    "shardc always reduce-scatters the gradients of ZeRO 2-3 into each rank's shard (ZeRO 0-1 "
+                    "all-reduce them); using on");
+        s->zero.reduce_scatter = true;
+    }
+    /* the runtime's host arena is cudaHostAlloc'd on the CUDA backend; the CPU
+     * backend has no host-device copies for pinning to speed up */
+    static const char pinned[] = "shardc's host memory is always page-locked (cudaHostAlloc) on the CUDA backend, and "
+                                 "the CPU backend has no device copies to pin for; using on";
+    if (is_set(cx, "offload.optimizer.pin_memory") && !s->offload.optimizer_pin_memory) {
+        compat_warn(cx, "offload.optimizer.pin_memory", "off", pinned);
+        s->offload.optimizer_pin_memory = true;
+    }
+    if (is_set(cx, "offload.params.pin_memory") && !s->offload.params_pin_memory) {
+        compat_warn(cx, "offload.params.pin_memory", "off", pinned);
+        s->offload.params_pin_memory = true;
+    }
+    /* compiler/sched.c opt_host: with two staging slots or more the next
+     * sub-group is read, and the last written, while the current one steps */
+    const char *pipe[2] = {"offload.optimizer.pipeline_read", "offload.optimizer.pipeline_write"};
+    bool *on[2] = {&s->offload.optimizer_pipeline_read, &s->offload.optimizer_pipeline_write};
+    for (int i = 0; i < 2; i++) {
+        if (!is_set(cx, pipe[i])) continue;
+        const char *name = strrchr(pipe[i], '.') + 1;
+        if (!*on[i]) {
+            compat_warn(cx, pipe[i], "off",
+                        i == 0 ? "shardc always reads the next NVMe sub-group while the current one steps when "
+                                 "buffer_count >= 2; using on"
+                               : "shardc always writes each NVMe sub-group back while the next one steps when "
+                                 "buffer_count >= 2; using on");
+            diag_hint("buffer_count = 1 serialises the NVMe transfers with the step");
+            *on[i] = true;
+        } else if (s->offload.optimizer_buffer_count < 2) {
+            diag_warning(where(cx, pipe[i], NULL),
+                         "%s = on has no effect with buffer_count = 1: one staging buffer cannot hold the sub-group "
+                         "in flight and the one stepping", name);
+            diag_hint("set offload.optimizer.buffer_count = 2 or more to overlap the NVMe transfers with the step");
+        }
+    }
+    if (is_set(cx, "offload.params.max_in_cpu") && s->offload.params_max_in_cpu != 0) {
+        compat_warn(cx, "offload.params.max_in_cpu", schema_fmt_double((double)s->offload.params_max_in_cpu),
+                    arena_printf(&g_arena, "shardc keeps no NVMe-offloaded parameters in host memory besides its "
+                                           "staging buffers (buffer_count·buffer_size = %lld elements); using 0",
+                                 (long long)(s->offload.params_buffer_count * s->offload.params_buffer_size)));
+        s->offload.params_max_in_cpu = 0;
+    }
+}
+
 /* Precision: fp16 and bf16 exclusive, master weights in fp32. */
 static void rules_precision(Sema *cx)
 {
@@ -1189,6 +1259,7 @@ bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out)
         rules_parallel(cx);
     }
     rules_zero(cx);
+    rules_compat(cx);
     rules_precision(cx);
     rules_checkpointing(cx);
     rules_train(cx);

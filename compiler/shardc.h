@@ -357,6 +357,8 @@ void canon_print(FILE *out, const Spec *s);
 typedef struct ImportOpts {
     const char *ds_path, *hf_path, *out_path;
     int64_t nodes, gpus_per_node;       /* 0 = not given                    */
+    const Override *ov;                 /* -D key=value, applied last       */
+    int nov;
 } ImportOpts;
 int import_deepspeed(const ImportOpts *o);      /* returns an exit code     */
 

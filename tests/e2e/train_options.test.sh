@@ -3,7 +3,7 @@
 # reference, 4 steps, the race checker on (train_lib), the global batch 16.
 # Options that must not change the arithmetic (ZeRO-3's gathering schedule:
 # small max_live_parameters / prefetch_bucket / max_reuse_distance;
-# zero.reduce_scatter = off; data.format = llmc on the same tokens;
+# data.format = llmc on the same tokens;
 # parallel.rank_order = tp_pp_dp; zero.gather_across_microbatches;
 # parallel.stage_layers = [1, 3], which moves a layer between the stages but
 # computes each layer alike) equal the same layout without them: losses bit for
@@ -39,10 +39,6 @@ if run z3 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4; then
     run z3small 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.max_live_parameters=20000 \
         -D zero.prefetch_bucket=5000 -D zero.max_reuse_distance=0 &&
         train_same z3 z3small 1e-5 "ZeRO-3 max_live_parameters/prefetch_bucket/max_reuse_distance small"
-    # (today the emitted trainer is the same either way: only the cost model
-    # reads zero.reduce_scatter; this guards that off trains and stays exact)
-    run z3rs 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.reduce_scatter=off &&
-        train_same z3 z3rs 1e-5 "zero.reduce_scatter = off"
     # llm.c's uint16 shard of the same bytes: the same tokens as format = text
     "$PY" - "$DATA" "$T/shard.bin" << 'EOF'
 import sys, numpy as np

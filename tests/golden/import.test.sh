@@ -92,6 +92,16 @@ else
   diff -u <(fenced 3 "$ex/README.md") "$tmp/ex.out" >&2 || bad example "README.md's spec differs"
 fi
 
+# -D with a value that carries a block (not expressible in NAME.args): the
+# block's keys replace the config's, and keys the new value lacks are dropped.
+"$shardc" import deepspeed overrides.json --hf hf/gpt2.json --nodes 1 --gpus-per-node 8 -D train.steps=5000 \
+  -D 'offload.optimizer=nvme { path = "/scratch"  buffer_count = 2 }' -D offload.optimizer=cpu \
+  -D 'offload.optimizer=nvme { path = "/nvme 2" }' >"$tmp/blk.out" 2>/dev/null || bad "-D block" "the import fails"
+grep -q '^  optimizer = nvme {  *# -D offload.optimizer$' "$tmp/blk.out" &&
+  grep -q '^    path = "/nvme 2"  *# -D offload.optimizer.path$' "$tmp/blk.out" &&
+  ! grep -q 'buffer_count' "$tmp/blk.out" || { cat "$tmp/blk.out" >&2; bad "-D block" "the spec is not the -D's"; }
+"$shardc" import --help 2>&1 | grep -q -- '-D key.path=value' || bad "--help" "shardc import --help does not document -D"
+
 if [ "${REGEN:-0}" = 1 ]; then
   echo "regenerated the expectations of $n imports; review with git diff tests/import"
   exit 0
