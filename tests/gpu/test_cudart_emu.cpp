@@ -22,6 +22,8 @@
 
 void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body);
 void kg_emu_launch(unsigned grid, unsigned block, const void *s, const std::function<void()> &body);
+void kg_emu_launch_recorded(unsigned grid, unsigned block, const void *s, const std::function<void()> &record,
+                            const std::function<void()> &body);
 
 static int g_fail, g_checks;
 
@@ -176,6 +178,16 @@ static void test_launch(void)
     CHECK(cudaStreamDestroy(s) == cudaSuccess);
     kg_emu_launch(1, 32, s, [&ran] { ran++; });   // on a destroyed stream: nothing runs
     CHECK(ran == 32 && cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    // KG_LAUNCH's path: a launch that fails records no access (a GPU never runs it)
+    int recorded = 0;
+    kg_emu_launch_recorded(0, 32, 0, [&recorded] { recorded++; }, [&ran] { ran++; });
+    CHECK(recorded == 0 && ran == 32 && cudaGetLastError() == cudaErrorInvalidConfiguration);
+    kg_emu_launch_recorded(1, 1025, 0, [&recorded] { recorded++; }, [&ran] { ran++; });
+    CHECK(recorded == 0 && ran == 32 && cudaGetLastError() == cudaErrorInvalidConfiguration);
+    kg_emu_launch_recorded(1, 32, s, [&recorded] { recorded++; }, [&ran] { ran++; });   // s destroyed
+    CHECK(recorded == 0 && ran == 32 && cudaGetLastError() == cudaErrorInvalidResourceHandle);
+    kg_emu_launch_recorded(1, 32, 0, [&recorded] { recorded++; }, [&ran] { ran++; });
+    CHECK(recorded == 1 && ran == 64 && cudaGetLastError() == cudaSuccess);
     pthread_t a, b;
     pthread_create(&a, NULL, launcher, NULL);
     pthread_create(&b, NULL, launcher, NULL);
@@ -442,39 +454,144 @@ static void test_races(void)
         cudaDeviceSynchronize();
         cudaMemsetAsync(d, 2, 256, b);
     }, false));
-    // mapped pinned memory is tracked like device memory (a kernel may address it)
-    CHECK(faults("race", [] {
+    // mapped pinned memory is tracked like device memory (a kernel may address
+    // it): only m is shared, each stream copies to or from its own device
+    // buffer, and the fault must name m's range on both sides
+    {
         cudaStream_t a, b;
         two_streams(&a, &b);
-        void *m;
-        cudaHostAlloc(&m, 256, cudaHostAllocMapped);
-        char *d = dev_buf(256);
-        cudaMemcpyAsync(m, d, 256, cudaMemcpyDeviceToHost, a);
-        cudaMemcpyAsync(d, m, 256, cudaMemcpyHostToDevice, b);
+        void *m = NULL;
+        if (cudaHostAlloc(&m, 256, cudaHostAllocMapped) != cudaSuccess) abort();
+        char *d1 = dev_buf(256), *d2 = dev_buf(256);
+        char want[256];
+        snprintf(want, sizeof want, "race: cudaMemcpyAsync (source) reads [%p, +256) on stream %p and the earlier "
+                 "cudaMemcpyAsync (destination) writes [%p, +256) on stream %p", m, (void *)b, m, (void *)a);
+        CHECK(faults(want, [=] {
+            cudaMemcpyAsync(m, d1, 256, cudaMemcpyDeviceToHost, a);
+            cudaMemcpyAsync(d2, m, 256, cudaMemcpyHostToDevice, b);
+        }));
+        CHECK(cudaFreeHost(m) == cudaSuccess && cudaFree(d1) == cudaSuccess && cudaFree(d2) == cudaSuccess);
+        CHECK(cudaStreamDestroy(a) == cudaSuccess && cudaStreamDestroy(b) == cudaSuccess);
+    }
+    // host threads: another thread's write, then its synchronisation, and
+    // this thread's write issued while that thread runs (before the join):
+    // nothing orders the two, whichever is issued first, so a race ...
+    CHECK(faults("race: cudaMemsetAsync (destination) writes", [] {
+        cudaStream_t b;
+        two_streams(&g_handoff_stream, &b);
+        g_handoff_buf = dev_buf(256);
+        pthread_t t;
+        pthread_create(&t, NULL, handoff_writer, NULL);
+        cudaMemsetAsync(g_handoff_buf, 2, 64, b);
+        pthread_join(t, NULL);
     }));
-    // host threads: another thread's synchronisation orders this thread's
-    // later work only through a hand-off the detector is told of
-    for (int release = 0; release < 2; release++)
-        CHECK(faults("race", [release] {
-            cudaStream_t b;
-            two_streams(&g_handoff_stream, &b);
-            g_handoff_buf = dev_buf(256);
-            pthread_t t;
-            pthread_create(&t, NULL, handoff_writer, release ? &g_handoff_buf : NULL);
-            pthread_join(t, NULL);
-            if (release) cuemu_host_acquire(&g_handoff_buf);
-            cudaMemsetAsync(g_handoff_buf, 2, 64, b);
-        }, release == 0) == (release == 0));
+    // ... and this thread's write issued after the join, which the detector
+    // sees through the host queue's hand-off (cuemu_host_release / _acquire)
+    CHECK(!faults("race", [] {
+        cudaStream_t b;
+        two_streams(&g_handoff_stream, &b);
+        g_handoff_buf = dev_buf(256);
+        pthread_t t;
+        pthread_create(&t, NULL, handoff_writer, &g_handoff_buf);
+        pthread_join(t, NULL);
+        cuemu_host_acquire(&g_handoff_buf);
+        cudaMemsetAsync(g_handoff_buf, 2, 64, b);
+    }, false));
+    // a kernel launch the executor rejects (grid 0) records no access, so its
+    // write races with nothing
+    CHECK(!faults("race", [] {
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256);
+        kg_emu_launch_recorded(0, 32, a, [d, a] { cuemu_access("k", "a tensor argument", a, d, 0, true); }, [] {});
+        cudaMemsetAsync(d, 1, 256, b);
+    }, false));
+    CHECK(faults("and the earlier k (a tensor argument) writes", [] {   // the same launch accepted
+        cudaStream_t a, b;
+        two_streams(&a, &b);
+        char *d = dev_buf(256);
+        kg_emu_launch_recorded(1, 32, a, [d, a] { cuemu_access("k", "a tensor argument", a, d, 0, true); }, [] {});
+        cudaMemsetAsync(d, 1, 256, b);
+    }));
 }
 
-int main(void)
+// The history collection's workload (run as "test_cudart_emu collect"):
+// 5000 writes of distinct bytes on one stream, none superseding another,
+// with a created stream and the legacy default stream never used.
+static void collect_workload(cudaStream_t a, char *d)
 {
+    for (int i = 0; i < 5000; i++) cudaMemsetAsync(d + i, 1, 1, a);
+}
+
+// Runs this program as "PROG collect" with CUEMU_RACECHECK=2; the detector's
+// counts at its exit: accesses collected and forgotten by the bound.
+static bool collect_counts(size_t *collected, size_t *forgotten)
+{
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        setenv("CUEMU_RACECHECK", "2", 1);
+        execl("/proc/self/exe", "test_cudart_emu", "collect", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[4096] = {0};
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    const char *c = strstr(buf, "earlier ones, ");
+    bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && c &&
+              sscanf(c, "earlier ones, %zu collected, %zu forgotten by the bound", collected, forgotten) == 2;
+    if (!ok) printf("     (collect child: %s)\n", buf[0] ? buf : "no output");
+    return ok;
+}
+
+// A stream that has issued nothing does not keep the history from being
+// collected (the trainer creates streams it may never use); one first used
+// after the collection still races with what was not collected.
+static void test_collect(void)
+{
+    size_t collected = 0, forgotten = 0;
+    CHECK(collect_counts(&collected, &forgotten) && collected >= 4096 && forgotten == 0);
+    CHECK(faults("race: cudaMemsetAsync (destination) writes", [] {
+        cudaStream_t a, u;
+        two_streams(&a, &u);
+        char *d = dev_buf(5000);
+        collect_workload(a, d);
+        cudaMemsetAsync(d + 4999, 2, 1, u);   // u's first work: unordered with a's last write
+    }));
+    CHECK(!faults("race", [] {
+        cudaStream_t a, u;
+        two_streams(&a, &u);
+        char *d = dev_buf(5000);
+        collect_workload(a, d);
+        cudaStreamSynchronize(a);
+        cudaMemsetAsync(d, 2, 5000, u);   // after the host's knowledge of a
+    }, false));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "collect") == 0) {   // collect_counts' child
+        cudaStream_t a, u;
+        two_streams(&a, &u);
+        collect_workload(a, dev_buf(5000));
+        return 0;
+    }
     test_memory();
     test_host_memory();
     test_handles();
     test_launch();
     test_faults();
     test_races();
+    test_collect();
     printf("%d of %d checks passed\n", g_checks - g_fail, g_checks);
     return g_fail != 0;
 }

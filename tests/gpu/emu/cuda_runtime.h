@@ -55,11 +55,19 @@ inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
     return old;
 }
 
+/* Whether grid blocks of block threads are within CUDA's limits; if not,
+ * the thread's last error is cudaErrorInvalidConfiguration (the launch fails). */
+bool kg_emu_config_ok(unsigned grid, unsigned block);
 /* Runs body as grid blocks of block threads (CUDA's limits checked). */
 void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body);
 /* kg_emu_run on stream s (a cudaStream_t: void here, so that host code
  * built against the real header links the same symbol), which must be live. */
 void kg_emu_launch(unsigned grid, unsigned block, const void *s, const std::function<void()> &body);
+/* kg_emu_launch after record() has told the race detector the launch's
+ * accesses; neither happens for a launch that fails (s not live, the
+ * configuration out of CUDA's limits), which a GPU never runs. */
+void kg_emu_launch_recorded(unsigned grid, unsigned block, const void *s, const std::function<void()> &record,
+                            const std::function<void()> &body);
 
 /* A kernel argument as the race detector sees it, converted to the kernel's
  * parameter type P: a pointer to const is read, any other pointer written,
@@ -84,16 +92,16 @@ struct KgEmuArg<P, typename std::enable_if<std::is_class<P>::value && std::is_po
     }
 };
 
-/* Records every argument's access on s, then runs the kernel (or records
- * the launch's error when s is not live). */
+/* Records every argument's access on s, then runs the kernel; a launch
+ * that fails (s not live, a bad configuration) records its error and nothing else. */
 template <typename... P, typename... A>
 void kg_emu_launch_args(const char *kern, void (*)(P...), unsigned grid, unsigned block, const void *s,
                         const std::function<void()> &body, const A &...args)
 {
     static_assert(sizeof...(P) == sizeof...(A), "a kernel launched with the wrong number of arguments");
-    if (!cuemu_stream_live(s)) return;
-    (KgEmuArg<typename std::decay<P>::type>::access(kern, s, (typename std::decay<P>::type)args), ...);
-    kg_emu_launch(grid, block, s, body);
+    kg_emu_launch_recorded(grid, block, s, [&] {
+        (KgEmuArg<typename std::decay<P>::type>::access(kern, s, (typename std::decay<P>::type)args), ...);
+    }, body);
 }
 #define KG_LAUNCH(kern, grid, block, s, ...) \
     kg_emu_launch_args(#kern, &kern, (unsigned)(grid), (unsigned)(block), (s), [=]() { kern(__VA_ARGS__); }, \

@@ -94,11 +94,13 @@ static cudaError_t emrt_err(cudaError_t e)
     return e;
 }
 
+/* Records err as the thread's last CUDA error (a launch the kernel executor rejects). */
 void cuemu_set_error(int err)
 {
     emrt_err((cudaError_t)err);
 }
 
+/* Ends the process as an illegal address ends a CUDA context, naming who. */
 void cuemu_fault(const char *who, const char *fmt, ...)
 {
     va_list ap;
@@ -142,8 +144,13 @@ static void emrt_rc_report(void);
 
 /* The calls that make the host wait for the device (a GPU's host
  * synchronisations), counted over the run: CUEMU_SYNC_STATS=1 prints them at
- * exit, so a test can see what a training step costs in host syncs. */
-enum { EMRT_SYNC_STREAM, EMRT_SYNC_EVENT, EMRT_SYNC_DEVICE, EMRT_SYNC_MEMCPY, EMRT_SYNC_MEMSET, EMRT_NSYNC };
+ * exit, so a test can see what a training step costs in host syncs.  With
+ * the race detector on, also the cudaEventQuery calls, by a thread that
+ * issues work, of an event the thread has not seen complete (no sync since
+ * its record): here the work is done, on a GPU it may not be, and the
+ * caller's fallback would wait. */
+enum { EMRT_SYNC_STREAM, EMRT_SYNC_EVENT, EMRT_SYNC_DEVICE, EMRT_SYNC_MEMCPY, EMRT_SYNC_MEMSET, EMRT_SYNC_POLL,
+       EMRT_NSYNC };
 static unsigned long emrt_syncs[EMRT_NSYNC];
 
 /* One host synchronisation of kind k (any thread). */
@@ -160,9 +167,9 @@ static void emrt_sync_report(void)
     unsigned long n = 0;
     for (int k = 0; k < EMRT_NSYNC; k++) n += emrt_syncs[k];
     fprintf(stderr, "cuda emulator: host synchronisations: %lu (cudaStreamSynchronize %lu, cudaEventSynchronize %lu, "
-            "cudaDeviceSynchronize %lu, cudaMemcpy %lu, cudaMemset %lu)\n", n, emrt_syncs[EMRT_SYNC_STREAM],
-            emrt_syncs[EMRT_SYNC_EVENT], emrt_syncs[EMRT_SYNC_DEVICE], emrt_syncs[EMRT_SYNC_MEMCPY],
-            emrt_syncs[EMRT_SYNC_MEMSET]);
+            "cudaDeviceSynchronize %lu, cudaMemcpy %lu, cudaMemset %lu, cudaEventQuery maybe pending %lu)\n", n,
+            emrt_syncs[EMRT_SYNC_STREAM], emrt_syncs[EMRT_SYNC_EVENT], emrt_syncs[EMRT_SYNC_DEVICE],
+            emrt_syncs[EMRT_SYNC_MEMCPY], emrt_syncs[EMRT_SYNC_MEMSET], emrt_syncs[EMRT_SYNC_POLL]);
 }
 
 /* atexit: the guards of what the program never freed. */
@@ -212,6 +219,7 @@ static cudaError_t emrt_alloc_free(void *p, int host, const char *who)
     return emrt_err(cudaErrorInvalidValue);
 }
 
+/* Whether [p, p + bytes) is inside one live allocation a kernel may address. */
 bool cuemu_device_range(const void *p, size_t bytes)
 {
     pthread_mutex_lock(&emrt_mu);
@@ -366,10 +374,12 @@ static emrt_clock *emrt_rc_ptds[256];       /* every thread's per-thread default
 static int emrt_rc_nptds;
 static _Thread_local emrt_clock *emrt_rc_my_ptds;
 static _Thread_local emrt_vc emrt_rc_host;  /* what this host thread knows complete */
+static _Thread_local int emrt_rc_issuer;    /* this thread has issued device work */
 /* the host threads' hand-offs (cuemu_host_release / _acquire) */
 static struct { const void *obj; emrt_vc vc; } emrt_rc_sync[64];
 static int emrt_rc_nsync;
 static size_t emrt_rc_evicted;              /* accesses dropped by the bound    */
+static size_t emrt_rc_collected;            /* accesses every used stream had passed */
 static size_t emrt_rc_checked, emrt_rc_compared;   /* accesses, and history entries compared */
 
 /* Whether the detector runs (CUEMU_RACECHECK=0 turns it off). */
@@ -387,8 +397,9 @@ static int emrt_rc_on(void)
 static void emrt_rc_report(void)
 {
     if (emrt_rc_state == 2)
-        fprintf(stderr, "cuda emulator: race detector: %zu accesses checked against %zu earlier ones, %zu forgotten "
-                "by the bound, %d stream clocks\n", emrt_rc_checked, emrt_rc_compared, emrt_rc_evicted, emrt_rc_ids);
+        fprintf(stderr, "cuda emulator: race detector: %zu accesses checked against %zu earlier ones, %zu collected, "
+                "%zu forgotten by the bound, %d stream clocks\n", emrt_rc_checked, emrt_rc_compared, emrt_rc_collected,
+                emrt_rc_evicted, emrt_rc_ids);
 }
 
 /* Component id of v (0 past its end). */
@@ -473,6 +484,7 @@ static void emrt_rc_join_into(emrt_clock *c, emrt_vc *into)
  * blocking streams, after each other's earlier work; its new epoch. */
 static void emrt_rc_issue(emrt_clock *c)
 {
+    emrt_rc_issuer = 1;
     emrt_rc_join(&c->vc, &emrt_rc_host);
     if (c == &emrt_rc_legacy) emrt_rc_each_blocking(emrt_rc_join_into, &c->vc);
     else if (c->blocking) emrt_rc_join(&c->vc, &emrt_rc_legacy.vc);
@@ -495,31 +507,44 @@ static int emrt_rc_before(const emrt_acc *a, const emrt_vc *v)
     return emrt_rc_get(v, a->id) >= a->epoch;
 }
 
+/* floor = floor met with (componentwise min) clock c's vector, or c's vector
+ * when *first; a stream that has issued nothing is left out (the legacy one
+ * included): its first operation is placed after what the issuing thread
+ * knows (emrt_rc_issue), not after what the other streams have passed, and
+ * counting it would pin the floor at 0 and keep every access for ever. */
+static void emrt_rc_meet(emrt_vc *floor, const emrt_clock *c, int *first)
+{
+    if (c->id < 0 || emrt_rc_get(&c->vc, c->id) == 0) return;
+    if (*first) {
+        emrt_rc_join(floor, &c->vc);
+        *first = 0;
+        return;
+    }
+    for (int k = 0; k < floor->n; k++) {
+        uint32_t e = emrt_rc_get(&c->vc, k);
+        if (e < floor->v[k]) floor->v[k] = e;
+    }
+}
+
 /* Frees room in an allocation's history (mutex held): first the accesses
- * that happen before every stream's and this thread's present (nothing
- * issued from now on can race with them), then, if that is not enough, the
- * oldest half (a bound on the cost: races with those are no longer seen). */
+ * that happen before the present of every stream that has issued work
+ * (nothing those issue from now on can race with them), then, if that is
+ * not enough, the oldest half (a bound on the cost: races with those are
+ * no longer seen). */
 static void emrt_rc_collect(emrt_alloc *al)
 {
-    /* floor[k]: the least epoch of clock k that every stream has joined */
+    /* floor[k]: the least epoch of clock k that every stream that has issued work has joined */
     emrt_vc floor = { NULL, 0 };
-    emrt_rc_join(&floor, &emrt_rc_legacy.vc);
+    int first = 1;
+    emrt_rc_meet(&floor, &emrt_rc_legacy, &first);
     for (size_t i = 0; i < emrt_handle_cap; i++)
-        if (emrt_handles[i] && emrt_handles[i]->kind == 's' && emrt_handles[i]->live) emrt_rc_join(&floor, &emrt_handles[i]->clk.vc);
-    for (int i = 0; i < emrt_rc_nptds; i++) emrt_rc_join(&floor, &emrt_rc_ptds[i]->vc);
-    for (int k = 0; k < floor.n; k++) {
-        uint32_t m = emrt_rc_get(&emrt_rc_legacy.vc, k);
-        for (size_t i = 0; i < emrt_handle_cap; i++) {
-            emrt_handle *h = emrt_handles[i];
-            if (h && h->kind == 's' && h->live && emrt_rc_get(&h->clk.vc, k) < m) m = emrt_rc_get(&h->clk.vc, k);
-        }
-        for (int i = 0; i < emrt_rc_nptds; i++)
-            if (emrt_rc_get(&emrt_rc_ptds[i]->vc, k) < m) m = emrt_rc_get(&emrt_rc_ptds[i]->vc, k);
-        floor.v[k] = m;
-    }
+        if (emrt_handles[i] && emrt_handles[i]->kind == 's' && emrt_handles[i]->live)
+            emrt_rc_meet(&floor, &emrt_handles[i]->clk, &first);
+    for (int i = 0; i < emrt_rc_nptds; i++) emrt_rc_meet(&floor, emrt_rc_ptds[i], &first);
     int n = 0;
     for (int i = 0; i < al->nacc; i++)
         if (!emrt_rc_before(&al->acc[i], &floor)) al->acc[n++] = al->acc[i];
+    emrt_rc_collected += (size_t)(al->nacc - n);
     free(floor.v);
     if (n > EMRT_RC_KEEP / 2) {
         int drop = n / 2;
@@ -567,6 +592,7 @@ static void emrt_rc_check(emrt_alloc *al, emrt_clock *c, const void *s, const ch
     al->acc[al->nacc++] = (emrt_acc){ lo, hi, c->id, c->vc.v[c->id], write, who, what, s };
 }
 
+/* The race detector's entry: checks and records an access issued on stream s. */
 void cuemu_access(const char *who, const char *what, const void *s, const void *p, size_t bytes, bool write)
 {
     if (!emrt_rc_on() || !p) return;
@@ -604,6 +630,18 @@ static void emrt_rc_sync_event(emrt_handle *h)
     pthread_mutex_unlock(&emrt_mu);
 }
 
+/* cudaEventQuery of h by a thread that issues work: counted when the thread
+ * has not seen h's work complete (a GPU might answer cudaErrorNotReady). */
+static void emrt_rc_poll(emrt_handle *h)
+{
+    if (!emrt_rc_on() || !emrt_rc_issuer) return;
+    pthread_mutex_lock(&emrt_mu);
+    int pending = 0;
+    for (int i = 0; i < h->clk.vc.n; i++) pending |= h->clk.vc.v[i] > emrt_rc_get(&emrt_rc_host, i);
+    pthread_mutex_unlock(&emrt_mu);
+    if (pending) emrt_sync_count(EMRT_SYNC_POLL);
+}
+
 /* cudaDeviceSynchronize: every stream's work so far is complete, so the
  * history is forgotten and the thread knows every stream's present. */
 static void emrt_rc_sync_device(void)
@@ -632,6 +670,7 @@ static emrt_vc *emrt_rc_sync_of(const void *obj)
     return &emrt_rc_sync[emrt_rc_nsync++].vc;
 }
 
+/* Publishes at obj what this host thread knows complete (a hand-off the emulation cannot see). */
 void cuemu_host_release(const void *obj)
 {
     if (!emrt_rc_on()) return;
@@ -640,6 +679,7 @@ void cuemu_host_release(const void *obj)
     pthread_mutex_unlock(&emrt_mu);
 }
 
+/* Takes in what another host thread published at obj. */
 void cuemu_host_acquire(const void *obj)
 {
     if (!emrt_rc_on()) return;
@@ -648,6 +688,7 @@ void cuemu_host_acquire(const void *obj)
     pthread_mutex_unlock(&emrt_mu);
 }
 
+/* Whether s may take work; if not, the thread's last error says so. */
 bool cuemu_stream_live(const void *s)
 {
     return emrt_stream_ok((cudaStream_t)s) == cudaSuccess;
@@ -655,6 +696,7 @@ bool cuemu_stream_live(const void *s)
 
 /* ---- device management ----------------------------------------------------------- */
 
+/* The devices of a node: EMRT_DEVICES. */
 cudaError_t cudaGetDeviceCount(int *count)
 {
     if (!count) return emrt_err(cudaErrorInvalidValue);
@@ -662,6 +704,7 @@ cudaError_t cudaGetDeviceCount(int *count)
     return cudaSuccess;
 }
 
+/* Selects the process's device (only its number is kept: every device is this host). */
 cudaError_t cudaSetDevice(int device)
 {
     if (device < 0 || device >= EMRT_DEVICES) return emrt_err(cudaErrorInvalidDevice);
@@ -669,6 +712,7 @@ cudaError_t cudaSetDevice(int device)
     return cudaSuccess;
 }
 
+/* The device cudaSetDevice selected. */
 cudaError_t cudaGetDevice(int *device)
 {
     if (!device) return emrt_err(cudaErrorInvalidValue);
@@ -676,6 +720,7 @@ cudaError_t cudaGetDevice(int *device)
     return cudaSuccess;
 }
 
+/* An H100-like device's properties, named as the emulator. */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
     if (!prop) return emrt_err(cudaErrorInvalidValue);
@@ -708,6 +753,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     return cudaSuccess;
 }
 
+/* Waits for every stream: the host knows all work complete, and the guards are checked. */
 cudaError_t cudaDeviceSynchronize(void)
 {
     emrt_sync_count(EMRT_SYNC_DEVICE);
@@ -716,6 +762,7 @@ cudaError_t cudaDeviceSynchronize(void)
     return cudaSuccess;
 }
 
+/* The thread's last error, which it clears. */
 cudaError_t cudaGetLastError(void)
 {
     cudaError_t e = emrt_last;
@@ -723,6 +770,7 @@ cudaError_t cudaGetLastError(void)
     return e;
 }
 
+/* The thread's last error, left in place. */
 cudaError_t cudaPeekAtLastError(void)
 {
     return emrt_last;
@@ -746,6 +794,7 @@ static const struct { cudaError_t e; const char *name, *text; } emrt_errors[] = 
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
 };
 
+/* The description of an error code. */
 const char *cudaGetErrorString(cudaError_t error)
 {
     for (size_t i = 0; i < sizeof emrt_errors / sizeof emrt_errors[0]; i++)
@@ -753,6 +802,7 @@ const char *cudaGetErrorString(cudaError_t error)
     return "unrecognized error code";
 }
 
+/* The enum name of an error code. */
 const char *cudaGetErrorName(cudaError_t error)
 {
     for (size_t i = 0; i < sizeof emrt_errors / sizeof emrt_errors[0]; i++)
@@ -762,6 +812,7 @@ const char *cudaGetErrorName(cudaError_t error)
 
 /* ---- memory ---------------------------------------------------------------------- */
 
+/* Poisoned, guarded device memory, within the device's 80 GiB. */
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
     if (!devPtr) return emrt_err(cudaErrorInvalidValue);
@@ -774,12 +825,14 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     return cudaSuccess;
 }
 
+/* Frees device memory after checking its guard (NULL does nothing). */
 cudaError_t cudaFree(void *devPtr)
 {
     if (!devPtr) return cudaSuccess;
     return emrt_alloc_free(devPtr, 0, "cudaFree");
 }
 
+/* Poisoned, guarded pinned host memory; mapped when the flags say so. */
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
     if (!pHost || (flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined)))
@@ -790,17 +843,20 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
     return cudaSuccess;
 }
 
+/* cudaHostAlloc with the default flags. */
 cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
     return cudaHostAlloc(ptr, size, cudaHostAllocDefault);
 }
 
+/* Frees pinned host memory after checking its guard (NULL does nothing). */
 cudaError_t cudaFreeHost(void *ptr)
 {
     if (!ptr) return cudaSuccess;
     return emrt_alloc_free(ptr, 1, "cudaFreeHost");
 }
 
+/* The device address of mapped pinned memory: its own (unified addressing). */
 cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
     if (!pDevice || flags != 0) return emrt_err(cudaErrorInvalidValue);
@@ -813,6 +869,7 @@ cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int f
     return cudaSuccess;
 }
 
+/* The device's free and total bytes. */
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
     if (!free || !total) return emrt_err(cudaErrorInvalidValue);
@@ -863,6 +920,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     return cudaSuccess;
 }
 
+/* A copy on stream, done at issue; both sides checked against the kind. */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
@@ -873,6 +931,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     return cudaSuccess;
 }
 
+/* A memset on the legacy default stream, done at issue. */
 cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
     if (count == 0) return cudaSuccess;
@@ -884,6 +943,7 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
     return cudaSuccess;
 }
 
+/* A memset on stream, done at issue. */
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
@@ -895,6 +955,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
     return cudaSuccess;
 }
 
+/* A memset of height rows of width bytes, pitch apart, on stream. */
 cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
@@ -909,6 +970,7 @@ cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t widt
 
 /* ---- streams and events ---------------------------------------------------------- */
 
+/* A new stream, blocking unless cudaStreamNonBlocking. */
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
     if (!pStream || (flags & ~(unsigned)cudaStreamNonBlocking)) return emrt_err(cudaErrorInvalidValue);
@@ -919,16 +981,19 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
     return cudaSuccess;
 }
 
+/* A new blocking stream. */
 cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
     return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
 }
 
+/* Destroys a stream; its handle stays known, so later use is an error. */
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
     return emrt_handle_destroy(stream, 's');
 }
 
+/* Waits for stream: the host knows its work complete, and the guards are checked. */
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
@@ -944,6 +1009,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     return e;
 }
 
+/* Makes stream's later work wait for event's last record. */
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
     cudaError_t e = emrt_stream_ok(stream);
@@ -959,6 +1025,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     return cudaSuccess;
 }
 
+/* A new event, with flags checked as the real runtime checks them. */
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
     unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
@@ -971,16 +1038,19 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
     return cudaSuccess;
 }
 
+/* A new event with the default flags. */
 cudaError_t cudaEventCreate(cudaEvent_t *event)
 {
     return cudaEventCreateWithFlags(event, cudaEventDefault);
 }
 
+/* Destroys an event; its handle stays known, so later use is an error. */
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
     return emrt_handle_destroy(event, 'e');
 }
 
+/* Records event on stream: a snapshot of the stream's work so far. */
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
     cudaError_t e = emrt_event_ok(event);
@@ -1004,10 +1074,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
     cudaError_t e = emrt_event_ok(event);
-    if (e == cudaSuccess) emrt_rc_sync_event(emrt_handle_of(event, 'e'));
+    if (e == cudaSuccess) emrt_rc_poll(emrt_handle_of(event, 'e')), emrt_rc_sync_event(emrt_handle_of(event, 'e'));
     return e;
 }
 
+/* Waits for event's last record: the host knows that work complete. */
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     cudaError_t e = emrt_event_ok(event);

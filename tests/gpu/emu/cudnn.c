@@ -1049,6 +1049,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
     const emdnn_desc *g = plan->graph;
     /* every non-virtual tensor's pointer, in device memory over its extent, aligned as declared */
     void **ptr = calloc((size_t)g->ntens, sizeof *ptr);
+    if (!ptr) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
     for (int i = 0; i < g->ntens; i++) {
         const emdnn_desc *t = g->tens[i];
         if (t->virt) continue;
@@ -1075,9 +1076,27 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
             free(ptr);
             return CUDNN_STATUS_BAD_PARAM;
         }
-        if (!cuemu_device_range(vp->wsp, (size_t)plan->ws))
+        if (!cuemu_device_range(vp->wsp, (size_t)plan->ws)) {
+            free(ptr);      /* as above: the fault may return by longjmp */
             cuemu_fault("cudnnBackendExecute", "the workspace: %lld bytes at %p are not device memory",
                         (long long)plan->ws, vp->wsp);
+        }
+    }
+    /* the fp32 images, all NaN until loaded or computed: taken before any
+     * access is recorded, so that a failure leaves no trace of the call */
+    float **buf = calloc((size_t)g->ntens, sizeof *buf);
+    if (!buf) {
+        free(ptr);
+        return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
+    }
+    for (int i = 0; i < g->ntens; i++) {
+        int64_t e = emdnn_extent(g->tens[i]);
+        if (!(buf[i] = malloc((size_t)e * sizeof(float)))) {
+            while (i-- > 0) free(buf[i]);
+            free(buf), free(ptr);
+            return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
+        }
+        for (int64_t k = 0; k < e; k++) buf[i][k] = NAN;
     }
     /* what the graph reads and writes, on the handle's stream, for the race detector (cuemu.h) */
     for (int i = 0; i < g->ntens; i++) {
@@ -1096,14 +1115,11 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
             cuemu_access("cudnnBackendExecute", "an output tensor", h->stream, ptr[i],
                          (size_t)(emdnn_extent(t) * emdnn_esize(t->dt)), true);
     }
-    /* the fp32 images: inputs loaded, everything else NaN until computed */
-    float **buf = calloc((size_t)g->ntens, sizeof *buf);
+    /* the inputs' fp32 images, loaded */
     int64_t idx[CUDNN_DIM_MAX];
     for (int i = 0; i < g->ntens; i++) {
         const emdnn_desc *t = g->tens[i];
-        int64_t e = emdnn_extent(t), n = emdnn_count(t);
-        buf[i] = malloc((size_t)e * sizeof(float));
-        for (int64_t k = 0; k < e; k++) buf[i][k] = NAN;
+        int64_t n = emdnn_count(t);
         if (t->virt || g->producer[i] >= 0) continue;
         memset(idx, 0, sizeof idx);
         for (int64_t k = 0, o = 0; k < n; k++, o = emdnn_next(t, idx, o))

@@ -175,6 +175,15 @@ void kg_emu_launch(unsigned grid, unsigned block, const void *s, const std::func
     kg_emu_run(grid, block, body);
 }
 
+/* A kernel launch: its accesses recorded only once it is known to run. */
+void kg_emu_launch_recorded(unsigned grid, unsigned block, const void *s, const std::function<void()> &record,
+                            const std::function<void()> &body)
+{
+    if (!cuemu_stream_live(s) || !kg_emu_config_ok(grid, block)) return;
+    record();
+    kg_emu_run(grid, block, body);
+}
+
 /* The fibers' stacks, on transparent huge pages where the kernel allows
  * (a block's threads switch round-robin over up to 1024 stacks). */
 static char *emu_stacks(void)
@@ -189,12 +198,18 @@ static char *emu_stacks(void)
     return (char *)p;
 }
 
+/* CUDA's launch limits on a 1-D grid and block, shared by every launch path. */
+bool kg_emu_config_ok(unsigned grid, unsigned block)
+{
+    if (grid != 0 && grid <= 0x7fffffffu && block != 0 && block <= 1024) return true;
+    cuemu_set_error(cudaErrorInvalidConfiguration);
+    return false;
+}
+
+/* Runs the grid's blocks one after another, each block's threads as fibers. */
 void kg_emu_run(unsigned grid, unsigned block, const std::function<void()> &body)
 {
-    if (grid == 0 || grid > 0x7fffffffu || block == 0 || block > 1024) {
-        cuemu_set_error(cudaErrorInvalidConfiguration);
-        return;
-    }
+    if (!kg_emu_config_ok(grid, block)) return;
     std::lock_guard<std::mutex> lock(g_launch_mu);
     if (!g_stacks) g_stacks = emu_stacks();
     kg_emu_grid_dim = { grid, 1, 1 };
