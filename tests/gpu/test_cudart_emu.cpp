@@ -38,6 +38,21 @@ static void check(bool ok, const char *what)
 }
 #define CHECK(cond) check((cond), #cond)
 
+// The parent's side of a forked child writing to fds[1]: its output into
+// buf (NUL-terminated), then its wait status.
+static int child_output(int fds[2], pid_t pid, char *buf, size_t size)
+{
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n < size - 1 && (r = read(fds[0], buf + n, size - 1 - n)) > 0) n += (size_t)r;
+    buf[n] = 0;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return st;
+}
+
 // Runs f in a child; true when the child aborted and its stderr names who
 // (printed when that is not what expect says).
 static bool faults(const char *who, const std::function<void()> &f, bool expect = true)
@@ -52,14 +67,8 @@ static bool faults(const char *who, const std::function<void()> &f, bool expect 
         f();
         _exit(0);   // no fault: the parent sees a clean exit
     }
-    close(fds[1]);
-    char buf[4096] = {0};
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
+    char buf[4096];
+    int st = child_output(fds, pid, buf, sizeof buf);
     bool ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(buf, "cuda emulator: ") && strstr(buf, who);
     if (ok != expect) printf("     (child: %s)\n", buf[0] ? buf : "no message, no fault");
     return ok;
@@ -538,14 +547,8 @@ static bool collect_counts(size_t *collected, size_t *forgotten)
         execl("/proc/self/exe", "test_cudart_emu", "collect", (char *)NULL);
         _exit(127);
     }
-    close(fds[1]);
-    char buf[4096] = {0};
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
+    char buf[4096];
+    int st = child_output(fds, pid, buf, sizeof buf);
     const char *c = strstr(buf, "earlier ones, ");
     bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && c &&
               sscanf(c, "earlier ones, %zu collected, %zu forgotten by the bound", collected, forgotten) == 2;
