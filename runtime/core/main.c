@@ -538,6 +538,18 @@ static double loop_reduce_loss(const srt_ctx *c, double local)
     return sum / (double)(c->prog->dp * c->prog->tp);
 }
 
+/* Whether a launcher (mpirun, mpiexec, srun) started this process: its
+ * stdout is then a pseudo-terminal or pipe of the launcher's, a terminal to
+ * isatty even when the user redirected the launcher's output to a file, so
+ * the progress line is written as plain lines. */
+static bool loop_launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
 /* Syncs every stream: the end of a step (the checker forgets settled history). */
 static void loop_sync(srt_ctx *c)
 {
@@ -798,7 +810,8 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     /* the log */
     metrics *m = NULL;
     if (c->rank == 0) {
-        metrics_cfg mc = {.out = stdout, .tty = METRICS_TTY_AUTO, .jsonl = R.o.log, .append = first > 1,
+        metrics_cfg mc = {.out = stdout, .tty = loop_launched() ? METRICS_TTY_OFF : METRICS_TTY_AUTO,
+                          .jsonl = R.o.log, .append = first > 1,
                           .steps = steps, .log_every = prog->log_every > 0 ? prog->log_every : 1,
                           .tokens_per_step = (double)prog->global_batch * (double)prog->seq_len,
                           .flops_per_step = prog->model_flops_per_step,

@@ -5,6 +5,8 @@
 # least 1.5 nats), the validation loss falls, a sample of text is printed, and
 # the export is written.  Also: --trace writes one Chrome trace per rank with
 # every op (3 steps: 3 step spans, 9 matmuls a step, the ZeRO-3 gathers).
+# Under mpirun with its output in a file (rank 0's stdout is still a
+# pseudo-terminal) the progress is plain lines: no carriage return, no escape.
 set -u
 . "$(dirname "$0")/train_lib.sh"
 out=$T/demo
@@ -32,6 +34,11 @@ PY
 # a measured trace per rank
 train_build t
 train_run 4 t --data "$DATA" --steps 3 --trace "$T/tr.json" || { echo "FAIL: --trace run"; cat "$T/t.err"; fail=1; }
+if grep -q $'[\r\033]' "$T/t.out" || [ "$(grep -c '^step [123]/3 ' "$T/t.out")" != 3 ]; then
+    echo "FAIL: the progress under mpirun is not 3 plain lines:"; od -c "$T/t.out" | head; fail=1
+else
+    echo "ok: the progress under mpirun, redirected: 3 plain lines"
+fi
 for r in 0 1 2 3; do
     "$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["traceEvents"]; n=lambda k: sum(1 for x in e if x.get("name")==k and x.get("ph")=="X"); sys.exit(0 if n("step")==3 and n("matmul_fwd")+n("matmul_gelu_fwd")==3*9 and n("matmul_gelu_fwd")>=3 and n("all_gather")>=3 else 1)' \
         "$T/tr.rank$r.json" || { echo "FAIL: trace of rank $r"; fail=1; }
