@@ -181,7 +181,7 @@ struct srt_ctx {
     struct metrics_trace *trace;/* --trace: every op's span is recorded (ops.c); NULL  */
     int64_t data_step;          /* the loader's step (from 0) srt_load_batch reads;
                                    ctx_begin_step sets step - 1, an evaluation its own */
-    int64_t data_mb;            /* added to srt_load_batch's microbatch: 0 in a step;
+    int64_t data_mb;            /* added by srt_load_batch to its microbatch: 0 in a step;
                                    an evaluation runs microbatch 0's code over each one */
     /* the checker's names for state that lives in the context, not an arena */
     char acc_sumsq, acc_clip, acc_loss;

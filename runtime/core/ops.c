@@ -191,6 +191,7 @@ void srt_stream_sync(srt_ctx *c, srt_stream s)
 void srt_load_batch(srt_ctx *c, srt_stream s, int mb, srt_t tokens, srt_t targets)
 {
     ops_frame f = ops_begin(c, SRT_OP_load_batch, s);
+    mb += (int)c->data_mb;      /* an evaluation walks the batch's microbatches through microbatch 0's code */
     if (mb < 0 || mb >= c->prog->microbatches)
         ctx_die(c, "load_batch: microbatch %d of %lld", mb, (long long)c->prog->microbatches);
     int64_t n = c->prog->micro_batch * c->prog->seq_len;

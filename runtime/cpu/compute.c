@@ -22,7 +22,7 @@ void cpu_load_batch(srt_ctx *c, srt_stream s, int mb, srt_t tokens, srt_t target
     cpu_stage(c, "load_batch", NULL, 0);
     int32_t *tok = tokens.p ? tokens.p : (int32_t *)cpu_tmp(c, "load_batch", n);
     int32_t *tgt = targets.p ? targets.p : (int32_t *)cpu_tmp(c, "load_batch", n);
-    int e = data_batch(c->data, c->data_step, c->dp_idx, c->prog->dp, mb + c->data_mb, c->prog->micro_batch,
+    int e = data_batch(c->data, c->data_step, c->dp_idx, c->prog->dp, mb, c->prog->micro_batch,
                        tok, tgt);
     if (e != DATA_OK) ctx_fatal(c, 1, "%s", data_error(c->data));
 }

@@ -62,8 +62,7 @@ void cu_load_batch(srt_ctx *c, srt_stream s, int mb, srt_t tokens, srt_t targets
     if (q == cudaErrorNotReady) q = cudaEventSynchronize(st->stage_done[slot]);
     CU_CHECK(c, q, "load_batch: waiting for a staging slot");
     int32_t *tok = st->batch_stage + (size_t)slot * 2 * (size_t)n, *tgt = tok + n;
-    int e = data_batch(c->data, c->data_step, c->dp_idx, c->prog->dp, mb + c->data_mb, c->prog->micro_batch,
-                       tok, tgt);
+    int e = data_batch(c->data, c->data_step, c->dp_idx, c->prog->dp, mb, c->prog->micro_batch, tok, tgt);
     if (e != DATA_OK) ctx_fatal(c, 1, "%s", data_error(c->data));
     cudaStream_t cs = cu_stream(c, s);
     if (tokens.p)
