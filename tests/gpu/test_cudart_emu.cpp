@@ -38,10 +38,21 @@ static void check(bool ok, const char *what)
 }
 #define CHECK(cond) check((cond), #cond)
 
-// The parent's side of a forked child writing to fds[1]: its output into
-// buf (NUL-terminated), then its wait status.
-static int child_output(int fds[2], pid_t pid, char *buf, size_t size)
+// Runs body in a forked child whose stderr goes to buf (NUL-terminated);
+// returns the child's wait status, or -1 when no child could be made.
+static int in_child(const std::function<void()> &body, char *buf, size_t size)
 {
+    int fds[2];
+    buf[0] = 0;
+    if (pipe(fds) != 0) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        body();
+        _exit(0);   // body returned: the parent sees a clean exit
+    }
     close(fds[1]);
     size_t n = 0;
     ssize_t r;
@@ -57,19 +68,9 @@ static int child_output(int fds[2], pid_t pid, char *buf, size_t size)
 // (printed when that is not what expect says).
 static bool faults(const char *who, const std::function<void()> &f, bool expect = true)
 {
-    int fds[2];
-    if (pipe(fds) != 0) return false;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        f();
-        _exit(0);   // no fault: the parent sees a clean exit
-    }
     char buf[4096];
-    int st = child_output(fds, pid, buf, sizeof buf);
-    bool ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(buf, "cuda emulator: ") && strstr(buf, who);
+    int st = in_child(f, buf, sizeof buf);
+    bool ok = st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(buf, "cuda emulator: ") && strstr(buf, who);
     if (ok != expect) printf("     (child: %s)\n", buf[0] ? buf : "no message, no fault");
     return ok;
 }
@@ -536,21 +537,14 @@ static void collect_workload(cudaStream_t a, char *d)
 // counts at its exit: accesses collected and forgotten by the bound.
 static bool collect_counts(size_t *collected, size_t *forgotten)
 {
-    int fds[2];
-    if (pipe(fds) != 0) return false;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
+    char buf[4096];
+    int st = in_child([] {
         setenv("CUEMU_RACECHECK", "2", 1);
         execl("/proc/self/exe", "test_cudart_emu", "collect", (char *)NULL);
         _exit(127);
-    }
-    char buf[4096];
-    int st = child_output(fds, pid, buf, sizeof buf);
+    }, buf, sizeof buf);
     const char *c = strstr(buf, "earlier ones, ");
-    bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && c &&
+    bool ok = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && c &&
               sscanf(c, "earlier ones, %zu collected, %zu forgotten by the bound", collected, forgotten) == 2;
     if (!ok) printf("     (collect child: %s)\n", buf[0] ? buf : "no output");
     return ok;
