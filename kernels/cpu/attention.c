@@ -14,17 +14,15 @@
  * Dot products q.k run over a key tile transposed into kt(HS,BK) so that the
  * inner loop is over keys and vectorises without reordering any sum.  The
  * three unit functions are compiled per x86-64 level (KC_MULTIVERSION) with
- * their helpers inlined into each version.
+ * their helpers, the exp (vmath.h) included, inlined into each version.
  */
 #include "kernels.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <string.h>
 
 enum { BQ = 32, BK = 64 };   /* query rows per unit, keys per tile */
-
-/* Helpers are inlined into every multiversioned caller, so they get its ISA. */
-#define KC_INLINE static inline __attribute__((always_inline))
 
 /* Pointers to token t of batch b, head h, for the strided layouts. */
 #define QROW(base, b, t, h) ((base) + ((size_t)(b) * s.T + (t)) * s.ld_q + (size_t)(h) * s.HS)
@@ -88,8 +86,7 @@ static void kc_attn_forward_unit(float *out, float *lse, const float *q, const f
             }
             float mnew = mx > m[r] ? mx : m[r];
             float corr = expf(m[r] - mnew);   /* 0 on the first tile */
-            for (int jj = 0; jj < jn; jj++) sc[jj] -= mnew;
-            kc_vexp(sc, sc, (size_t)jn);
+            for (int jj = 0; jj < jn; jj++) sc[jj] = kc_exp1(sc[jj] - mnew);
             float sum = 0.0f;
             for (int jj = 0; jj < jn; jj++) sum += sc[jj];
             l[r] = l[r] * corr + sum;
@@ -139,8 +136,7 @@ KC_INLINE void kc_attn_row_grads(float *p, float *ds, const float *qi, const flo
 {
     kc_attn_dots(p, qi, kt, HS);    /* scores */
     kc_attn_dots(ds, doi, vt, HS);  /* dp = dout . v */
-    for (int jj = 0; jj < jn; jj++) p[jj] = p[jj] * scale - lse_i;
-    kc_vexp(p, p, (size_t)jn);
+    for (int jj = 0; jj < jn; jj++) p[jj] = kc_exp1(p[jj] * scale - lse_i);
     for (int jj = 0; jj < jn; jj++) ds[jj] = p[jj] * (ds[jj] - D_i);
 }
 

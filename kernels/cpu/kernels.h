@@ -53,6 +53,8 @@ void kc_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const f
 /* ---- activation.c: pointwise ops on flat arrays -------------------------- */
 void kc_gelu_forward(float *out, const float *inp, size_t n);      /* tanh approximation */
 void kc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* d := gelu'(inp) * d, in place (a data gradient through the gelu). */
+void kc_gelu_backward_inplace(float *d, const float *inp, size_t n);
 void kc_relu_forward(float *out, const float *inp, size_t n);
 void kc_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 /* out(N,H) = silu(a) * b, where a and b are (N,H) with row stride ld (floats):

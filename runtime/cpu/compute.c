@@ -73,25 +73,16 @@ void cpu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t i
     cpu_gelu_fwd(c, s, o, p);
 }
 
-enum { CPU_DGELU_BLOCK = 4096 };   /* elements of dout copied aside per kc_gelu_backward call */
-
 /* One chunk of the in-place GELU derivative: a[0] (dpre, holding dout·w)
- * becomes 0 + gelu'(pre)·dout·w, through kc_gelu_backward as gelu_bwd into a
- * zeroed gradient computes it. */
+ * becomes gelu'(pre)·dout·w. */
 static void cpu_dgelu_ew(cpu_arg *a, int64_t n, void *ud)
 {
-    float d[CPU_DGELU_BLOCK];
-    for (int64_t o = 0; o < n; o += CPU_DGELU_BLOCK) {
-        size_t len = (size_t)(n - o < CPU_DGELU_BLOCK ? n - o : CPU_DGELU_BLOCK);
-        memcpy(d, a[0].f + o, len * sizeof(float));
-        memset(a[0].f + o, 0, len * sizeof(float));
-        kc_gelu_backward(a[0].f + o, a[1].f + o, d, len);
-    }
+    kc_gelu_backward_inplace(a[0].f, a[1].f, (size_t)n);
 }
 
 /* The fused data gradient through GELU as the unfused sequence: zero dpre,
  * dpre += dout·w (matmul_bwd's dinp, rounded to dpre's dtype as that
- * temporary would be), dpre = 0 + gelu'(pre)·dpre in place, then the bias
+ * temporary would be), dpre = gelu'(pre)·dpre in place, then the bias
  * gradient as the next matmul_bwd would sum it from dpre. */
 void cpu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
                           srt_t w, srt_t pre, int N, int C, int OC)

@@ -12,7 +12,7 @@ rounds=${2:-3}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
-${CC:-cc} -std=gnu11 -O3 -fopenmp -fno-math-errno -Ikernels/cpu tests/bench/kernels/bench_kernels.c \
+${CC:-cc} -std=gnu11 -O3 -fopenmp -fno-math-errno -fno-trapping-math -Ikernels/cpu tests/bench/kernels/bench_kernels.c \
     kernels/cpu/*.c -o "$tmp/bench" -lopenblas -lm
 : > "$tmp/all.txt"
 r=0
