@@ -168,7 +168,7 @@ static void report_fn(FILE *f, const void *mp) { report_text(f, mp); }
 
 /* The GEMM shapes the program's code calls (srt_program.gemms), as the C
  * expressions of the calls' arguments: rt_call records every srt_matmul_fwd /
- * _bwd it writes, so no path (eval, recompute, sequence parallelism, a custom
+ * _bwd (and srt_head_xent's) it writes, so no path (eval, recompute, sequence parallelism, a custom
  * op's layer) can call a shape the table lacks; emit_c resets them. */
 typedef struct EmGemm { int kind; const char *N, *C, *OC; bool bias; } EmGemm;
 static EmGemm *em_gemms;
@@ -206,6 +206,10 @@ static void gemm_record(const char *op, const char *const *args)
     } else if (!strcmp(op, "matmul_bwd")) {
         if (strcmp(args[0], "NONE")) gemm_note(1, args[6], args[7], args[8], false);
         if (strcmp(args[1], "NONE")) gemm_note(2, args[6], args[7], args[8], false);
+    } else if (!strcmp(op, "head_xent")) {   /* the matmul_fwd and matmul_bwd it stands for */
+        gemm_note(0, args[7], args[8], args[9], false);
+        if (strcmp(args[1], "NONE")) gemm_note(1, args[7], args[8], args[9], false);
+        if (strcmp(args[2], "NONE")) gemm_note(2, args[7], args[8], args[9], false);
     }
 }
 
@@ -2600,9 +2604,9 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
     const Group *g = &e->post;
     const char *px = e->px, *I = "    ";
     if (!eval)
-        sf(o, "/* The head for one microbatch: the final norm, logits against the %s,\n"
-              " * the fused cross-entropy (the loss, and the logits' gradient in place),\n"
-              " * then its backward at once, leaving dy (B,T,C) for the last layer. */\n"
+        sf(o, "/* The head for one microbatch: the final norm, then one fused op for the\n"
+              " * logits against the %s, the cross-entropy and their\n"
+              " * backward, then the norm's backward, leaving dy (B,T,C) for the last layer. */\n"
               "static void %s_head(srt_ctx *c, const %s_head_t *a)\n{\n",
            e->m->tied ? "tied token embedding" : "output embedding", px, px);
     else
@@ -2615,21 +2619,19 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
     sf(o, "    srt_t losses = %s;  /* (B,T) */\n", piece(hs, "scratch", "losses", 0, "N", "SRT_F32"));
     sput(o, "    srt_t logits = DV(a->logits, (int64_t)N * VP, WDT);  /* (B,T,VP), then their gradient */\n");
     norm_fwd(e, o, g, "lnf", "lnf", "y", R_NORMF_W, R_NORMF_B, "final norm");
-    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "logits = lnf · head^T", "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)",
-            "NONE", "N", "C", "VP", NULL);
-    rt_call(o, I, "xent_fwd_bwd", "SRT_COMPUTE", "losses; logits := dloss · (softmax - onehot)", "losses", "logits",
-            "DV(a->tgt, N, SRT_I32)", "N", "VP", e->p->tp > 1 ? "(int)srt_group_rank(c, SRT_TP) * VP" : "0", "V",
-            e->spec->precision.dtype == DT_FP16 ? "DLOSS * srt_loss_scale(c)" : "DLOSS", NULL);
-    rt_call(o, I, "loss_add", "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
     if (!eval) {
         sf(o, "    srt_t dlnf = %s;  /* (B,T,C) */\n", piece(hs, "scratch", "dlnf", 0, "(int64_t)N * C", "WDT"));
         sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT);  /* (B,T,C) */\n");
         rt_call(o, I, "zero", "SRT_COMPUTE", NULL, "dlnf", NULL);
         rt_call(o, I, "zero", "SRT_COMPUTE", NULL, "dy", NULL);
-        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "dlnf, dhead", "dlnf", "PG(HEAD_W, (int64_t)VP * C)", "NONE",
-                "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)", "N", "C", "VP", NULL);
-        norm_bwd(e, o, g, "lnf", "dy", "dlnf", "y", R_NORMF_W, R_NORMF_B, "dy, the final norm's gradients");
     }
+    rt_call(o, I, "head_xent", "SRT_COMPUTE", eval ? "losses of logits = lnf · head^T" :
+            "losses of logits = lnf · head^T; dlnf, dhead += their gradients", "losses", eval ? "NONE" : "dlnf",
+            eval ? "NONE" : "PG(HEAD_W, (int64_t)VP * C)", "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)",
+            "DV(a->tgt, N, SRT_I32)", "N", "C", "VP", e->p->tp > 1 ? "(int)srt_group_rank(c, SRT_TP) * VP" : "0", "V",
+            e->spec->precision.dtype == DT_FP16 ? "DLOSS * srt_loss_scale(c)" : "DLOSS", NULL);
+    rt_call(o, I, "loss_add", "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
+    if (!eval) norm_bwd(e, o, g, "lnf", "dy", "dlnf", "y", R_NORMF_W, R_NORMF_B, "dy, the final norm's gradients");
     sput(o, "}\n\n");
 }
 

@@ -146,6 +146,9 @@ void cpu_embed_bwd(srt_ctx *c, srt_stream s, srt_t dwte, srt_t dwpe, srt_t dout,
                    int B, int T, int C, int v0, int v1);
 void cpu_xent_fwd_bwd(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_t targets,
                       int N, int Vl, int v0, int V, float dloss);
+void cpu_head_xent(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits,
+                   srt_t inp, srt_t w, srt_t targets, int N, int C, int Vl, int v0, int V,
+                   float dloss);
 void cpu_convert(srt_ctx *c, srt_stream s, srt_t dst, srt_t src);
 void cpu_zero(srt_ctx *c, srt_stream s, srt_t x);
 
