@@ -204,6 +204,7 @@ static void cpu_init(srt_ctx *c)
     st->scratch_n = cpu_scratch_floats(c->prog, c->cls);
     st->scratch = ctx_alloc(c, st->scratch_n * 4, "the fp32 scratch of bf16 emulation");
     cpu_comm_init(c);
+    cpu_threads_init(c);
     cpu_io_init(c);
 }
 

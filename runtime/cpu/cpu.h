@@ -178,6 +178,12 @@ void cpu_recv(srt_ctx *c, srt_stream s, srt_t x, int64_t peer);
 void cpu_allgather_f32(srt_ctx *c, srt_group g, float *out, const float *in, int64_t n);
 void cpu_allreduce_u64(srt_ctx *c, srt_group g, uint64_t *x, int64_t n);
 
+/* ---- threads.c: OpenMP threads from the CPU affinity (threads.h) ----------------------- */
+/* Sets this rank's OpenMP threads (OMP_NUM_THREADS, else its share of the
+ * node's CPUs) and prints one line when the node's ranks leave CPUs idle or
+ * share them.  Collective over the world (the node's ranks compare). */
+void cpu_threads_init(srt_ctx *c);
+
 /* ---- io.c: host copies and NVMe ------------------------------------------------------- */
 void cpu_io_init(srt_ctx *c);
 void cpu_io_fini(srt_ctx *c);
