@@ -78,17 +78,15 @@ size_t kc_head_scratch_floats(KcHeadShape s)
 }
 
 /* One row of a tile: its max, x := exp(x - max) in place, and the sum of
- * those exps (double, in column order).  Per x86-64 level, exp inlined. */
+ * those exps (double, in vmath.h's fixed lane order).  Per x86-64 level,
+ * exp inlined. */
 KC_MULTIVERSION
 static void kc_head_stats(float *x, int n, float *mx_out, double *sum_out)
 {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    float mx = kc_max_lanes(x, n);
     for (int j = 0; j < n; j++) x[j] = kc_exp1(x[j] - mx);
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) sum += x[j];
     *mx_out = mx;
-    *sum_out = sum;
+    *sum_out = kc_sum_lanes_d(x, n);
 }
 
 /* A row of a tile of exps times f: dlogits without the one-hot. */

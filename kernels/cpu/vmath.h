@@ -1,6 +1,7 @@
 /* vmath.h — the branch-free exp of vmath.c as an inline function, for kernels
- * that fuse it into their own loops (activation.c, head.c).  Included only by
- * kernel sources; the public entry is kc_vexp (kernels.h).
+ * that fuse it into their own loops (activation.c, attention.c, head.c), and
+ * row reductions that vectorise in a fixed order.  Included only by kernel
+ * sources; the public entry is kc_vexp (kernels.h).
  *
  * Cephes' expf without branches: x = n ln2 + r, |r| <= ln2/2, exp(r) by a
  * degree-6 polynomial, times 2^n built from the exponent bits as two factors
@@ -54,6 +55,65 @@ KC_INLINE float kc_exp1(float x)
     y = x < lo ? 0.0f : y;
     y = x > hi ? INFINITY : y;
     return x == x ? y : x;
+}
+
+/* Row reductions in KC_LANES interleaved partials, then the partials in lane
+ * order: a fixed order (so the same bits on every run and thread count)
+ * that vectorises, where one running sum cannot be reordered and adds one
+ * element per 4 cycles.  The max is exact in any order. */
+enum { KC_LANES = 16 };
+
+/* max x[i] over n (-inf for n = 0). */
+KC_INLINE float kc_max_lanes(const float *x, int n)
+{
+    float acc[KC_LANES];
+    for (int l = 0; l < KC_LANES; l++) acc[l] = -INFINITY;
+    int i = 0;
+    for (; i + KC_LANES <= n; i += KC_LANES)
+        for (int l = 0; l < KC_LANES; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+    for (int l = 0; i < n; i++, l++) acc[l] = x[i] > acc[l] ? x[i] : acc[l];
+    float m = -INFINITY;
+    for (int l = 0; l < KC_LANES; l++) m = acc[l] > m ? acc[l] : m;
+    return m;
+}
+
+/* Σ x[i] over n, fp32. */
+KC_INLINE float kc_sum_lanes(const float *x, int n)
+{
+    float acc[KC_LANES] = {0};
+    int i = 0;
+    for (; i + KC_LANES <= n; i += KC_LANES)
+        for (int l = 0; l < KC_LANES; l++) acc[l] += x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += x[i];
+    float d = 0.0f;
+    for (int l = 0; l < KC_LANES; l++) d += acc[l];
+    return d;
+}
+
+/* Σ x[i] over n, accumulated in double. */
+KC_INLINE double kc_sum_lanes_d(const float *x, int n)
+{
+    double acc[KC_LANES] = {0};
+    int i = 0;
+    for (; i + KC_LANES <= n; i += KC_LANES)
+        for (int l = 0; l < KC_LANES; l++) acc[l] += x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += x[i];
+    double d = 0.0;
+    for (int l = 0; l < KC_LANES; l++) d += acc[l];
+    return d;
+}
+
+/* Σ x[i]·y[i] over n, fp32. */
+KC_INLINE float kc_dot_lanes(const float *x, const float *y, int n)
+{
+    float acc[KC_LANES] = {0};
+    int i = 0;
+    for (; i + KC_LANES <= n; i += KC_LANES)
+        for (int l = 0; l < KC_LANES; l++) acc[l] += x[i + l] * y[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += x[i] * y[i];
+    float d = 0.0f;
+    for (int l = 0; l < KC_LANES; l++) d += acc[l];
+    return d;
 }
 
 #endif
