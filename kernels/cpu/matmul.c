@@ -9,12 +9,12 @@
  *
  * A chunk re-packs the operand it shares with the other chunks, so the
  * split runs along the larger output dimension (rows of C when op(A) is the
- * larger operand, columns when op(B) is), in as few chunks as keep every
- * thread busy: the shared operand is small and packed a few times, the
- * large one (the head's 50304 x 768 weight, a layer's activations at long
- * sequences) once.  Cutting only the rows in pieces of about 256, as before,
- * re-packed the whole weight for every piece: 13% of a GPT-2 step went to
- * OpenBLAS's packing routines (issue 16).
+ * larger operand, columns when op(B) is), in as few chunks as keep the
+ * threads busy (about one per 2 GFLOP): the shared operand is the smaller
+ * and packed a few times, the large one (a weight, or a layer's activations
+ * at long sequences) once.  Cutting only the rows in pieces of about 256,
+ * as before, re-packed the whole weight for every piece: 13% of a GPT-2
+ * step went to OpenBLAS's packing routines (issue 16).
  */
 #include "kernels.h"
 
@@ -35,12 +35,14 @@ void kc_init(void)
     pthread_once(&kc_init_once, kc_init_blas);
 }
 
-/* Chunks of a split dimension of D: about one per 512 (so that the shared
- * operand, packed once per chunk, is reused at least ~512 times), an even
- * number (2 and 4 threads stay balanced), at least 2, at most 64. */
-static int kc_chunks(int D)
+/* Chunks of an M x N x K GEMM: one per ~2 GFLOP (every chunk packs the
+ * shared operand again: on one core, the GPT-2 linears at 1024 tokens ran 5
+ * to 10% slower cut in 6 chunks than in 2), an even number (2 and 4 threads
+ * stay balanced), at least 2, at most 64.  A function of the shape alone. */
+static int kc_chunks(int M, int N, int K)
 {
-    int n = (D + 511) / 512;
+    double flops = 2.0 * M * N * K;
+    int n = (int)(flops / 2e9 + 0.999);
     n += n & 1;
     return n < 2 ? 2 : n > 64 ? 64 : n;
 }
@@ -53,7 +55,7 @@ static void kc_sgemm(int transa, int transb, int M, int N, int K, const float *A
     kc_init();
     if (M <= 0 || N <= 0) return;
     int rows = M >= N;                          /* split M (rows of C), else N */
-    int D = rows ? M : N, nchunks = kc_chunks(D);
+    int D = rows ? M : N, nchunks = kc_chunks(M, N, K);
     int len = ((D + nchunks - 1) / nchunks + 15) / 16 * 16;   /* whole micro-tiles */
     nchunks = (D + len - 1) / len;
     /* dynamic: a chunk is the same sgemm call whichever thread takes it, and a
