@@ -11,18 +11,20 @@
  *
  * Here the vocabulary is cut into chunks of KC_HEAD_VC columns:
  * - forward: per chunk (an OpenMP work unit) and block of rows, the GEMM
- *   writes the tile, and while it is in cache each row's tile max, the
- *   exps relative to it (stored over the logits) and their sum are taken;
- *   rows then combine their chunks' (max, sum) in chunk order;
+ *   writes the tile, and while it is in cache each row's tile max and sum
+ *   of exps relative to it are taken; rows then combine their chunks'
+ *   (max, sum) in chunk order;
  * - backward: per group of consecutive chunks (a work unit), chunk by chunk
- *   and block by block, the tile's exps become dlogits in place (a multiply,
- *   no second exp), then dw's rows of the chunk += tile^T . inp and the
- *   group's partial dinp += tile . w_chunk, both GEMMs on the tile just
- *   written; dinp then adds the groups' partials in group order.
- * The logits are written once and read once; each gets one exp.  Chunk,
- * block and group bounds depend on the shape alone, every GEMM is one
- * single-threaded sgemm, and every sum has a fixed order: the results are
- * bit-identical for any thread count.
+ *   and block by block, the tile's logits become dlogits in place (by
+ *   kc_xent_backward's expression from the global max and sum, so every
+ *   chunking and every tp split gives the same bits), then dw's rows of the
+ *   chunk += tile^T . inp and the group's partial dinp += tile . w_chunk,
+ *   both GEMMs on the tile just written; dinp then adds the groups'
+ *   partials in group order.
+ * The logits are written once and read once.  Chunk, block and group bounds
+ * depend on the shape alone, every GEMM is one single-threaded sgemm, and
+ * every sum has a fixed order: the results are bit-identical for any thread
+ * count.
  */
 #include "kernels.h"
 #include "vmath.h"
@@ -59,7 +61,8 @@ static int kc_head_groups(KcHeadShape s)
 }
 
 /* The scratch's parts: per chunk and row the tile max (float) and sum
- * (double), then the groups' partial dinps (N,C) each. */
+ * (double) of the forward, then the groups' partial dinps (N,C) each of the
+ * backward. */
 static float *kc_head_cmax(float *scratch) { return scratch; }
 static double *kc_head_csum(float *scratch, KcHeadShape s)
 {
@@ -77,23 +80,32 @@ size_t kc_head_scratch_floats(KcHeadShape s)
     return (nc * n + 1) / 2 * 2 + 2 * nc * n + (size_t)kc_head_groups(s) * n * (size_t)s.C;
 }
 
-/* One row of a tile: its max, x := exp(x - max) in place, and the sum of
- * those exps (double, in vmath.h's fixed lane order).  Per x86-64 level,
- * exp inlined. */
+/* One row of a tile: its max and the sum of exp(x - max) (double, in
+ * vmath.h's fixed lane order); the logits stay.  Per x86-64 level, exp
+ * inlined. */
 KC_MULTIVERSION
-static void kc_head_stats(float *x, int n, float *mx_out, double *sum_out)
+static void kc_head_stats(const float *x, int n, float *mx_out, double *sum_out)
 {
     float mx = kc_max_lanes(x, n);
-    for (int j = 0; j < n; j++) x[j] = kc_exp1(x[j] - mx);
+    double acc[KC_LANES] = {0};
+    int i = 0;
+    for (; i + KC_LANES <= n; i += KC_LANES)
+        for (int l = 0; l < KC_LANES; l++) acc[l] += kc_exp1(x[i + l] - mx);
+    for (int l = 0; i < n; i++, l++) acc[l] += kc_exp1(x[i] - mx);
+    double sum = 0.0;
+    for (int l = 0; l < KC_LANES; l++) sum += acc[l];
     *mx_out = mx;
-    *sum_out = kc_sum_lanes_d(x, n);
+    *sum_out = sum;
 }
 
-/* A row of a tile of exps times f: dlogits without the one-hot. */
+/* One row of a tile: x := (exp(x - gmax) / gsum - onehot) * dloss, the
+ * expression of kc_xent_backward (so the same bits from the same logits and
+ * statistics, whatever the chunking: every layout gets the same dlogits);
+ * tj: the target's column in the tile, or outside [0, n). */
 KC_MULTIVERSION
-static void kc_head_scale(float *x, int n, float f)
+static void kc_head_grad_row(float *x, int n, float gmax, float inv, float dloss, int tj)
 {
-    for (int j = 0; j < n; j++) x[j] *= f;
+    for (int j = 0; j < n; j++) x[j] = (kc_exp1(x[j] - gmax) * inv - (j == tj ? 1.0f : 0.0f)) * dloss;
 }
 
 void kc_head_forward(float *logits, float *rowmax, float *rowsum, float *tlogit, float *scratch,
@@ -141,7 +153,6 @@ void kc_head_backward(float *dinp, float *dw, float *logits, float *scratch, con
     kc_init();
     const int nv = kc_head_valid(s), nc = kc_head_chunks(s), R = kc_head_rows(s);
     const int G = kc_head_groups(s);
-    const float *cmax = kc_head_cmax(scratch);
     float *part = kc_head_part(scratch, s);              /* [G][N][C] */
     #pragma omp parallel for schedule(dynamic, 1)
     for (int g = 0; g < G; g++) {
@@ -151,18 +162,12 @@ void kc_head_backward(float *dinp, float *dw, float *logits, float *scratch, con
             int j0 = ch * KC_HEAD_VC, wd = nv - j0 < KC_HEAD_VC ? nv - j0 : KC_HEAD_VC;
             for (int r0 = 0; r0 < s.N; r0 += R) {
                 int nr = s.N - r0 < R ? s.N - r0 : R;
-                float *tile = logits + (size_t)r0 * s.Vl + j0;   /* exps in, dlogits out */
+                float *tile = logits + (size_t)r0 * s.Vl + j0;   /* logits in, dlogits out */
                 for (int r = 0; r < nr; r++) {
                     int n = r0 + r, tj = targets[n] - s.v0 - j0;
                     float *x = tile + (size_t)r * s.Vl;
-                    if (targets[n] < 0) {   /* an ignored row */
-                        memset(x, 0, (size_t)wd * 4);
-                        continue;
-                    }
-                    /* p = exp(x - chunk max) * exp(chunk max - gmax) / gsum */
-                    double f = exp((double)cmax[(size_t)ch * s.N + n] - gmax[n]) / gsum[n];
-                    kc_head_scale(x, wd, (float)f * dloss);
-                    if (tj >= 0 && tj < wd) x[tj] -= dloss;
+                    if (targets[n] < 0) memset(x, 0, (size_t)wd * 4);   /* an ignored row */
+                    else kc_head_grad_row(x, wd, gmax[n], 1.0f / gsum[n], dloss, tj);
                 }
                 if (dw)
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, wd, s.C, nr, 1.0f, tile, s.Vl,

@@ -123,10 +123,9 @@ void kc_xent_backward(float *logits, const int32_t *targets, const float *gmax,
  * columns >= V are padding.  The phases of crossentropy.c around the GEMMs,
  * a chunk of the vocabulary at a time (head.c says how). */
 typedef struct KcHeadShape { int N, C, Vl, v0, V; } KcHeadShape;
-/* The floats of scratch the two phases need (kept from one to the other). */
+/* The floats of scratch either phase needs. */
 size_t kc_head_scratch_floats(KcHeadShape s);
-/* Phase 1: the logits, and kc_xent_partial's three row statistics; the
- * logits buffer then holds exps (workspace for phase 2). */
+/* Phase 1: the logits, and kc_xent_partial's three row statistics. */
 void kc_head_forward(float *logits, float *rowmax, float *rowsum, float *tlogit, float *scratch,
                      const float *inp, const float *w, const int32_t *targets, KcHeadShape s);
 /* Phase 2, with the combined gmax and gsum: logits := dlogits = (softmax -
