@@ -44,40 +44,41 @@ static void kc_gelu_scale_block(float *d, const float *x, size_t n)
     for (size_t i = 0; i < n; i++) d[i] = kc_gelu_grad(x[i]) * d[i];
 }
 
+enum { KC_GELU_FWD, KC_GELU_BWD, KC_GELU_INPLACE };
+
+/* One of the block loops above over n elements, KC_ACT_BLOCK at a time
+ * across the threads. */
+static void kc_gelu_blocks(int kind, float *y, const float *x, const float *dout, size_t n)
+{
+    size_t nblocks = (n + KC_ACT_BLOCK - 1) / KC_ACT_BLOCK;
+    #pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nblocks; c++) {
+        size_t i0 = c * KC_ACT_BLOCK, len = n - i0 < KC_ACT_BLOCK ? n - i0 : KC_ACT_BLOCK;
+        if (kind == KC_GELU_FWD) kc_gelu_fwd_block(y + i0, x + i0, len);
+        else if (kind == KC_GELU_BWD) kc_gelu_bwd_block(y + i0, x + i0, dout + i0, len);
+        else kc_gelu_scale_block(y + i0, x + i0, len);
+    }
+}
+
 /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu,
  * computed as x * sigmoid(2u): the same function without the cancellation
  * of 1 + tanh(u) for negative x. */
 void kc_gelu_forward(float *out, const float *inp, size_t n)
 {
-    size_t nblocks = (n + KC_ACT_BLOCK - 1) / KC_ACT_BLOCK;
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < nblocks; c++) {
-        size_t i0 = c * KC_ACT_BLOCK, len = n - i0 < KC_ACT_BLOCK ? n - i0 : KC_ACT_BLOCK;
-        kc_gelu_fwd_block(out + i0, inp + i0, len);
-    }
+    kc_gelu_blocks(KC_GELU_FWD, out, inp, NULL, n);
 }
 
 /* dinp += gelu'(inp) * dout. */
 void kc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    size_t nblocks = (n + KC_ACT_BLOCK - 1) / KC_ACT_BLOCK;
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < nblocks; c++) {
-        size_t i0 = c * KC_ACT_BLOCK, len = n - i0 < KC_ACT_BLOCK ? n - i0 : KC_ACT_BLOCK;
-        kc_gelu_bwd_block(dinp + i0, inp + i0, dout + i0, len);
-    }
+    kc_gelu_blocks(KC_GELU_BWD, dinp, inp, dout, n);
 }
 
 /* d := gelu'(inp) * d in place: the fused MLP backward's derivative applied
  * to the data gradient it has just computed into d. */
 void kc_gelu_backward_inplace(float *d, const float *inp, size_t n)
 {
-    size_t nblocks = (n + KC_ACT_BLOCK - 1) / KC_ACT_BLOCK;
-    #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < nblocks; c++) {
-        size_t i0 = c * KC_ACT_BLOCK, len = n - i0 < KC_ACT_BLOCK ? n - i0 : KC_ACT_BLOCK;
-        kc_gelu_scale_block(d + i0, inp + i0, len);
-    }
+    kc_gelu_blocks(KC_GELU_INPLACE, d, inp, NULL, n);
 }
 
 /* out = max(x, 0). */
