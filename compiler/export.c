@@ -21,7 +21,15 @@
  *     permutation.
  *
  * The file is written through a temporary name, fsynced and renamed: a reader
- * never sees half a model.
+ * never sees half a model.  Every piece the export reads is compared with its
+ * checksum first (ckpt.c): a damaged checkpoint is refused, naming the file
+ * and the tensor, and no output is left.
+ *
+ *   shardc ckpt verify CKPT_DIR
+ *
+ * checks a checkpoint without training or writing anything: the index and
+ * every rank file strictly, every piece of every state (moments included)
+ * against its checksum, every state of every tensor whole.
  */
 #include "shardc.h"
 
@@ -194,6 +202,53 @@ static int export_file(ckpt_reader *r, ExportTensor *t, int n, bool bf16, const 
     return rc;
 }
 
+/* Opens the checkpoint dir names (reported when it cannot be); says which
+ * one was taken when it was not the one `latest` names. */
+static ckpt_reader *export_open(const char *dir)
+{
+    char err[2048];
+    ckpt_reader *r;
+    if (ckpt_open(&r, dir, err, sizeof err) != CKPT_OK) {
+        diag_plain("%s", err);
+        diag_hint("give the --ckpt-dir of a training run, or one step-N directory in it");
+        return NULL;
+    }
+    if (*ckpt_note(r)) fprintf(diag_stream ? diag_stream : stderr, "shardc: note: %s\n", ckpt_note(r));
+    return r;
+}
+
+static const char ckpt_usage[] =
+    "usage: shardc ckpt verify CKPT_DIR\n"
+    "  checks a checkpoint without training: the index and the rank files strictly, every piece\n"
+    "  against its checksum, every tensor's every state whole\n"
+    "  CKPT_DIR   a --ckpt-dir (its newest checkpoint) or one step-N directory in it\n";
+
+/* shardc ckpt verify CKPT_DIR; argv holds the arguments after `ckpt`. */
+int export_ckpt_main(int argc, char **argv)
+{
+    if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        fputs(ckpt_usage, stdout);
+        return EXIT_OK;
+    }
+    if (argc != 2 || strcmp(argv[0], "verify") != 0 || argv[1][0] == '-') {
+        fprintf(usage_out(), "shardc: ckpt: %s\n\n%s", argc < 1 || strcmp(argv[0], "verify") != 0
+                ? "the only subcommand is 'verify'" : "verify takes one checkpoint directory", ckpt_usage);
+        return EXIT_USAGE;
+    }
+    ckpt_reader *r = export_open(argv[1]);
+    if (!r) return EXIT_USER;
+    char err[2048];
+    ckpt_verify_stats st;
+    int rc = ckpt_verify(r, &st, err, sizeof err);
+    if (rc != CKPT_OK) diag_plain("%s", err);
+    else
+        printf("%s: ok: step %lld of '%s', %d rank files, %d tensors, %lld pieces (%lld bytes) match their "
+               "checksums, every state whole\n", ckpt_path(r), (long long)ckpt_step(r), ckpt_model(r), st.files,
+               st.tensors, (long long)st.pieces, (long long)st.bytes);
+    ckpt_close(r);
+    return rc == CKPT_OK ? EXIT_OK : EXIT_USER;
+}
+
 /* shardc export CKPT_DIR -o FILE [--dtype fp32|bf16]; argv holds the arguments after `export`. */
 int export_main(int argc, char **argv)
 {
@@ -219,13 +274,8 @@ int export_main(int argc, char **argv)
                 export_usage);
         return EXIT_USAGE;
     }
-    char err[1024];
-    ckpt_reader *r;
-    if (ckpt_open(&r, dir, err, sizeof err) != CKPT_OK) {
-        diag_plain("%s", err);
-        diag_hint("give the --ckpt-dir of a training run, or one step-N directory in it");
-        return EXIT_USER;
-    }
+    ckpt_reader *r = export_open(dir);
+    if (!r) return EXIT_USER;
     int fam = export_family(r);
     if (fam < 0) {
         diag_plain("%s: cannot tell whether this is a GPT or a Llama checkpoint", ckpt_path(r));

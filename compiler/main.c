@@ -27,6 +27,7 @@ static const char usage_text[] =
     "                                   (see `shardc import --help`)\n"
     "  export CKPT_DIR -o FILE [--dtype fp32|bf16]\n"
     "                                   a checkpoint as one safetensors file with Hugging Face names\n"
+    "  ckpt verify CKPT_DIR             check a checkpoint (checksums, structure) without training\n"
     "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n"
     "  ops [FILE]                       every runtime op (and FILE's user-defined ops): signature, doc\n"
     "\n"
@@ -218,6 +219,7 @@ int main(int argc, char **argv)
     else if (strcmp(cmd, "import") == 0) rc = cmd_import(argc - 2, argv + 2);
     else if (strcmp(cmd, "docs") == 0) rc = cmd_docs(argc - 2, argv + 2);
     else if (strcmp(cmd, "export") == 0) rc = export_main(argc - 2, argv + 2);
+    else if (strcmp(cmd, "ckpt") == 0) rc = export_ckpt_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "ops") == 0) rc = catalog_ops_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);

@@ -365,6 +365,10 @@ int import_deepspeed(const ImportOpts *o);      /* returns an exit code     */
 /* ---- util ------------------------------------------------------------- */
 /* Reads a whole file with a NUL sentinel; NULL (errno set) on failure. */
 char *util_read_file(const char *path, size_t *len, size_t limit);
+/* util_read_file's errno for a FIFO, a device or a socket (refused unread). */
+#define UTIL_ENOTREG ENOTSUP
+/* strerror, with UTIL_ENOTREG's own words. */
+const char *util_strerror(int e);
 /* Formats a byte count with its binary unit ("1.50 GiB"). */
 const char *util_bytes(int64_t b);
 /* Writes `data` to `path` atomically (temporary file, fsync, rename). */
@@ -372,5 +376,6 @@ bool util_write_atomic(const char *path, const char *data, size_t len);
 /* export.c: `shardc export CKPT_DIR -o FILE [--dtype fp32|bf16]`; argv holds
  * the arguments after `export`.  Returns the exit code. */
 int export_main(int argc, char **argv);
+int export_ckpt_main(int argc, char **argv);   /* shardc ckpt verify */
 
 #endif

@@ -61,6 +61,7 @@ typedef struct loop_run {
     int64_t sdev, shost, hmaster, hmom1, hmom2, nvme;
     int nstates, pshard_space;
     int64_t *save_nvme;         /* per checkpoint piece: its NVMe file offset, or -1 */
+    int lock_fd;                /* rank 0: the --ckpt-dir's lock (ckpt_lock), or -1  */
 } loop_run;
 
 /* The offset of the class's buffer called name in space sp, or -1. */
@@ -461,7 +462,7 @@ static bool loop_checkpoint(loop_run *R, int64_t step)
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) return false;
     uint8_t *mirror = loop_nvme_mirror(R), *staged = loop_stage(R);
-    ok = ckpt_save_rank(dir, step, token, (int)c->rank, R->save, R->nsave, err, sizeof err) == CKPT_OK;
+    ok = ckpt_save_rank(dir, step, token, (int)c->rank, p->name, R->save, R->nsave, err, sizeof err) == CKPT_OK;
     free(mirror);
     free(staged);
     if (!ok) loop_error(c, 0, err);
@@ -515,12 +516,13 @@ static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t err
             snprintf(err, errlen, "--resume auto needs --ckpt-dir (or name a checkpoint: --resume DIR)");
             return false;
         }
-        int e = ckpt_find(R->o.ckpt_dir, path, sizeof path, err, errlen);
+        int e = ckpt_find(R->o.ckpt_dir, path, sizeof path, NULL, 0, err, errlen);
         if (e == CKPT_E_MISSING) return true;
         if (e != CKPT_OK) return false;
-        what = path;
+        what = R->o.ckpt_dir;       /* ckpt_open finds it again and keeps what it said */
     }
     if (ckpt_open(r, what, err, errlen) != CKPT_OK) return false;
+    if (R->c->rank == 0 && *ckpt_note(*r)) printf("shardrt: note: %s\n", ckpt_note(*r));
     if (ckpt_check_model(*r, R->desc, R->ndesc, err, errlen) != CKPT_OK) {
         ckpt_close(*r);
         *r = NULL;
@@ -538,16 +540,23 @@ static double loop_reduce_loss(const srt_ctx *c, double local)
     return sum / (double)(c->prog->dp * c->prog->tp);
 }
 
-/* Whether a launcher (mpirun, mpiexec, srun) started this process: its
- * stdout is then a pseudo-terminal or pipe of the launcher's, a terminal to
- * isatty even when the user redirected the launcher's output to a file, so
- * the progress line is written as plain lines. */
+/* This process's rank as its launcher (mpirun, mpiexec, srun) numbers it,
+ * known before MPI_Init; -1 when no launcher started it. */
+static long loop_launch_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return strtol(getenv(vars[i]), NULL, 10);
+    return -1;
+}
+
+/* Whether a launcher started this process: its stdout is then a
+ * pseudo-terminal or pipe of the launcher's, a terminal to isatty even when
+ * the user redirected the launcher's output to a file, so the progress line
+ * is written as plain lines. */
 static bool loop_launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i])) return true;
-    return false;
+    return loop_launch_rank() >= 0;
 }
 
 /* Syncs every stream: the end of a step (the checker forgets settled history). */
@@ -693,13 +702,17 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     loop_run R = {.p = prog};
     char err[2048] = "";
     int cr = cli_parse(argc, argv, &R.o, err, sizeof err);
+    /* before MPI: every rank parses the same line; the launcher's rank 0 speaks */
+    bool speak = loop_launch_rank() <= 0;
     if (cr == CLI_HELP) {
-        cli_help(stdout, argv[0]);
+        if (speak) cli_help(stdout, argv[0]);
         return 0;
     }
     if (cr != CLI_OK) {
-        fprintf(stderr, "%s: %s\n", argv[0], err);
-        cli_help(stderr, argv[0]);
+        if (speak) {
+            fprintf(stderr, "%s: %s\n", argv[0], err);
+            cli_help(stderr, argv[0]);
+        }
         return 2;
     }
     MPI_Init(&argc, &argv);
@@ -719,6 +732,14 @@ int srt_main(int argc, char **argv, const srt_program *prog)
         if (wr == 0) fprintf(stderr, "%s: --ckpt-every needs --ckpt-dir\n", argv[0]);
         MPI_Finalize();
         return 2;
+    }
+    /* one trainer per checkpoint directory: rank 0 holds DIR/.lock until it exits */
+    R.lock_fd = -1;
+    bool locked = !R.o.ckpt_dir || wr != 0 || ckpt_lock(R.o.ckpt_dir, &R.lock_fd, err, sizeof err) == CKPT_OK;
+    if (!locked) loop_error(NULL, wr, err);
+    if (!loop_agree(NULL, locked)) {
+        MPI_Finalize();
+        return 1;
     }
     ctx_options copt = {0};
     srt_ctx *c = ctx_create(prog, &copt);
@@ -906,6 +927,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     free(R.save_nvme);
     free(R.save_dev);
     free(R.desc);
+    if (R.lock_fd >= 0) close(R.lock_fd);
     ctx_destroy(c);
     MPI_Finalize();
     return 0;

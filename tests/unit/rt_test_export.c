@@ -100,7 +100,7 @@ static int save_tp2(const char *dir, const char *family)
             bufs[n] = NULL;         /* a moment the export must ignore */
             p[n++] = (ckpt_piece){CKPT_ADAM_M, m->name, m->rows, m->cols, r0, r1, c0, c1, 0, 0, CKPT_F32, b};
         }
-        rc = ckpt_save_rank(dir, 10, tok, t, p, n, err, sizeof err);
+        rc = ckpt_save_rank(dir, 10, tok, t, "tiny.tspec", p, n, err, sizeof err);
         for (int i = 0; i < n; i++) free(bufs[i]);
     }
     ckpt_kv layout[] = {{"tp", 2}, {"dp", 1}, {"pp", 1}};
