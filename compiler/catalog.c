@@ -500,7 +500,7 @@ bool catalog_check_extern(const Spec *s, CatalogExtern *out)
     ck.header = load_src(x->header, x->header);
     if (!ck.header) {
         int e = errno;
-        diag_error(hloc, "the header of extern \"%s\", %s, cannot be read: %s", x->name, x->header, strerror(e));
+        diag_error(hloc, "the header of extern \"%s\", %s, cannot be read: %s", x->name, x->header, util_strerror(e));
         diag_hint("paths are relative to the directory of the spec file that names them");
     } else {
         check_header(&ck, x->header);

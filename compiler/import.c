@@ -348,7 +348,7 @@ static bool import_load_json(JDoc *d, const char *path, const char *what)
         if (errno == EFBIG)
             diag_plain("%s: the %s is larger than %u MiB", path, what, IMPORT_MAX_JSON >> 20);
         else
-            diag_plain("cannot read the %s %s: %s", what, path, strerror(errno));
+            diag_plain("cannot read the %s %s: %s", what, path, util_strerror(errno));
         return false;
     }
     d->src.path = path;

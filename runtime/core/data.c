@@ -107,7 +107,8 @@ static int open_file(data_file *f, const char *path, int format, char *err, size
 {
     f->path = strdup(path);
     if (!f->path) return fail(err, errlen, DATA_E_IO, "%s: out of memory", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return fail(err, errlen, DATA_E_MISSING, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -117,7 +118,9 @@ static int open_file(data_file *f, const char *path, int format, char *err, size
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, DATA_E_MISSING, "%s: not a regular file", path);
+        return fail(err, errlen, DATA_E_MISSING, "%s: not a regular file (%s)", path,
+                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                    : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
     }
     f->bytes = (size_t)st.st_size;
     if (f->bytes == 0) {
