@@ -3125,6 +3125,7 @@ static void gen_program(const MemPlan *mp, const char *name, Str *o, bool *has_e
     sf(o, "    .steps = %lld, .seed = %lld, .warmup = %lld, .decay_steps = %lld, .eval_every = %lld, .log_every = %lld,\n",
        (long long)s->train.steps, (long long)s->train.seed, (long long)s->train.warmup, (long long)s->train.decay_steps,
        (long long)s->train.eval_every, (long long)s->train.log_every);
+    sf(o, "    .comm_timeout = %.17g,\n", s->train.comm_timeout);
     sf(o, "    .optimizer = %d, .lr = %.17g, .min_lr = %.17g, .beta1 = %.17g, .beta2 = %.17g, .eps = %.17g,\n"
           "    .weight_decay = %.17g, .momentum = %.17g, .grad_clip = %.17g, .lr_schedule = %d,\n",
        s->train.optimizer, s->train.lr, s->train.min_lr, s->train.beta1, s->train.beta2, s->train.eps,

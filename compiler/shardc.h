@@ -293,6 +293,7 @@ typedef struct Spec {
         int64_t warmup, decay_steps;
         double min_lr;
         int64_t eval_every, log_every;
+        double comm_timeout;    /* seconds: the trainer's collective watchdog */
     } train;
     struct {
         const char *train, *val;

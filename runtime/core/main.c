@@ -34,6 +34,7 @@
 #include "lrsched.h"
 #include "metrics.h"
 #include "rng.h"
+#include "watchdog.h"
 
 /* One tensor's part of a flat range this rank holds: tensor elements
  * [e0, e1) (row-major in its tp shard) at flat index f and shard index j. */
@@ -389,11 +390,11 @@ static void loop_save_pieces(loop_run *R)
 
 /* Whether every rank is fine: ok is this rank's verdict; a failing rank
  * has printed its message, the others say which rank failed. */
-static bool loop_agree(const srt_ctx *c, bool ok)
+static bool loop_agree(srt_ctx *c, bool ok)
 {
-    int mine = ok ? 0 : 1, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    (void)c;
+    int any = ok ? 0 : 1;
+    if (c) wd_allreduce(c, &any, 1, MPI_INT, MPI_MAX, "the ranks' agreement (an all-reduce)");
+    else MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);   /* start-up: no context yet */
     return any == 0;
 }
 
@@ -457,7 +458,7 @@ static bool loop_checkpoint(loop_run *R, int64_t step)
     const char *dir = R->o.ckpt_dir;
     char err[1024] = "";
     uint64_t token = c->rank == 0 ? ckpt_token() : 0;
-    MPI_Bcast(&token, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    wd_bcast(c, &token, 1, MPI_UINT64_T, 0, "the checkpoint's token (a broadcast)");
     bool ok = c->rank != 0 || ckpt_save_begin(dir, step, token, err, sizeof err) == CKPT_OK;
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) return false;
@@ -533,10 +534,10 @@ static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t err
 
 /* The loss of the step, the mean over the global batch: the last stage's
  * sums, once per dp rank (tp ranks hold the same). */
-static double loop_reduce_loss(const srt_ctx *c, double local)
+static double loop_reduce_loss(srt_ctx *c, double local)
 {
-    double sum = 0;
-    MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double sum = local;
+    wd_allreduce(c, &sum, 1, MPI_DOUBLE, MPI_SUM, "the step's loss (an all-reduce)");
     return sum / (double)(c->prog->dp * c->prog->tp);
 }
 
@@ -616,8 +617,8 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step)
     int64_t logits = -1;
     for (int i = 0; i < k->nbuffers; i++)
         if (strcmp(k->buffers[i].name, "logits.mb0") == 0) logits = k->buffers[i].offset;
-    int mine = logits >= 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int mine = logits >= 0, any = mine;
+    wd_allreduce(c, &any, 1, MPI_INT, MPI_MAX, "the sample's all-reduce");
     if (!k->eval || !any || p->vocab != 256 || p->tp != 1) {
         if (c->rank == 0) printf("(--sample needs a byte-level model without tensor parallelism; skipped)\n");
         return;
@@ -683,7 +684,8 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step)
             }
             u -= q[v];
         }
-        MPI_Allreduce(&best, &drawn, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);   /* pp: from the last stage */
+        drawn = best;
+        wd_allreduce(c, &drawn, 1, MPI_INT, MPI_MAX, "the sample's all-reduce");   /* pp: from the last stage */
         best = drawn;
         ctxt[len++] = (char)best;
         if (c->rank == 0) {

@@ -175,6 +175,9 @@ typedef struct srt_program {
      * backend's defaults) */
     int64_t aio_block_size, aio_queue_depth;
     const char *nvme_path;      /* the spec's offload path: the swap file's folder (NULL: none) */
+    /* the collective watchdog (train.comm_timeout): seconds a collective or a
+     * send/receive may take before the job ends (0: the runtime's default) */
+    double comm_timeout;
     /* fp16 loss scaling (SRT_LOSS_SCALE_NONE for fp32 and bf16) */
     int loss_scaling;
     double ls_scale, ls_min;    /* the initial (dynamic) or fixed (static) scale; the floor */
