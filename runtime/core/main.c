@@ -23,6 +23,7 @@
 
 #include <mpi.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,6 +561,16 @@ static bool loop_launched(void)
     return loop_launch_rank() >= 0;
 }
 
+/* Test seam: SRT_TEST_SIGSTOP=R:S stops rank R with SIGSTOP at the start of
+ * step S, before the step's first collective, as a suspended or hung process
+ * would stop (tests/e2e/train_watchdog.test.sh: the others' watchdog). */
+static void loop_test_stop(const srt_ctx *c, int64_t step)
+{
+    const char *e = getenv("SRT_TEST_SIGSTOP");
+    long long r = -1, s = -1;
+    if (e && sscanf(e, "%lld:%lld", &r, &s) == 2 && r == c->rank && s == step) raise(SIGSTOP);
+}
+
 /* Syncs every stream: the end of a step (the checker forgets settled history). */
 static void loop_sync(srt_ctx *c)
 {
@@ -877,6 +888,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     /* the loop: nothing in it allocates (ctx_alloc dies once the context is sealed) */
     int64_t nval = 4;
     for (int64_t s = first; s <= steps; s++) {
+        loop_test_stop(c, s);
         double t0 = metrics_now_us();
         ctx_begin_step(c, s);
         ctx_dev_guard(c, false);
