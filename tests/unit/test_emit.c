@@ -11,7 +11,6 @@
 #include "../../runtime/include/shardrt.h"
 
 #include <ctype.h>
-#include <time.h>
 
 /* A resolved spec from text and -D overrides ("key=value" strings). */
 static bool spec_of(const char *text, const char **ovs, int nov, Spec *s)
@@ -199,7 +198,7 @@ static void test_matrix(void)
 }
 
 /* A 96-layer GPT with 64 microbatches: the loops keep the step short and
- * the file small; it is written in well under a second. */
+ * the file small (how long writing it takes is a benchmark's question). */
 static void test_loops(void)
 {
     const char *big = "model gpt { layers = 96  hidden = 256  heads = 4  vocab = 512  seq_len = 64 }\n"
@@ -207,12 +206,9 @@ static void test_loops(void)
                       "zero { stage = 1 }\n"
                       "train { global_batch = 128  micro_batch = 1 }\n"
                       "cluster { nodes = 1  gpus_per_node = 2  gpu = cpu }\n";
-    clock_t t0 = clock();
     char *src = emit_of(big, NULL, 0, true);
-    double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
     CHECK(src != NULL);
     if (!src) return;
-    CHECK(secs < 5.0);
     const char *step = strstr(src, "static void s0_step"), *end = strstr(step, "\n}\n");
     int lines = 0;
     for (const char *p = step; p < end; p++) lines += *p == '\n';

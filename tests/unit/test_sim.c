@@ -4,13 +4,13 @@
  * compute-only plan against the GEMM efficiency; the critical path; exposed
  * communication; a hand-broken schedule whose sends wait on each other is
  * reported as a deadlock naming the ops (and sim_run dies with exit 3); a 1T
- * model on 16 384 GPUs simulates well under a second. */
+ * model on 16 384 GPUs (64 rank classes) simulates to a plausible MFU (how
+ * long that takes is tests/bench/plan's: a test asserts no time). */
 #include "plan_fixture.h"
 #include "sim.h"
 #include "../bench/costmodel/calib.h"
 
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 /* A uniform GPT whose stages cost the same: a tiny vocabulary (the head and
@@ -330,8 +330,9 @@ static void test_wait_cycle(void)
     CHECK(sim.classes[0].ops[0].start == sim.classes[0].ops[1].end);
 }
 
-/* The 1T-parameter GPT on 16 384 GPUs (64 rank classes) simulates in well under a second. */
-static void test_speed(void)
+/* The 1T-parameter GPT on 16 384 GPUs (64 rank classes) simulates, to a
+ * plausible step (tests/bench/plan/run.sh times it). */
+static void test_1t(void)
 {
     MemPlan *mp = cal_plan("model gpt { layers = 128  hidden = 25600  heads = 160  vocab = 51200  seq_len = 2048 }\n"
                            "parallel { tp = 8  pp = 64  dp = 32  sequence_parallel = on  schedule = 1f1b }\n"
@@ -341,14 +342,8 @@ static void test_speed(void)
     CHECK(mp != NULL);
     if (!mp) return;
     CHECK_EQ(mp->nclasses, 64);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
     Sim sim;
     sim_run(mp, &sim);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    printf("test_sim: 1T GPT on 16 384 GPUs simulated in %.3f s\n", sec);
-    CHECK(sec < 1.0);
     CHECK(sim.step_time > 0 && sim.mfu > 0.05 && sim.mfu < 1);
     CHECK(sim.hfu > sim.mfu);       /* full recompute */
 }
@@ -363,6 +358,6 @@ int main(void)
     test_exposed();
     test_deadlock();
     test_wait_cycle();
-    test_speed();
+    test_1t();
     return fx_done("test_sim");
 }
