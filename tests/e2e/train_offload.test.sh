@@ -15,8 +15,10 @@
 # with the optimizer on NVMe resumed without offload; 2 steps without resumed
 # with a partial offload, and with the parameters and the optimizer on NVMe:
 # steps 3-4 equal the reference's.  The test prints which path the NVMe swap
-# file took (O_DIRECT with io_uring, or the page cache where the folder refuses
-# O_DIRECT).  About 50 s on 2 cores.
+# file took, and requires O_DIRECT with io_uring where they are to be had: the
+# kernel has io_uring (a probe built against liburing sets up a ring) and the
+# folder takes O_DIRECT (dd oflag=direct); otherwise it says which of the
+# fallbacks ran and why.  About 50 s on 2 cores.
 set -u
 . "$(dirname "$0")/train_lib.sh"
 fail=0
@@ -37,8 +39,18 @@ run ref || exit 1
 run host -D offload.optimizer=cpu && train_check ref host 1e-5 1e-5 "optimizer on the host"
 run nvme -D "$NVOPT" -D zero.sub_group_size=20000 -D offload.aio.block_size=65536 -D offload.aio.queue_depth=4 &&
     train_check ref nvme 1e-5 1e-5 "optimizer on NVMe (sub-groups of 20000)"
+# what the machine offers: io_uring in the kernel, O_DIRECT in the folder
+printf '#include <liburing.h>\nint main(void) { struct io_uring r; if (io_uring_queue_init(4, &r, 0)) return 1; io_uring_queue_exit(&r); return 0; }\n' \
+    > "$T/probe.c"
+uring=no direct=no
+cc "$T/probe.c" -o "$T/probe" -luring 2> /dev/null && "$T/probe" && uring=yes
+dd if=/dev/zero of="$NV/probe" bs=4096 count=1 oflag=direct status=none 2> /dev/null && direct=yes
+rm -f "$NV/probe"
 if grep -q "nvme: path" "$T/nvme.err"; then
-    echo "   NVMe swap file: $(grep -m1 -o 'nvme: path.*' "$T/nvme.err")"
+    echo "   NVMe swap file: $(grep -m1 -o 'nvme: path.*' "$T/nvme.err") (kernel io_uring: $uring, O_DIRECT in $NV: $direct)"
+    if [ $uring = yes ] && [ $direct = yes ] && ! grep -q "nvme: path O_DIRECT + io_uring" "$T/nvme.err"; then
+        echo "FAIL: the kernel has io_uring and the folder takes O_DIRECT, but the swap file did not use them"; fail=1
+    fi
     # the spec's aio settings reach the runtime
     grep -q "block 65536, queue depth 4" "$T/nvme.err" ||
         { echo "FAIL: the aio block size / queue depth are not the spec's"; fail=1; }
