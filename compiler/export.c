@@ -21,9 +21,10 @@
  *     permutation.
  *
  * The file is written through a temporary name, fsynced and renamed: a reader
- * never sees half a model.  Every piece the export reads is compared with its
- * checksum first (ckpt.c): a damaged checkpoint is refused, naming the file
- * and the tensor, and no output is left.
+ * never sees half a model.  The whole checkpoint is verified first
+ * (ckpt_verify: every piece against its checksum, moments included): a
+ * damaged checkpoint is refused, naming the file and the tensor, and nothing
+ * is written.
  *
  *   shardc ckpt verify CKPT_DIR
  *
@@ -276,6 +277,12 @@ int export_main(int argc, char **argv)
     }
     ckpt_reader *r = export_open(dir);
     if (!r) return EXIT_USER;
+    char err[2048];
+    if (ckpt_verify(r, NULL, err, sizeof err) != CKPT_OK) {   /* all of it: a damaged checkpoint is not exported */
+        diag_plain("%s", err);
+        ckpt_close(r);
+        return EXIT_USER;
+    }
     int fam = export_family(r);
     if (fam < 0) {
         diag_plain("%s: cannot tell whether this is a GPT or a Llama checkpoint", ckpt_path(r));

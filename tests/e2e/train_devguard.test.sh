@@ -45,7 +45,12 @@ case_run() {
     for f in "$T/$name-ckA"/step-4/*; do
         case "$f" in *.json) continue ;; esac
         n=$((n + 1))
-        cmp -s "$f" "$T/$name-ckB/step-4/$(basename "$f")" ||
+        # byte for byte but for the save's token (a random value per save, in the metadata)
+        "$PY" - "$f" "$T/$name-ckB/step-4/$(basename "$f")" << 'PY' ||
+import re, sys
+a, b = (re.sub(rb'(save\\"\s*:\s*\\")[0-9a-f]{16}', rb'\g<1>' + b'-' * 16, open(p, "rb").read()) for p in sys.argv[1:])
+sys.exit(a != b)
+PY
             { echo "FAIL: $name: checkpoint file $(basename "$f") differs"; fail=1; }
     done
     [ "$n" -gt 0 ] && echo "ok: $name: $n checkpoint data files of step 4 identical" ||
