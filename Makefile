@@ -13,16 +13,18 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Every test: unit, golden, e2e, fuzz (a short run), gpu (skipped without one);
-# then the front end again under ASan+UBSan.
+# Every test: unit, golden, e2e, fuzz (four short runs), gpu (skipped without
+# one); then the ASan+UBSan pass.
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE sanitize
 	@$(MAKE) --no-print-directory asan
 
+# Under ASan+UBSan: the unit and golden tests, and trainers of each kind
+# (label sanitize: tests/sanitize/trainers.test.sh).
 asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSHARDC_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
-	@cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|golden' -E 'golden/(html|emit)'
+	@cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|golden|sanitize' -E 'golden/(html|emit)'
 
 fuzz: deps
 	@scripts/run-fuzz 60
