@@ -11,8 +11,9 @@
  * optimizer.master, the moments) and what it checkpoints; whole copies
  * (params for ZeRO 0-2, params.persistent for ZeRO 3) are filled from the
  * same values.  Values come from the tensor's srt_param (RNG keyed by seed,
- * name and element, ones or zeros) or from a checkpoint's slices, so both
- * are layout-independent.
+ * name and element, ones or zeros), from a checkpoint's slices, or from
+ * Hugging Face weights (--init, hf.c: the slices read out of the mapped
+ * files), so all three are layout-independent.
  *
  * Errors before the loop (data, checkpoint) are agreed on with one
  * all-reduce so that every rank prints its own message and exits 1 without
@@ -31,6 +32,7 @@
 #include "ckpt.h"
 #include "cli.h"
 #include "data.h"
+#include "hf.h"
 #include "lrsched.h"
 #include "metrics.h"
 #include "rng.h"
@@ -174,10 +176,14 @@ static void loop_store(srt_ctx *c, void *dst, const float *v, int64_t n, srt_dty
 
 enum { LOOP_CHUNK = 8192 };
 
-/* Elements [e0, e1) of parameter t's shard, as fp32, from the initialisation
- * (r NULL) or from state `kind` of checkpoint r. */
-static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t e1, float *out,
-                        char *err, size_t errlen)
+/* Where the starting state comes from: a checkpoint (every state), Hugging
+ * Face weights (the parameters; fresh moments), else the initialisation. */
+typedef struct loop_src { ckpt_reader *ck; hf_reader *hf; } loop_src;
+
+/* Elements [e0, e1) of parameter t's shard, as fp32, from state `kind` of
+ * the source (see loop_src). */
+static bool loop_values(loop_run *R, const loop_src *src, const char *kind, int ti, int64_t e0, int64_t e1,
+                        float *out, char *err, size_t errlen)
 {
     const srt_param *t = &R->c->cls->params[ti];
     loop_part parts[3];
@@ -190,8 +196,10 @@ static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, i
         if (a >= b) continue;
         float *o = out + (a - e0);
         int64_t f0 = a - q->s0, f1 = b - q->s0;
-        if (r) {
-            if (ckpt_read(r, kind, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != CKPT_OK) return false;
+        if (src->ck) {
+            if (ckpt_read(src->ck, kind, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != CKPT_OK) return false;
+        } else if (src->hf && strcmp(kind, CKPT_PARAM) == 0) {
+            if (hf_read(src->hf, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != 0) return false;
         } else if (strcmp(kind, CKPT_PARAM) != 0 || (!t->init_one && !(t->init_std > 0))) {
             memset(o, 0, sizeof(float) * (size_t)(f1 - f0));
         } else if (t->init_std > 0) {
@@ -204,7 +212,7 @@ static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, i
 }
 
 /* Fills n elements at dst (dtype dt) with elements [e0, e0 + n) of tensor ti, in chunks. */
-static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, void *dst,
+static bool loop_fill(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, void *dst,
                       srt_dtype dt, char *err, size_t errlen)
 {
     static float tmp[LOOP_CHUNK];
@@ -220,7 +228,7 @@ static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int
 /* loop_fill into the device arena at byte offset off: chunks converted in
  * the bounce buffer, each written with ctx_dev_write (the host never
  * addresses the device arena: on the CUDA backend it is device memory). */
-static bool loop_fill_dev(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int64_t off,
+static bool loop_fill_dev(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, int64_t off,
                           srt_dtype dt, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
@@ -261,7 +269,7 @@ static int64_t loop_state_at(const loop_run *R, const loop_piece *pc, int st, in
 
 /* loop_fill into space sp at offset off; NVMe through a host buffer and the
  * backend's write (start-up: no step is running, nothing to order). */
-static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int sp,
+static bool loop_fill_at(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, int sp,
                          int64_t off, srt_dtype dt, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
@@ -278,9 +286,9 @@ static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, 
     return ok;
 }
 
-/* Sets every persistent buffer from the initialisation (r NULL) or from
- * checkpoint r: the whole copies, the owned shards, the moments. */
-static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errlen)
+/* Sets every persistent buffer from the source r (see loop_src): the whole
+ * copies, the owned shards, the moments (zero unless from a checkpoint). */
+static bool loop_load_state(loop_run *R, const loop_src *r, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
     const srt_class *k = c->cls;
@@ -313,7 +321,7 @@ static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errle
         int64_t at = loop_state_at(R, pc, 0, &sp);
         bool master = pc->j >= R->sdev || R->master >= 0;   /* else state 0 is the working copy, filled */
         if (master && !loop_fill_at(R, r, CKPT_PARAM, pc->t, pc->e0, n, sp, at, SRT_F32, err, errlen)) return false;
-        if (!r) continue;   /* fresh moments: the arena (and the NVMe file) starts zeroed */
+        if (!r->ck) continue;   /* fresh moments: the arena (and the NVMe file) starts zeroed */
         for (int st = 1; st <= 2; st++) {
             at = loop_state_at(R, pc, st, &sp);
             if (at >= 0 && !loop_fill_at(R, r, st == 1 ? CKPT_ADAM_M : CKPT_ADAM_V, pc->t, pc->e0, n, sp, at, SRT_F32,
@@ -526,6 +534,22 @@ static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t err
     if (R->c->rank == 0 && *ckpt_note(*r)) printf("shardrt: note: %s\n", ckpt_note(*r));
     if (ckpt_check_model(*r, R->desc, R->ndesc, err, errlen) != CKPT_OK) {
         ckpt_close(*r);
+        *r = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Opens the Hugging Face weights --init names (when nothing was resumed) and
+ * binds them to the model: every stage's tensors, so that every rank reports
+ * the same mismatch.  *r stays NULL without --init. */
+static bool loop_open_init(loop_run *R, hf_reader **r, char *err, size_t errlen)
+{
+    *r = NULL;
+    if (!R->o.init) return true;
+    if (hf_open(r, R->o.init, err, errlen) != 0) return false;
+    if (hf_bind(*r, R->p->family, R->desc, R->ndesc, err, errlen) != 0) {
+        hf_close(*r);
         *r = NULL;
         return false;
     }
@@ -813,16 +837,24 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     }
     c->data = train;
 
-    /* the weights: a checkpoint, or the initialisation */
-    ckpt_reader *rd = NULL;
-    ok = loop_open_resume(&R, &rd, err, sizeof err);
-    if (ok) ok = loop_load_state(&R, rd, err, sizeof err);
+    /* the weights: a checkpoint, Hugging Face weights (--init), or the initialisation */
+    loop_src src = {0};
+    ok = loop_open_resume(&R, &src.ck, err, sizeof err);
+    if (ok && !src.ck) ok = loop_open_init(&R, &src.hf, err, sizeof err);
+    if (ok) ok = loop_load_state(&R, &src, err, sizeof err);
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) {
         MPI_Finalize();
         return 1;
     }
     int64_t first = 1;
+    ckpt_reader *rd = src.ck;
+    if (src.hf) {
+        if (c->rank == 0)
+            printf("initialised from %s (%d safetensors file%s, %s; fresh optimizer state)\n", hf_path(src.hf),
+                   hf_nfiles(src.hf), hf_nfiles(src.hf) == 1 ? "" : "s", hf_dtypes(src.hf));
+        hf_close(src.hf);
+    }
     if (rd) {
         first = ckpt_step(rd) + 1;
         loop_resume_scale(c, rd);
@@ -875,7 +907,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     }
 
     /* the loop: nothing in it allocates (ctx_alloc dies once the context is sealed) */
-    int64_t nval = 4;
+    int64_t nval = R.o.given[CLI_OPT_eval_batches] ? R.o.eval_batches : 4;
     for (int64_t s = first; s <= steps; s++) {
         double t0 = metrics_now_us();
         ctx_begin_step(c, s);
