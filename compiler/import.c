@@ -1192,8 +1192,9 @@ static void import_hf_unsupported(Imp *im, const char *model_type)
             fine |= strlen(text) == n && strncmp(p, text, n) == 0;
             p += n + (p[n] == ' ');
         }
-        if (!fine)
-            diag_error(import_val_loc(&im->hf, h->key), "%s %s: %s", h->key, text ? text : "?", h->why);
+        if (!fine)     /* a long value (rope_scaling's object) shortened */
+            diag_error(import_val_loc(&im->hf, h->key), "%s %.32s%s: %s", h->key, text ? text : "?",
+                       text && strlen(text) > 32 ? "..." : "", h->why);
         free(text);
     }
 }
