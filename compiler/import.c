@@ -2052,7 +2052,8 @@ static void import_render(FILE *f, const Imp *im, const char *prefix, int depth)
     for (int i = 0; i < schema_nkeys; i++) {
         const SchemaKey *k = &schema_keys[i];
         if (import_is_child(k->path, prefix)) {
-            Ent *e = import_ent((Imp *)im, k->path);
+            Ent *e = import_ent((Imp *)im, k->path), dflt = {k, k->def, "shardc's default", NULL};
+            if (!e && import_any_under(im, k->path)) e = &dflt;     /* a -D under an enum left as it is */
             if (!e) continue;
             const char *name = k->path + n + 1;
             bool block = false;
