@@ -21,7 +21,8 @@
 # Each exported directory is also loaded by PyTorch (hf_model.py check, as
 # from_pretrained would): every config.json field against the weights'
 # shapes, and the validation loss of the project's own torch GPT-2 / Llama
-# against the exporting run's (1e-5 relative; 2^-8 for bf16).
+# against the exporting run's (1e-5 relative; 2^-8 for bf16); and `shardc
+# import hf` of its config.json gives back the spec's model block.
 set -u
 . "$(dirname "$0")/train_lib.sh"
 "$PY" -c 'import torch' 2> /dev/null || { echo "SKIP: /usr/bin/python3 has no torch"; exit 77; }
@@ -44,6 +45,15 @@ roundtrip() {
     if ! "$SHARDC" export "$T/$name.ck" -o "$T/$name.hf" $xflags > "$T/$name.export" 2>&1; then
         echo "FAIL: export $name:"; cat "$T/$name.export"; fail=1; return
     fi
+    # one key table both ways: the exported config.json imports back into the same model block
+    model() { "$SHARDC" check "$@" | sed -n '/^model/,/^}/p'; }
+    if "$SHARDC" import hf "$T/$name.hf/config.json" -o "$T/$name.re.tspec" 2> "$T/$name.re.err" &&
+       diff <(model "$T/$name.re.tspec") <(model "$spec") > "$T/$name.re.diff"; then
+        echo "ok: $name: shardc import hf of the exported config.json gives the spec's model block"
+    else
+        echo "FAIL: $name: the exported config.json imports into another model:"; cat "$T/$name.re.err" "$T/$name.re.diff"
+        fail=1
+    fi
     local batch=16
     if "$PY" tests/e2e/hf_model.py check "$T/$name.hf" "$VAL" "$T/$name.jsonl" "$ttol" $batch > "$T/$name.check"; then
         echo "ok: $name: PyTorch: $(cat "$T/$name.check")"
@@ -63,8 +73,10 @@ run, init, tol, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 val = [o for o in map(json.loads, open(run)) if "val_loss" in o][-1]["val_loss"]
 first = json.loads(open(init).readline())
 ok = first["step"] == 1 and (first["loss"] == val if tol == 0 else abs(first["loss"] - val) <= tol * abs(val))
+rel = abs(first["loss"] - val) / abs(val)
 print("%s: %s: the exporting run's last val_loss %r, the importing run's step-1 loss %r (%s)" % (
-    "ok" if ok else "FAIL", name, val, first["loss"], "bit for bit" if tol == 0 else "tolerance %g" % tol))
+    "ok" if ok else "FAIL", name, val, first["loss"],
+    ("bit for bit" if rel == 0 else "relative difference %.3g" % rel) + ("" if tol == 0 else ", tolerance %g" % tol)))
 sys.exit(0 if ok else 1)
 EOF
 }
