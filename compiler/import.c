@@ -2220,16 +2220,23 @@ static void import_override(Imp *im, const char *path, const char *text)
 static int import_run(Imp *im);
 static int import_finish(Imp *im);
 
+/* Starts an import: im set up for o; false (a usage error reported) when
+ * --nodes comes without --gpus-per-node or the other way round. */
+static bool import_begin(Imp *im, const ImportOpts *o)
+{
+    memset(im, 0, sizeof *im);
+    im->o = o;
+    im->dp = o->nodes * o->gpus_per_node;
+    if ((o->nodes == 0) == (o->gpus_per_node == 0)) return true;
+    fprintf(stderr, "shardc: import: --nodes and --gpus-per-node go together (dp = nodes x gpus per node)\n");
+    return false;
+}
+
 /* shardc import deepspeed: reads, maps, checks and writes; frees the JSON trees. */
 int import_deepspeed(const ImportOpts *o)
 {
-    if ((o->nodes == 0) != (o->gpus_per_node == 0)) {
-        fprintf(stderr, "shardc: import: --nodes and --gpus-per-node go together (dp = nodes x gpus per node)\n");
-        return EXIT_USAGE;
-    }
     Imp im;
-    memset(&im, 0, sizeof im);
-    im.o = o;
+    if (!import_begin(&im, o)) return EXIT_USAGE;
     int rc = import_run(&im);
     cJSON_Delete(im.ds.root);
     cJSON_Delete(im.hf.root);
@@ -2240,7 +2247,6 @@ int import_deepspeed(const ImportOpts *o)
 static int import_run(Imp *im)
 {
     const ImportOpts *o = im->o;
-    im->dp = o->nodes * o->gpus_per_node;
     im->ds_name = import_base(o->ds_path);
     if (!import_load_json(&im->ds, o->ds_path, "DeepSpeed config")) return EXIT_USER;
     if (o->hf_path) {
@@ -2320,14 +2326,8 @@ static void import_hf_layout(Imp *im)
  * --gpus-per-node a default layout) of a Hugging Face GPT-2 or Llama config. */
 int import_hf_main(const ImportOpts *o)
 {
-    if ((o->nodes == 0) != (o->gpus_per_node == 0)) {
-        fprintf(stderr, "shardc: import: --nodes and --gpus-per-node go together (dp = nodes x gpus per node)\n");
-        return EXIT_USAGE;
-    }
     Imp im;
-    memset(&im, 0, sizeof im);
-    im.o = o;
-    im.dp = o->nodes * o->gpus_per_node;
+    if (!import_begin(&im, o)) return EXIT_USAGE;
     im.hf_name = import_base(o->hf_path);
     int rc = EXIT_USER;
     if (import_load_json(&im.hf, o->hf_path, "Hugging Face config")) {
