@@ -350,7 +350,11 @@ static void export_remove_tmp(const char *tmp)
 static bool export_dir_free(const char *out)
 {
     struct stat st;
-    if (stat(out, &st) != 0) return errno == ENOENT || (diag_plain("%s: %s", out, strerror(errno)), false);
+    if (stat(out, &st) != 0) {
+        if (errno == ENOENT) return true;
+        diag_plain("%s: %s", out, strerror(errno));
+        return false;
+    }
     DIR *d = S_ISDIR(st.st_mode) ? opendir(out) : NULL;
     int entries = 0;
     for (struct dirent *e; d && (e = readdir(d));) entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;

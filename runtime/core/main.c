@@ -650,8 +650,10 @@ static void loop_sample_print(const srt_program *p, tok_stream *ts, int32_t id, 
         fwrite(b, 1, len, stdout);
     } else if (p->data_format == DATA_FMT_TEXT && id < 256) {
         putchar(id >= 32 || id == '\n' ? id : '?');
+    } else if (p->data_format == DATA_FMT_TEXT) {
+        printf("<%d>", id);     /* past the bytes: a token the data never has */
     } else {
-        printf(p->data_format == DATA_FMT_TEXT ? "<%d>" : &" %d"[g == 0], id);
+        printf(g ? " %d" : "%d", id);
     }
     fflush(stdout);
 }

@@ -297,24 +297,23 @@ static unsigned tok_utf8(const unsigned char *s, size_t n, size_t *len)
     return cp;
 }
 
-/* Makes room for n bytes in t->buf and t->tmp. */
-static void tok_room(tok *t, size_t n)
+/* Makes room for n bytes in t->buf and t->tmp; false when memory ran out. */
+static bool tok_room(tok *t, size_t n)
 {
-    if (n + 8 <= t->cap) return;
+    if (n + 8 <= t->cap) return true;
     size_t cap = 2 * n + 64;
-    char *b = realloc(t->buf, cap), *m = b ? realloc(t->tmp, cap) : NULL;
-    if (!b || !m) {
-        fprintf(stderr, "shardrt: out of memory decoding a token\n");
-        exit(1);
-    }
-    t->buf = b, t->tmp = m, t->cap = cap;
+    char *b = realloc(t->buf, cap);
+    if (b) t->buf = b;
+    char *m = b ? realloc(t->tmp, cap) : NULL;
+    if (m) t->tmp = m, t->cap = cap;
+    return m != NULL;
 }
 
-/* Replaces every `from` in buf[0, *n) by `to`. */
+/* Replaces every `from` in buf[0, *n) by `to` (nothing without memory). */
 static void tok_replace(tok *t, size_t *n, const char *from, const char *to)
 {
     size_t fl = strlen(from), tl = strlen(to), m = 0;
-    tok_room(t, *n * (tl > fl ? tl : 1) + 1);
+    if (!tok_room(t, *n * (tl > fl ? tl : 1) + 1)) return;
     memcpy(t->tmp, t->buf, *n);
     for (size_t i = 0; i < *n;) {
         if (i + fl <= *n && memcmp(t->tmp + i, from, fl) == 0) {
@@ -374,7 +373,7 @@ const char *tok_stream_next(tok_stream *s, int64_t id, size_t *len)
     *len = 0;
     if (!raw) return "";        /* an id without a token decodes to nothing */
     size_t n = strlen(raw);
-    tok_room(t, n + 1);
+    if (!tok_room(t, n + 1)) return "";     /* out of memory: the token is not printed */
     char *b = t->buf;
     if (t->joined && s->started) b[0] = ' ';
     memcpy(b + (t->joined && s->started), raw, n);

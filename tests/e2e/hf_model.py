@@ -31,12 +31,16 @@ import torch_gpt, torch_llama
 DT = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
+DTYPES = set()      # the dtypes of the files read, for config.json's torch_dtype
+
+
 def read_safetensors(path):
     """{name: fp32 tensor} of one file, parsed by hand."""
     data = open(path, "rb").read()
     n = struct.unpack("<Q", data[:8])[0]
     head = json.loads(data[8:8 + n])
     head.pop("__metadata__", None)
+    DTYPES.update(e["dtype"] for e in head.values())
     out = {}
     for k, e in head.items():
         a, b = e["data_offsets"]
@@ -186,6 +190,9 @@ def check_config(cfg, W):
     def want(field, value):
         if cfg.get(field) != value:
             bad.append("%s is %r, the weights say %r" % (field, cfg.get(field), value))
+
+    want("torch_dtype", {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[DTYPES.pop()]
+         if len(DTYPES) == 1 else sorted(DTYPES))
 
     if cfg["model_type"] == "gpt2":
         want("architectures", ["GPT2LMHeadModel"])
