@@ -3,6 +3,8 @@
  *   shardc check  FILE [-D key.path=value ...]
  *   shardc plan   FILE [-D ...] [--json F] [--rank R] ...
  *   shardc import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-D ...] [-o OUT]
+ *   shardc import hf config.json [--nodes N --gpus-per-node G] [-D ...] [-o OUT]
+ *   shardc export CKPT_DIR -o OUT_DIR|FILE.safetensors [...]
  *   shardc docs   spec-reference
  */
 #include "shardc.h"
@@ -24,9 +26,11 @@ static const char usage_text[] =
     "  build FILE -o TRAINER [options]  generate the trainer's C and compile it (see `shardc build --help`)\n"
     "  import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-D ...] [-o OUT]\n"
     "                                   convert a DeepSpeed config (+ HF model config) to a spec\n"
+    "  import hf config.json [--nodes N --gpus-per-node G] [-D ...] [-o OUT]\n"
+    "                                   a Hugging Face GPT-2 or Llama config.json as a spec\n"
     "                                   (see `shardc import --help`)\n"
-    "  export CKPT_DIR -o FILE [--dtype fp32|bf16]\n"
-    "                                   a checkpoint as one safetensors file with Hugging Face names\n"
+    "  export CKPT_DIR -o OUT_DIR|FILE.safetensors [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
+    "                                   a checkpoint as a Hugging Face model directory (or one file)\n"
     "  ckpt verify CKPT_DIR             check a checkpoint (checksums, structure) without training\n"
     "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n"
     "  ops [FILE]                       every runtime op (and FILE's user-defined ops): signature, doc\n"
@@ -149,12 +153,16 @@ static int64_t int_arg(const char *opt, const char *v)
 static const char import_usage_text[] =
     "usage: shardc import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G]\n"
     "                                [-D key.path=value ...] [-o OUT]\n"
+    "       shardc import hf config.json [--nodes N --gpus-per-node G] [-D key.path=value ...] [-o OUT]\n"
     "\n"
-    "Converts a DeepSpeed config (and a Hugging Face model config) to a spec, each key\n"
-    "commented with the key it came from; the spec must pass `shardc check`.\n"
+    "Converts a DeepSpeed config (and a Hugging Face model config), or a Hugging Face model\n"
+    "config alone, to a spec, each key commented with the key it came from; the spec must\n"
+    "pass `shardc check`.  What shardc cannot train (RoPE scaling, experts, a sliding\n"
+    "window, biases on some layers only, ...) is an error at its key.\n"
     "\n"
     "  --hf config.json          the model (GPT-2 or Llama config.json)\n"
-    "  --nodes N                 cluster.nodes (with --gpus-per-node: the dp DeepSpeed's batch keys need)\n"
+    "  --nodes N                 cluster.nodes (with --gpus-per-node: the dp DeepSpeed's batch keys need;\n"
+    "                            for `import hf`, a default layout: ZeRO-3 data parallel over every GPU, bf16)\n"
     "  --gpus-per-node G         cluster.gpus_per_node\n"
     "  -D key.path=value         set a key of the imported spec, as check/plan/build do; it replaces\n"
     "                            what the DeepSpeed config gave and is written with the comment `# -D`,\n"
@@ -164,7 +172,7 @@ static const char import_usage_text[] =
     "\n"
     "Keys DeepSpeed has but shardc does not honour are reported as warnings (docs/import-deepspeed.md).\n";
 
-/* shardc import deepspeed DS.json [...] */
+/* shardc import deepspeed DS.json [...] | shardc import hf config.json [...] */
 static int cmd_import(int argc, char **argv)
 {
     for (int i = 0; i < argc; i++)
@@ -172,8 +180,10 @@ static int cmd_import(int argc, char **argv)
             fputs(import_usage_text, stdout);
             return EXIT_OK;
         }
-    if (argc < 1 || strcmp(argv[0], "deepspeed") != 0)
-        usage("import: the only format is 'deepspeed' (shardc import deepspeed DS.json ...)", NULL);
+    bool hf = argc >= 1 && strcmp(argv[0], "hf") == 0;
+    if (argc < 1 || (!hf && strcmp(argv[0], "deepspeed") != 0))
+        usage("import: the formats are 'deepspeed' (shardc import deepspeed DS.json ...) and 'hf' "
+              "(shardc import hf config.json ...)", NULL);
     ImportOpts o = {0};
     static Override ov[256];
     o.ov = ov;
@@ -187,12 +197,16 @@ static int cmd_import(int argc, char **argv)
         } else if (strcmp(a, "--max-errors") == 0 && v) {
             diag_max_errors = atoi(v), i++;
             if (diag_max_errors < 1) usage("--max-errors must be at least 1", NULL);
-        } else if (strcmp(a, "--hf") == 0 && v) o.hf_path = v, i++;
+        } else if (strcmp(a, "--hf") == 0 && v && !hf) o.hf_path = v, i++;
         else if (strcmp(a, "-o") == 0 && v) o.out_path = v, i++;
         else if (strcmp(a, "--nodes") == 0 && v) o.nodes = int_arg(a, v), i++;
         else if (strcmp(a, "--gpus-per-node") == 0 && v) o.gpus_per_node = int_arg(a, v), i++;
-        else if ((a[0] != '-' || strcmp(a, "-") == 0) && !o.ds_path) o.ds_path = a;
+        else if ((a[0] != '-' || strcmp(a, "-") == 0) && !(hf ? o.hf_path : o.ds_path)) *(hf ? &o.hf_path : &o.ds_path) = a;
         else usage("import: unexpected argument '%s'", a);
+    }
+    if (hf) {
+        if (!o.hf_path) usage("import hf: which config.json?", NULL);
+        return import_hf_main(&o);
     }
     if (!o.ds_path) usage("import deepspeed: which DeepSpeed config?", NULL);
     return import_deepspeed(&o);

@@ -362,6 +362,11 @@ typedef struct ImportOpts {
     int nov;
 } ImportOpts;
 int import_deepspeed(const ImportOpts *o);      /* returns an exit code     */
+int import_hf_main(const ImportOpts *o);        /* shardc import hf         */
+/* config.json of the model s describes, for `shardc export` to a directory:
+ * written through the key table `import hf` reads by (one mapping both
+ * ways); NULL (reported) when Hugging Face has no class for it. */
+struct cJSON *import_hf_config(const Spec *s, const char *torch_dtype);
 
 /* ---- util ------------------------------------------------------------- */
 /* Reads a whole file with a NUL sentinel; NULL (errno set) on failure. */

@@ -11,8 +11,9 @@
  * optimizer.master, the moments) and what it checkpoints; whole copies
  * (params for ZeRO 0-2, params.persistent for ZeRO 3) are filled from the
  * same values.  Values come from the tensor's srt_param (RNG keyed by seed,
- * name and element, ones or zeros) or from a checkpoint's slices, so both
- * are layout-independent.
+ * name and element, ones or zeros), from a checkpoint's slices, or from
+ * Hugging Face weights (--init, hf.c: the slices read out of the mapped
+ * files), so all three are layout-independent.
  *
  * Errors before the loop (data, checkpoint) are agreed on with one
  * all-reduce so that every rank prints its own message and exits 1 without
@@ -32,9 +33,11 @@
 #include "ckpt.h"
 #include "cli.h"
 #include "data.h"
+#include "hf.h"
 #include "lrsched.h"
 #include "metrics.h"
 #include "rng.h"
+#include "tok.h"
 #include "watchdog.h"
 
 /* One tensor's part of a flat range this rank holds: tensor elements
@@ -175,10 +178,14 @@ static void loop_store(srt_ctx *c, void *dst, const float *v, int64_t n, srt_dty
 
 enum { LOOP_CHUNK = 8192 };
 
-/* Elements [e0, e1) of parameter t's shard, as fp32, from the initialisation
- * (r NULL) or from state `kind` of checkpoint r. */
-static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t e1, float *out,
-                        char *err, size_t errlen)
+/* Where the starting state comes from: a checkpoint (every state), Hugging
+ * Face weights (the parameters; fresh moments), else the initialisation. */
+typedef struct loop_src { ckpt_reader *ck; hf_reader *hf; } loop_src;
+
+/* Elements [e0, e1) of parameter t's shard, as fp32, from state `kind` of
+ * the source (see loop_src). */
+static bool loop_values(loop_run *R, const loop_src *src, const char *kind, int ti, int64_t e0, int64_t e1,
+                        float *out, char *err, size_t errlen)
 {
     const srt_param *t = &R->c->cls->params[ti];
     loop_part parts[3];
@@ -191,8 +198,10 @@ static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, i
         if (a >= b) continue;
         float *o = out + (a - e0);
         int64_t f0 = a - q->s0, f1 = b - q->s0;
-        if (r) {
-            if (ckpt_read(r, kind, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != CKPT_OK) return false;
+        if (src->ck) {
+            if (ckpt_read(src->ck, kind, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != CKPT_OK) return false;
+        } else if (src->hf && strcmp(kind, CKPT_PARAM) == 0) {
+            if (hf_read(src->hf, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != 0) return false;
         } else if (strcmp(kind, CKPT_PARAM) != 0 || (!t->init_one && !(t->init_std > 0))) {
             memset(o, 0, sizeof(float) * (size_t)(f1 - f0));
         } else if (t->init_std > 0) {
@@ -205,7 +214,7 @@ static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, i
 }
 
 /* Fills n elements at dst (dtype dt) with elements [e0, e0 + n) of tensor ti, in chunks. */
-static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, void *dst,
+static bool loop_fill(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, void *dst,
                       srt_dtype dt, char *err, size_t errlen)
 {
     static float tmp[LOOP_CHUNK];
@@ -221,7 +230,7 @@ static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int
 /* loop_fill into the device arena at byte offset off: chunks converted in
  * the bounce buffer, each written with ctx_dev_write (the host never
  * addresses the device arena: on the CUDA backend it is device memory). */
-static bool loop_fill_dev(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int64_t off,
+static bool loop_fill_dev(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, int64_t off,
                           srt_dtype dt, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
@@ -262,7 +271,7 @@ static int64_t loop_state_at(const loop_run *R, const loop_piece *pc, int st, in
 
 /* loop_fill into space sp at offset off; NVMe through a host buffer and the
  * backend's write (start-up: no step is running, nothing to order). */
-static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int sp,
+static bool loop_fill_at(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, int sp,
                          int64_t off, srt_dtype dt, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
@@ -279,9 +288,9 @@ static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, 
     return ok;
 }
 
-/* Sets every persistent buffer from the initialisation (r NULL) or from
- * checkpoint r: the whole copies, the owned shards, the moments. */
-static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errlen)
+/* Sets every persistent buffer from the source r (see loop_src): the whole
+ * copies, the owned shards, the moments (zero unless from a checkpoint). */
+static bool loop_load_state(loop_run *R, const loop_src *r, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
     const srt_class *k = c->cls;
@@ -314,7 +323,7 @@ static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errle
         int64_t at = loop_state_at(R, pc, 0, &sp);
         bool master = pc->j >= R->sdev || R->master >= 0;   /* else state 0 is the working copy, filled */
         if (master && !loop_fill_at(R, r, CKPT_PARAM, pc->t, pc->e0, n, sp, at, SRT_F32, err, errlen)) return false;
-        if (!r) continue;   /* fresh moments: the arena (and the NVMe file) starts zeroed */
+        if (!r->ck) continue;   /* fresh moments: the arena (and the NVMe file) starts zeroed */
         for (int st = 1; st <= 2; st++) {
             at = loop_state_at(R, pc, st, &sp);
             if (at >= 0 && !loop_fill_at(R, r, st == 1 ? CKPT_ADAM_M : CKPT_ADAM_V, pc->t, pc->e0, n, sp, at, SRT_F32,
@@ -533,6 +542,22 @@ static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t err
     return true;
 }
 
+/* Opens the Hugging Face weights --init names (when nothing was resumed) and
+ * binds them to the model: every stage's tensors, so that every rank reports
+ * the same mismatch.  *r stays NULL without --init. */
+static bool loop_open_init(loop_run *R, hf_reader **r, char *err, size_t errlen)
+{
+    *r = NULL;
+    if (!R->o.init) return true;
+    if (hf_open(r, R->o.init, err, errlen) != 0) return false;
+    if (hf_bind(*r, R->p->family, R->desc, R->ndesc, err, errlen) != 0) {
+        hf_close(*r);
+        *r = NULL;
+        return false;
+    }
+    return true;
+}
+
 /* The loss of the step, the mean over the global batch: the last stage's
  * sums, once per dp rank (tp ranks hold the same). */
 static double loop_reduce_loss(srt_ctx *c, double local)
@@ -610,103 +635,147 @@ static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, i
  * own; greedy repeats "the the" on a model this small). */
 #define LOOP_TEMPERATURE 0.8
 
-/* Sampling of n bytes (a byte-level model): each token is a forward
- * (the eval function) over a window of the last seq_len bytes written to a
- * one-sequence text file, and the next byte the argmax of the softmax at the
- * last position, recovered from the cross-entropy's gradient in the logits
- * (dloss·(softmax − onehot), with a known target), drawn at LOOP_TEMPERATURE.
- * Slow (a whole forward per byte) but it needs nothing beyond the eval
- * function the emitter provides.  Under pp the eval runs the window through
- * the pipeline; the last stage's ranks (the ones with logits) draw the byte
- * and a max over the world gives it to every rank. */
-static void loop_sample(loop_run *R, int64_t n, int64_t step)
+/* The token a sample starts from: the tokenizer's (its BOS), '\n' for a
+ * byte-level model, else the training data's first token (llm.c's shards
+ * begin each document with <|endoftext|>). */
+static int32_t loop_sample_start(loop_run *R, const tok *tk)
+{
+    const srt_program *p = R->p;
+    if (tk && tok_bos(tk) >= 0) return (int32_t)tok_bos(tk);
+    if (p->data_format == DATA_FMT_TEXT) return '\n';
+    int64_t n = p->micro_batch * p->seq_len;
+    int32_t *rows = malloc(sizeof *rows * (size_t)(2 * n));
+    int32_t first = 0;
+    if (rows && data_batch(R->c->data, 0, 0, p->dp, 0, p->micro_batch, rows, rows + n) == DATA_OK) first = rows[0];
+    free(rows);
+    return first;
+}
+
+/* Prints token id of a sample (rank 0): decoded by the tokenizer, as a byte
+ * (a byte-level model; '?' for a control character), else as its id. */
+static void loop_sample_print(const srt_program *p, tok_stream *ts, int32_t id, int64_t g)
+{
+    if (ts->t) {
+        size_t len;
+        const char *b = tok_stream_next(ts, id, &len);
+        fwrite(b, 1, len, stdout);
+    } else if (p->data_format == DATA_FMT_TEXT && id < 256) {
+        putchar(id >= 32 || id == '\n' ? id : '?');
+    } else if (p->data_format == DATA_FMT_TEXT) {
+        printf("<%d>", id);     /* past the bytes: a token the data never has */
+    } else {
+        printf(g ? " %d" : "%d", id);
+    }
+    fflush(stdout);
+}
+
+/* This rank's share of the distribution of the next token (the last stage's
+ * tp ranks each hold their vocabulary columns; others contribute nothing):
+ * q[v] = p(v)^(1/temperature) over [0, vocab), p recovered from the logits'
+ * gradient dloss·(p − onehot(target)) at row pos of microbatch 0. */
+static void loop_sample_share(loop_run *R, int64_t logits, int64_t pos, int32_t target, double *q)
+{
+    srt_ctx *c = R->c;
+    const srt_program *p = R->p;
+    int64_t V = p->vocab, VP = p->vocab_pad / p->tp, v0 = c->tp_idx * VP, lb = ops_dtype_size(p->dtype);
+    /* the generated code's DLOSS (a float): 1 / (tokens of a microbatch · microbatches · dp), times the scale */
+    double dl = (double)(float)(1.0 / ((double)p->micro_batch * (double)p->seq_len * (double)p->microbatches *
+                                       (double)p->dp)) * c->loss_scale;
+    memset(q, 0, sizeof *q * (size_t)V);
+    if (logits < 0) return;
+    for (int64_t at = 0; at < VP; at += CTX_BOUNCE / lb) {
+        int64_t m = VP - at < CTX_BOUNCE / lb ? VP - at : CTX_BOUNCE / lb;
+        ctx_dev_read(c, c->bounce, logits + (pos * VP + at) * lb, m * lb);
+        for (int64_t i = 0; i < m && v0 + at + i < V; i++) {
+            double g = p->dtype == SRT_F32 ? ((const float *)c->bounce)[i]
+                       : p->dtype == SRT_F16 ? ckpt_f32_from_f16(((const uint16_t *)c->bounce)[i])
+                       : ckpt_f32_from_bf16(((const uint16_t *)c->bounce)[i]);
+            int64_t v = v0 + at + i;
+            double pv = g / dl + (v == target ? 1.0 : 0.0);
+            q[v] = pv > 0 ? pow(pv, 1.0 / LOOP_TEMPERATURE) : 0.0;
+        }
+    }
+}
+
+/* Sampling of n tokens: each is a forward (the eval function) over a window
+ * of the last seq_len tokens, held in memory by a data loader of its own;
+ * the next token is drawn at LOOP_TEMPERATURE from the softmax at the last
+ * position, recovered from the cross-entropy's gradient in the logits (a
+ * known target: the padding).  The ranks holding logits (the last stage; its
+ * tp ranks each their vocabulary columns, dp replicas the same) give their
+ * shares, a max over the world (shares are disjoint, replicas equal) makes
+ * the whole distribution every rank's, and every rank draws the same token
+ * with the counter-based RNG.  So any size, tp, pp and dp samples, and a
+ * layout with the same arithmetic samples the same tokens.  Slow (a whole
+ * forward per token) but it needs nothing beyond the eval function the
+ * emitter provides.  In bf16 the padding token's own probability is known to
+ * bf16's absolute precision only (p − 1 is what the gradient holds). */
+static void loop_sample(loop_run *R, int64_t n, int64_t step, const tok *tk, metrics *m)
 {
     srt_ctx *c = R->c;
     const srt_program *p = R->p;
     const srt_class *k = c->cls;
-    int64_t T = p->seq_len;
-    int64_t logits = -1;
-    for (int i = 0; i < k->nbuffers; i++)
-        if (strcmp(k->buffers[i].name, "logits.mb0") == 0) logits = k->buffers[i].offset;
-    int mine = logits >= 0, any = mine;
+    int64_t T = p->seq_len, V = p->vocab;
+    int64_t logits = loop_buffer(k, "logits.mb0");
+    int any = logits >= 0;
     wd_allreduce(c, &any, 1, MPI_INT, MPI_MAX, "the sample's all-reduce");
-    if (!k->eval || !any || p->vocab != 256 || p->tp != 1) {
-        if (c->rank == 0) printf("(--sample needs a byte-level model without tensor parallelism; skipped)\n");
+    if (!k->eval || !any) {
+        if (c->rank == 0) printf("(--sample needs the evaluation function; skipped)\n");
         return;
     }
-    char *ctxt = calloc((size_t)(T + n + 2), 1);
-    char path[256];
-    snprintf(path, sizeof path, "%s/shardrt-sample-%d-%lld.txt", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid(), (long long)c->rank);
+    int32_t *ctxt = malloc(sizeof *ctxt * (size_t)(n + 1)), *win = malloc(sizeof *win * (size_t)(T + 1));
+    double *q = malloc(sizeof *q * (size_t)V);
+    if (!ctxt || !win || !q) ctx_fatal(c, 1, "out of host memory for the sample");
+    int32_t pad = 0;
     int64_t len = 1;
-    ctxt[0] = '\n';
-    if (c->rank == 0) printf("--- sample (%lld bytes, temperature %.1f) ---\n", (long long)n, LOOP_TEMPERATURE);
-    /* the generated code's DLOSS: 1 / (tokens of a microbatch · microbatches · dp) */
-    double dl = 1.0 / ((double)p->micro_batch * (double)T * (double)p->microbatches * (double)p->dp);
+    ctxt[0] = loop_sample_start(R, tk);
+    for (int64_t i = 0; i <= T; i++) win[i] = pad;
+    data_opts o = {.format = DATA_FMT_LLMC, .seq_len = T, .vocab = V, .global_batch = p->global_batch,
+                   .part = DATA_PART_ALL, .check = DATA_CHECK_STEP};
+    data_loader *d = NULL;
+    char err[512];
+    if (data_open_tokens(&d, win, T + 1, "the sample's window", &o, err, sizeof err) != DATA_OK)
+        ctx_fatal(c, 3, "%s", err);
+    tok_stream ts = {0};
+    if (tk) tok_stream_begin(&ts, tk);
+    if (c->rank == 0)
+        printf("--- sample (%lld tokens from token %d, temperature %.1f, %s) ---\n", (long long)n, (int)ctxt[0],
+               LOOP_TEMPERATURE, tk ? "decoded by --tokenizer" : p->data_format == DATA_FMT_TEXT ? "as bytes"
+               : "token ids: give --tokenizer for text");
+    data_loader *keep = c->data;
     for (int64_t g = 0; g < n; g++) {
+        /* the window: the last T tokens, left-aligned, then the padding */
         int64_t w0 = len > T ? len - T : 0, wl = len - w0;
-        FILE *f = fopen(path, "wb");
-        if (!f) break;
-        /* the window, left-aligned, padded with the target byte 'a' */
-        char win[4096];
-        if (T + 1 > (int64_t)sizeof win) break;
-        memset(win, 'a', (size_t)(T + 1));
-        memcpy(win, ctxt + w0, (size_t)wl);
-        fwrite(win, 1, (size_t)(T + 1), f);
-        fclose(f);
-        data_opts o = {.pattern = path, .format = DATA_FMT_TEXT, .seq_len = T, .vocab = p->vocab,
-                       .global_batch = p->global_batch, .part = DATA_PART_ALL, .check = DATA_CHECK_OPEN};
-        data_loader *d = NULL;
-        char err[512];
-        if (data_open(&d, &o, err, sizeof err) != DATA_OK) break;
-        data_loader *keep = c->data;
+        memcpy(win, ctxt + w0, sizeof *win * (size_t)wl);
+        for (int64_t i = wl; i <= T; i++) win[i] = pad;
         ctx_begin_step(c, step);
         c->data = d;
         c->data_step = 0;
+        c->data_mb = 0;
         ctx_dev_guard(c, false);
         k->eval(c);
         loop_sync(c);
         ctx_dev_guard(c, true);
-        c->data = keep;
-        data_close(d);
-        /* row wl - 1 of microbatch 0's logits, this rank's (every rank has the same window) */
-        int64_t pos = wl - 1;
-        int target = pos + 1 < wl ? (unsigned char)win[pos + 1] : 'a';
-        /* the softmax p from the gradient, then a draw from p^(1/temperature)
-         * with the counter-based RNG (the same on every rank) */
-        double q[256], qsum = 0;
-        int64_t lb = ops_dtype_size(p->dtype);
-        if (mine) ctx_dev_read(c, c->bounce, logits + pos * p->vocab_pad * lb, 256 * lb);
-        for (int v = 0; v < 256 && mine; v++) {
-            double gv;
-            if (p->dtype == SRT_F32) gv = ((const float *)c->bounce)[v];
-            else if (p->dtype == SRT_F16) gv = ckpt_f32_from_f16(((const uint16_t *)c->bounce)[v]);
-            else gv = ckpt_f32_from_bf16(((const uint16_t *)c->bounce)[v]);
-            double pv = gv / (dl * c->loss_scale) + (v == target ? 1.0 : 0.0);
-            q[v] = pv > 0 ? pow(pv, 1.0 / LOOP_TEMPERATURE) : 0.0;
-            qsum += q[v];
-        }
+        loop_sample_share(R, logits, wl - 1, pad, q);
+        wd_allreduce(c, q, (int)V, MPI_DOUBLE, MPI_MAX, "the sample's all-reduce");
+        double qsum = 0;
+        for (int64_t v = 0; v < V; v++) qsum += q[v];
         double u = rng_uniform_at(R->seed, rng_tensor_id("sample"), g) * qsum;
-        int best = mine ? 255 : -1, drawn = -1;
-        for (int v = 0; v < 256 && mine; v++) {
-            if (u < q[v]) {
-                best = v;
-                break;
-            }
+        int32_t next = -1;
+        for (int64_t v = 0; v < V && (next < 0 || u >= 0); v++) {
+            if (q[v] > 0) next = (int32_t)v;     /* the last possible one, should rounding leave u over */
             u -= q[v];
         }
-        drawn = best;
-        wd_allreduce(c, &drawn, 1, MPI_INT, MPI_MAX, "the sample's all-reduce");   /* pp: from the last stage */
-        best = drawn;
-        ctxt[len++] = (char)best;
-        if (c->rank == 0) {
-            putchar(best >= 32 || best == '\n' ? best : '?');
-            fflush(stdout);
-        }
+        ctxt[len++] = next;
+        if (c->rank == 0) loop_sample_print(p, &ts, next, g);
     }
+    c->data = keep;
     if (c->rank == 0) printf("\n--- end of sample ---\n");
-    unlink(path);
+    if (m) metrics_sample(m, step, ctxt + 1, n);
+    data_close(d);
     free(ctxt);
+    free(win);
+    free(q);
 }
 
 /* Runs the trainer (see shardrt.h). */
@@ -824,16 +893,33 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     }
     c->data = train;
 
-    /* the weights: a checkpoint, or the initialisation */
-    ckpt_reader *rd = NULL;
-    ok = loop_open_resume(&R, &rd, err, sizeof err);
-    if (ok) ok = loop_load_state(&R, rd, err, sizeof err);
+    /* the tokenizer --sample decodes with: read now, so that a bad one stops the run before it trains */
+    tok *tk = NULL;
+    ok = !R.o.tokenizer || tok_open(&tk, R.o.tokenizer, prog->vocab, err, sizeof err) == 0;
+    if (!ok) loop_error(c, 0, err);
+    if (!loop_agree(c, ok)) {
+        MPI_Finalize();
+        return 1;
+    }
+
+    /* the weights: a checkpoint, Hugging Face weights (--init), or the initialisation */
+    loop_src src = {0};
+    ok = loop_open_resume(&R, &src.ck, err, sizeof err);
+    if (ok && !src.ck) ok = loop_open_init(&R, &src.hf, err, sizeof err);
+    if (ok) ok = loop_load_state(&R, &src, err, sizeof err);
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) {
         MPI_Finalize();
         return 1;
     }
     int64_t first = 1;
+    ckpt_reader *rd = src.ck;
+    if (src.hf) {
+        if (c->rank == 0)
+            printf("initialised from %s (%d safetensors file%s, %s; fresh optimizer state)\n", hf_path(src.hf),
+                   hf_nfiles(src.hf), hf_nfiles(src.hf) == 1 ? "" : "s", hf_dtypes(src.hf));
+        hf_close(src.hf);
+    }
     if (rd) {
         first = ckpt_step(rd) + 1;
         loop_resume_scale(c, rd);
@@ -886,7 +972,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     }
 
     /* the loop: nothing in it allocates (ctx_alloc dies once the context is sealed) */
-    int64_t nval = 4;
+    int64_t nval = R.o.given[CLI_OPT_eval_batches] ? R.o.eval_batches : 4;
     for (int64_t s = first; s <= steps; s++) {
         loop_test_stop(c, s);
         double t0 = metrics_now_us();
@@ -923,11 +1009,11 @@ int srt_main(int argc, char **argv, const srt_program *prog)
             if (tr) metrics_trace_event(tr, "checkpoint", SRT_NSTREAMS, t2, metrics_now_us());
         }
     }
-    if (m) metrics_close(m);
     if (c->nallocs != allocs0) ctx_die(c, "the loop allocated: %lld arena allocations, %lld at start-up",
                                        (long long)c->nallocs, (long long)allocs0);
     c->trace = NULL;   /* the trace covers the training, not the sampling */
-    if (R.o.given[CLI_OPT_sample] && R.o.sample > 0) loop_sample(&R, R.o.sample, steps);
+    if (R.o.given[CLI_OPT_sample] && R.o.sample > 0) loop_sample(&R, R.o.sample, steps, tk, m);
+    if (m) metrics_close(m);
     if (tr && metrics_trace_dropped(tr) > 0 && c->rank == 0)
         fprintf(stderr, "shardrt: the trace dropped %lld events (its buffer was full)\n",
                 (long long)metrics_trace_dropped(tr));
@@ -936,6 +1022,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     fflush(stdout);
     data_close(train);
     if (val) data_close(val);
+    tok_close(tk);
     free(R.own);
     free(R.save);
     free(R.save_nvme);

@@ -143,6 +143,16 @@ void metrics_eval(metrics *m, int64_t step, double val_loss)
     }
 }
 
+/* The sample's token ids into the log. */
+void metrics_sample(metrics *m, int64_t step, const int32_t *ids, int64_t n)
+{
+    if (!m->log) return;
+    fprintf(m->log, "{\"step\":%lld,\"sample\":[", (long long)step);
+    for (int64_t i = 0; i < n; i++) fprintf(m->log, "%s%d", i ? "," : "", (int)ids[i]);
+    fputs("]}\n", m->log);
+    fflush(m->log);
+}
+
 /* Ends an open terminal line and closes the log (NULL is fine). */
 void metrics_close(metrics *m)
 {
