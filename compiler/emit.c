@@ -248,21 +248,6 @@ static void rt_call(Str *s, const char *ind, const char *op, const char *stream,
     sput(s, "\n");
 }
 
-/* The spec's user-defined activation, checked once per spec (libclang parses
- * its header; emit_build_main reports the errors, so a failure here is a bug),
- * or NULL when the model uses a built-in one. */
-static const CatalogExtern *ext_of(const Spec *s)
-{
-    static const Spec *done;
-    static CatalogExtern x;
-    if (s->model.activation != ACT_EXTERN) return NULL;
-    if (done != s) {
-        if (!catalog_check_extern(s, &x) || !x.abi) die("emit: the user-defined activation failed its check");
-        done = s;
-    }
-    return &x;
-}
-
 /* A user op's call in place of a runtime op: the CPU backend runs each op when
  * it is issued, so a direct call is ordered after the compute stream's earlier
  * ops.  SRT_CHECK does not see its reads and writes: shardrt.h has no public
@@ -275,20 +260,11 @@ static void ext_call(Str *s, const char *ind, const CatalogExtern *x, int fn, co
 
 /* ---- what the generator supports ------------------------------------------------- */
 
-/* The location of a key the user (or -D) set, or none. */
-static Loc key_loc(const Spec *s, const char *path)
-{
-    const SchemaKey *k = schema_find(path);
-    if (!k) return (Loc){0};
-    int i = schema_index(k);
-    return s->set[i] ? s->loc[i] : (Loc){0};
-}
-
 /* Reports one unsupported feature. */
 static bool refuse(bool report, const Spec *s, const char *key, const char *what, const char *hint)
 {
     if (report) {
-        diag_error(key_loc(s, key), "shardc build: %s is not supported by the code generator", what);
+        diag_error(sema_key_loc(s, key), "shardc build: %s is not supported by the code generator", what);
         if (hint) diag_hint("%s", hint);
     }
     return false;
@@ -318,7 +294,7 @@ bool emit_supported(const Spec *s, bool report)
                                  "k and v are replicated when kv_heads < tp", tps.p));
         free(tps.p);
     }
-    /* a user-defined activation (extern) replaces GELU's calls: see ext_of */
+    /* a user-defined activation (extern) replaces GELU's calls (CE.ext) */
     if (s->model.activation != ACT_GELU && s->model.activation != ACT_SWIGLU && s->model.activation != ACT_EXTERN)
         ok = refuse(report, s, "model.activation", "an activation other than GELU and SwiGLU (or a user-defined one)",
                     NULL);
@@ -504,7 +480,8 @@ typedef struct Group {
 
 typedef struct CE {
     const Spec *spec;
-    MemPlan *mp;
+    const CatalogExtern *ext;   /* the user-defined activation, or NULL            */
+    const Plan *mp;
     const Model *m;
     const Partition *p;
     const ClassMem *cm;
@@ -735,7 +712,7 @@ static void carve_bwd(CE *e, int64_t limit)
     int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd;
     Carve *cv = &e->bscr;
     if (tp == 1) carve_live(cv, "dx2", T * h * w, 0, 6);   /* tp > 1: the row's d1 */
-    if (m->gated || ext_of(e->spec))    /* GELU's backward fuses it away (matmul_bwd_dgelu) */
+    if (m->gated || e->ext)    /* GELU's backward fuses it away (matmul_bwd_dgelu) */
         carve_live(cv, "dact", T * ff * w, 1, 2);
     if (m->gated) {
         carve_live(cv, "dgate", T * ff * w, 2, 3);
@@ -2368,7 +2345,7 @@ static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, c
           "static void %s_%s(srt_ctx *c, const %s_fwd_t *a)\n{\n"
           "    const %s_part_t *w = &%s_LAYER[a->layer];\n",
        m->layernorm ? "LayerNorm" : "RMSNorm", m->family == FAM_LLAMA ? " (RoPE)" : "", m->gated ? "a SwiGLU"
-       : ext_of(e->spec) ? arena_printf(&g_arena, "a user-defined %s", ext_of(e->spec)->name) : "a GELU",
+       : e->ext ? arena_printf(&g_arena, "a user-defined %s", e->ext->name) : "a GELU",
        replay ? " (full checkpointing's recompute: its recomputed buffer)"
        : e->pol == CKPT_FULL ? " (full checkpointing: nothing, its tensors live in the scratch)"
        : e->pol == CKPT_SELECTIVE ? ", but for the attention core (selective checkpointing)" : "",
@@ -2430,8 +2407,8 @@ static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, c
         rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)",
                 opt_w(e, g, R_UP_B, "FF", false), "N", "C", "FF", NULL);
         rt_call(o, I, "swiglu_fwd", "SRT_COMPUTE", "silu(gate) * up", "act", "gate", "up", "N", "FF", "FF", NULL);
-    } else if (ext_of(e->spec)) {   /* a user-defined activation: the GEMM, then its call */
-        const CatalogExtern *x = ext_of(e->spec);
+    } else if (e->ext) {   /* a user-defined activation: the GEMM, then its call */
+        const CatalogExtern *x = e->ext;
         rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2",
                 "PW(FC1_W, (int64_t)FF * C)", opt_w(e, g, R_FC1_B, "FF", false), "N", "C", "FF", NULL);
         ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
@@ -2489,7 +2466,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
                 "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n");
     else
         sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dx2", 0, "(int64_t)N * C", "WDT"));
-    if (m->gated || ext_of(e->spec))   /* GELU's backward fuses it away (matmul_bwd_dgelu) */
+    if (m->gated || e->ext)   /* GELU's backward fuses it away (matmul_bwd_dgelu) */
         sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dact", 0, "(int64_t)N * FF", "WDT"));
     if (m->gated)
         sf(o, "    srt_t dgate = %s, dup = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dgate", 0, "(int64_t)N * FF", "WDT"),
@@ -2527,7 +2504,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
     }
     /* GELU: the down projection's data gradient fused with gelu' (and c_fc's
      * bias gradient) in one op; a user-defined activation or SwiGLU: dact */
-    bool dgelu = !m->gated && !ext_of(e->spec);
+    bool dgelu = !m->gated && !e->ext;
     if (!dgelu) rt_call(o, I, "zero", "SRT_COMPUTE", "1", "dact", NULL);
     rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection",
             dgelu ? "NONE" : "dact", "PG(FC2_W, (int64_t)C * FF)", fbg, "dy", "act", "PW(FC2_W, (int64_t)C * FF)", "N",
@@ -2552,7 +2529,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
                 opt_w(e, g, R_GATE_B, "FF", true), "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
     } else {
         rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dfc1", NULL);
-        const CatalogExtern *x = ext_of(e->spec);
+        const CatalogExtern *x = e->ext;
         ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
                  (const char *[]){"dfc1", "fc1", "dact"}, 3);
         if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
@@ -3009,20 +2986,10 @@ static void gen_owned_fn(CE *e, Str *o)
 
 /* ---- the generated file: prologue, program ----------------------------------------- */
 
-/* path made absolute (the trainer is compiled from a temporary folder). */
-static const char *abs_path(const char *path)
-{
-    char *r = realpath(path, NULL);
-    if (!r) die("emit: cannot resolve %s: %s", path, strerror(errno));
-    const char *a = arena_printf(&g_arena, "%s", r);
-    free(r);
-    return a;
-}
-
 static const char *const dt_c[] = {"SRT_F32", "SRT_BF16", "SRT_F16"};
 
 /* The header comment, the includes, the model constants and the helpers. */
-static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
+static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *name, Str *o)
 {
     const Spec *s = mp->spec;
     const Model *m = &mp->model;
@@ -3034,8 +3001,7 @@ static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
     sput(o, " *\n * The plan (`shardc plan`):\n *\n");
     comment_text(o, " *  ", capture_text(report_fn, mp));
     sput(o, " */\n#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\n#include \"shardrt.h\"\n\n");
-    const CatalogExtern *x = ext_of(s);
-    if (x) sf(o, "/* the user-defined activation (docs/custom-ops.md) */\n#include \"%s\"\n\n", abs_path(x->header));
+    if (x) sf(o, "/* the user-defined activation (docs/custom-ops.md) */\n#include \"%s\"\n\n", util_abs_path(x->header));
     double dloss = 1.0 / ((double)p->T * (double)p->m * (double)p->dp);
     sf(o, "/* The model and the microbatch, llm.c's names (per rank). */\n"
           "enum {\n"
@@ -3093,17 +3059,17 @@ static void gen_prologue(const MemPlan *mp, const char *name, Str *o)
 }
 
 /* The srt_program and main. */
-static void gen_program(const MemPlan *mp, const char *name, Str *o, bool *has_eval)
+static void gen_program(const Plan *mp, const char *name, Str *o, bool *has_eval)
 {
     const Spec *s = mp->spec;
     const Model *m = &mp->model;
     const Partition *p = &mp->part;
-    sf(o, "static const srt_class classes[%d] = {\n", mp->nclasses);
-    for (int i = 0; i < mp->nclasses; i++) {
-        const ClassMem *cm = &mp->classes[i];
+    sf(o, "static const srt_class classes[%d] = {\n", mp->mem.nclasses);
+    for (int i = 0; i < mp->mem.nclasses; i++) {
+        const ClassMem *cm = &mp->mem.classes[i];
         const RankClass *rc = cm->cls;
         sf(o, "    {%d, s%d_params, %d, %lld, %lld, s%d_buffers, %d, %lld, %lld, %lld, s%d_step, %s, s%d_segs, %d},\n", rc->stage, i,
-           rc->ntensors, (long long)rc->padded, (long long)rc->shard, i, cm->sched.nbufs,
+           rc->ntensors, (long long)rc->padded, (long long)rc->shard, i, cm->sched->nbufs,
            (long long)cm->arena[SPACE_DEVICE], (long long)cm->arena[SPACE_HOST], (long long)cm->arena[SPACE_NVME], i,
            has_eval[i] ? arena_printf(&g_arena, "s%d_eval", i) : "NULL", i, rc->nsegs);
     }
@@ -3285,10 +3251,10 @@ static Stmt *pe_stmts(const CE *e, int *n)
 }
 
 /* Emits one rank class: its tables, functions, step and evaluation. */
-static void gen_class(MemPlan *mp, int ci, Str *o, bool loops, bool *has_eval)
+static void gen_class(const Plan *mp, const CatalogExtern *x, int ci, Str *o, bool loops, bool *has_eval)
 {
-    CE e = {.spec = mp->spec, .mp = mp, .m = &mp->model, .p = &mp->part, .cm = &mp->classes[ci], .ci = ci};
-    e.s = &e.cm->sched;
+    CE e = {.spec = mp->spec, .ext = x, .mp = mp, .m = &mp->model, .p = &mp->part, .cm = &mp->mem.classes[ci], .ci = ci};
+    e.s = e.cm->sched;
     e.rc = e.cm->cls;
     e.wb = e.p->wbytes, e.gb = e.p->gbytes;
     snprintf(e.px, sizeof e.px, "s%d", ci);
@@ -3368,459 +3334,16 @@ static void gen_class(MemPlan *mp, int ci, Str *o, bool loops, bool *has_eval)
 }
 
 /* The trainer's C source for a plan. */
-char *emit_c(MemPlan *mp, const char *name, bool loops)
+char *emit_c(const Plan *mp, const CatalogExtern *x, const char *name, bool loops)
 {
     Str o = {0};
     em_gemms = NULL;
     em_ngemms = em_capgemms = 0;
-    gen_prologue(mp, name, &o);
-    bool *has_eval = arena_alloc(&g_arena, sizeof(bool) * (size_t)(mp->nclasses + 1));
-    for (int ci = 0; ci < mp->nclasses; ci++) gen_class(mp, ci, &o, loops, has_eval);
+    gen_prologue(mp, x, name, &o);
+    bool *has_eval = arena_alloc(&g_arena, sizeof(bool) * (size_t)(mp->mem.nclasses + 1));
+    for (int ci = 0; ci < mp->mem.nclasses; ci++) gen_class(mp, x, ci, &o, loops, has_eval);
     gen_program(mp, name, &o, has_eval);
     char *r = arena_strndup(&g_arena, o.p, o.n);
     free(o.p);
     return r;
-}
-
-/* ---- shardc build: the driver ------------------------------------------------------------ */
-
-static const char build_usage[] =
-    "usage: shardc build FILE -o TRAINER [options] [-D key.path=value ...]\n"
-    "\n"
-    "Plans the spec, writes the trainer's C source and compiles and links it\n"
-    "against the runtime (libshardrt_cpu.a or libshardrt_cuda.a).\n"
-    "\n"
-    "options:\n"
-    "  -o TRAINER          the trainer binary to write\n"
-    "  --backend cpu|cuda  the runtime to link (default cpu)\n"
-    "  --emit-c OUT.c      also keep the generated C source (without -o: only write it)\n"
-    "  --runtime DIR       where the runtime's libraries and include/shardrt.h are\n"
-    "                      (default: the build tree shardc was built in)\n"
-    "  --no-loops          write every op as its own call (no folded loops)\n"
-    "  -D key.path=value   override a key of the spec\n"
-    "  --max-errors N      stop after N errors (default 20)\n"
-    "\n"
-    "environment: CC, the C compiler (default mpicc for the cpu backend; with CC\n"
-    "set, MPI's flags come from `mpicc --showme`)\n"
-    "\n"
-    "exit codes: 0 ok, 1 error in the input, 2 usage, 3 internal error (the C\n"
-    "compiler rejected the generated code: a shardc bug)\n";
-
-/* A usage error of shardc build: exit 2. */
-static _Noreturn void build_usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "shardc build: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", build_usage);
-    exit(EXIT_USAGE);
-}
-
-typedef struct BuildOpts {
-    const char *file, *out, *backend, *c_path, *runtime;
-    bool loops;
-    Override ov[256];
-    int nov;
-} BuildOpts;
-
-/* Parses the options of shardc build. */
-static void build_args(int argc, char **argv, BuildOpts *b)
-{
-    memset(b, 0, sizeof *b);
-    b->backend = "cpu";
-    b->loops = true;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const char *d = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(build_usage, stdout);
-            exit(EXIT_OK);
-        } else if (strcmp(a, "-D") == 0) {
-            if (!v) build_usage_error("%s needs key.path=value", a);
-            d = v, i++;
-        } else if (strncmp(a, "-D", 2) == 0) {
-            d = a + 2;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--backend") == 0 || strcmp(a, "--emit-c") == 0 ||
-                   strcmp(a, "--runtime") == 0 || strcmp(a, "--max-errors") == 0) {
-            if (!v) build_usage_error("%s needs a value", a);
-            i++;
-            if (strcmp(a, "-o") == 0) b->out = v;
-            else if (strcmp(a, "--backend") == 0) b->backend = v;
-            else if (strcmp(a, "--emit-c") == 0) b->c_path = v;
-            else if (strcmp(a, "--runtime") == 0) b->runtime = v;
-            else if ((diag_max_errors = atoi(v)) < 1) build_usage_error("%s must be at least 1", a);
-            continue;
-        } else if (strcmp(a, "--no-loops") == 0) {
-            b->loops = false;
-            continue;
-        } else if (a[0] == '-' && strcmp(a, "-") != 0) {
-            build_usage_error("unknown option '%s'", a);
-        } else if (!b->file) {
-            b->file = a;
-            continue;
-        } else {
-            build_usage_error("one spec file at a time ('%s')", a);
-        }
-        const char *eq = strchr(d, '=');
-        if (!eq || eq == d) build_usage_error("-D takes key.path=value, got '%s'", d);
-        if (b->nov == (int)(sizeof b->ov / sizeof b->ov[0])) build_usage_error("too many -D overrides%s", "");
-        b->ov[b->nov].path = arena_strndup(&g_arena, d, (size_t)(eq - d));
-        b->ov[b->nov].text = eq + 1;
-        b->nov++;
-    }
-    if (!b->file) build_usage_error("which spec file?%s", "");
-    if (!b->out && !b->c_path) build_usage_error("nothing to do: give -o TRAINER and/or --emit-c OUT.c%s", "");
-    if (strcmp(b->backend, "cpu") != 0 && strcmp(b->backend, "cuda") != 0)
-        build_usage_error("--backend is cpu or cuda, not '%s'", b->backend);
-}
-
-/* Is path an existing regular file? */
-static bool is_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* The directory shardc runs from (its build tree), or NULL. */
-static const char *exe_dir(void)
-{
-    char buf[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return NULL;
-    buf[n] = 0;
-    char *slash = strrchr(buf, '/');
-    if (!slash) return NULL;
-    *slash = 0;
-    return arena_strdup(&g_arena, buf);
-}
-
-/* The first of root/sub/name that exists for the sub-folders given, or NULL. */
-static const char *find_under(const char *root, const char *const *subs, const char *name)
-{
-    if (!root) return NULL;
-    for (int i = 0; subs[i]; i++) {
-        const char *p = arena_printf(&g_arena, "%s%s%s/%s", root, subs[i][0] ? "/" : "", subs[i], name);
-        if (is_file(p)) return p;
-    }
-    return NULL;
-}
-
-/* Looks for a runtime file: under --runtime DIR only when given, else the
- * build tree this shardc runs from, else (headers) its source tree. */
-static const char *find_runtime_file(const char *dir, const char *const *subs, const char *name, const char *src_root)
-{
-    if (dir) return find_under(dir, subs, name);
-    const char *p = find_under(exe_dir(), subs, name);
-    if (!p && src_root) p = find_under(src_root, subs, name);
-    return p;
-}
-
-/* Runs argv (a NULL-terminated list), its output into *out; returns the exit
- * status (-1 when it could not start or died of a signal). */
-static int run_captured(char *const *argv, char **out)
-{
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        close(fds[0]);
-        close(fds[1]);
-        execvp(argv[0], argv);
-        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    Str s = {0};
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-        if (n > 0) sf(&s, "%.*s", (int)n, buf);
-    close(fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    *out = arena_strdup(&g_arena, s.p ? s.p : "");
-    free(s.p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* Is an executable called name on the PATH? */
-static bool on_path(const char *name)
-{
-    const char *path = getenv("PATH");
-    if (strchr(name, '/')) return access(name, X_OK) == 0;
-    for (const char *p = path ? path : ""; *p;) {
-        const char *end = strchr(p, ':');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *full = arena_printf(&g_arena, "%.*s/%s", (int)len, p, name);
-        if (access(full, X_OK) == 0) return true;
-        if (!end) break;
-        p = end + 1;
-    }
-    return false;
-}
-
-typedef struct Argv { char *v[256]; int n; } Argv;
-
-/* Appends one argument. */
-static void arg(Argv *a, const char *s)
-{
-    if (a->n >= (int)(sizeof a->v / sizeof a->v[0]) - 1) die("emit: too many compiler arguments");
-    a->v[a->n++] = (char *)s;
-    a->v[a->n] = NULL;
-}
-
-/* Appends the words of text (mpicc --showme output). */
-static void args_split(Argv *a, const char *text)
-{
-    char *t = arena_strdup(&g_arena, text);
-    for (char *w = strtok(t, " \t\n"); w; w = strtok(NULL, " \t\n")) arg(a, w);
-}
-
-/* The compiler and the MPI flags: mpicc, or $CC with mpicc's flags. */
-static bool compiler_args(Argv *a, Argv *link)
-{
-    const char *cc = getenv("CC");
-    if (!on_path("mpicc")) {
-        fprintf(stderr, "shardc build: error: mpicc (Open MPI) was not found on the PATH: the CPU runtime needs MPI\n"
-                        "hint: install Open MPI (scripts/install-deps), or build with --emit-c only\n");
-        return false;
-    }
-    if (!cc || !*cc) {
-        arg(a, "mpicc");
-        return true;
-    }
-    char *flags;
-    char *show_c[] = {"mpicc", "--showme:compile", NULL}, *show_l[] = {"mpicc", "--showme:link", NULL};
-    if (run_captured(show_c, &flags) != 0) {
-        fprintf(stderr, "shardc build: error: `mpicc --showme:compile` failed: %s\n", flags);
-        return false;
-    }
-    args_split(a, cc);
-    args_split(a, flags);
-    if (run_captured(show_l, &flags) != 0) {
-        fprintf(stderr, "shardc build: error: `mpicc --showme:link` failed: %s\n", flags);
-        return false;
-    }
-    args_split(link, flags);
-    return true;
-}
-
-/* Runs a compiler command; on failure prints what and its output, removes
- * the file it was making and returns non-zero. */
-static int run_tool(const Argv *a, const char *making, const char *what)
-{
-    char *output;
-    if (run_captured(a->v, &output) == 0) return 0;
-    unlink(making);
-    Str cmd = {0};
-    for (int i = 0; i < a->n; i++) sf(&cmd, "%s%s", i ? " " : "", a->v[i]);
-    fprintf(stderr, "shardc build: internal error: %s\n  %s\n%s", what, cmd.p, output);
-    free(cmd.p);
-    return 1;
-}
-
-/* The CUDA runtime's link arguments, one a line in shardrt_cuda.link beside
- * libshardrt_cuda.a (runtime/cuda/CMakeLists.txt writes it: the kernels,
- * cuBLASLt, cuDNN, NCCL with their rpaths), and its "nvcc=PATH" line. */
-static bool cuda_link_args(const char *rtlib, Argv *out, const char **nvcc)
-{
-    const char *path = arena_printf(&g_arena, "%.*s/shardrt_cuda.link", (int)(strrchr(rtlib, '/') - rtlib), rtlib);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "shardc build: error: %s is missing (it comes with libshardrt_cuda.a): %s\n", path,
-                strerror(errno));
-        return false;
-    }
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        if (!*line) continue;
-        if (strncmp(line, "nvcc=", 5) == 0) *nvcc = arena_strdup(&g_arena, line + 5);
-        else arg(out, arena_strdup(&g_arena, line));
-    }
-    fclose(f);
-    return true;
-}
-
-/* Compiles and links the generated source at c_path into out (through a
- * temporary file renamed at the end, so no partial trainer is left). */
-static int build_trainer(const BuildOpts *b, const char *c_path, const CatalogExtern *x)
-{
-    static const char *const lib_subs[] = {"", "lib", "runtime", "kernels/cpu", "kernels/cuda", NULL};
-    static const char *const inc_subs[] = {"include", "runtime/include", NULL};
-    bool cuda = strcmp(b->backend, "cuda") == 0;
-    const char *src_root = NULL;
-#ifdef SHARDC_SOURCE_DIR
-    src_root = SHARDC_SOURCE_DIR;
-#endif
-    const char *rtlib = find_runtime_file(b->runtime, lib_subs, cuda ? "libshardrt_cuda.a" : "libshardrt_cpu.a", NULL);
-    const char *klib = find_runtime_file(b->runtime, lib_subs, cuda ? "libshardk_cuda.a" : "libshardk_cpu.a", NULL);
-    const char *hdr = find_runtime_file(b->runtime, inc_subs, "shardrt.h", src_root);
-    const char *where = b->runtime ? b->runtime : "shardc's build tree";
-    if (!rtlib || !hdr) {
-        fprintf(stderr, "shardc build: error: the %s runtime (%s%s) was not found in %s\n", b->backend,
-                !rtlib ? (cuda ? "libshardrt_cuda.a" : "libshardrt_cpu.a") : "include/shardrt.h", "", where);
-        fprintf(stderr, "hint: %s, or point --runtime at the folder holding it\n",
-                cuda ? "configure shardc where nvcc is found (the CUDA backend builds with it)"
-                     : "build the runtime (cmake --build BUILD --target shardrt_cpu)");
-        return EXIT_USER;
-    }
-    Argv a = {0}, link = {0};
-    if (!compiler_args(&a, &link)) return EXIT_USER;
-    const char *tmp = arena_printf(&g_arena, "%s.tmp.%ld", b->out, (long)getpid());
-    const char *obj = arena_printf(&g_arena, "%s.tmp.%ld.o", b->out, (long)getpid());
-    char *inc = arena_strndup(&g_arena, hdr, strlen(hdr) - strlen("/shardrt.h"));
-    Argv cc = a;
-    arg(&cc, "-std=gnu11");
-    arg(&cc, "-O1");
-    arg(&cc, "-I");
-    arg(&cc, inc);
-    arg(&cc, "-c");
-    arg(&cc, c_path);
-    arg(&cc, "-o");
-    arg(&cc, obj);
-    if (run_tool(&cc, obj, "the C compiler failed on the generated code (a shardc bug)") != 0) return EXIT_INTERNAL;
-    /* the CUDA runtime's link line and nvcc, as its build wrote them */
-    Argv culink = {0};
-    const char *nvcc = "nvcc";
-    if (cuda && !cuda_link_args(rtlib, &culink, &nvcc)) {
-        unlink(obj);
-        return EXIT_USER;
-    }
-    /* the user's op: its C source (or, for the CUDA backend, its CUDA source
-     * through nvcc for sm_90) beside the trainer's, its header's folder on the path */
-    const char *uobj = NULL;
-    if (x) {
-        const char *src = abs_path(cuda ? x->cuda : x->cpu), *hdir = abs_path(x->header);
-        hdir = arena_strndup(&g_arena, hdir, (size_t)(strrchr(hdir, '/') - hdir));
-        uobj = arena_printf(&g_arena, "%s.tmp.%ld.user.o", b->out, (long)getpid());
-        Argv uc = a;
-        if (cuda) {
-            uc = (Argv){0};
-            arg(&uc, nvcc);
-            arg(&uc, "-arch=sm_90");
-        } else {
-            arg(&uc, "-std=gnu11");
-        }
-        arg(&uc, "-O2");
-        arg(&uc, "-I");
-        arg(&uc, hdir);
-        arg(&uc, "-c");
-        arg(&uc, src);
-        arg(&uc, "-o");
-        arg(&uc, uobj);
-        if (run_tool(&uc, uobj, arena_printf(&g_arena, "the %s compiler failed on %s, the user-defined %s",
-                                             cuda ? "CUDA" : "C", src, x->name)) != 0) {
-            unlink(obj);
-            return EXIT_USER;
-        }
-    }
-    arg(&a, obj);
-    if (uobj) arg(&a, uobj);
-    arg(&a, "-o");
-    arg(&a, tmp);
-    arg(&a, rtlib);
-    if (klib) arg(&a, klib);
-    if (cuda) {
-        for (int i = 0; i < culink.n; i++) arg(&a, culink.v[i]);
-    } else {
-        static const char *const cpu[] = {"-lopenblas", "-luring", "-fopenmp", NULL};
-        for (int i = 0; cpu[i]; i++) arg(&a, cpu[i]);
-    }
-    arg(&a, "-lcjson");   /* the core's checkpoints and metrics (srt_main) */
-    arg(&a, "-lm");
-    for (int i = 0; i < link.n; i++) arg(&a, link.v[i]);
-    int rc = run_tool(&a, tmp, arena_printf(&g_arena, "linking the trainer against %s failed (a runtime built "
-                                            "from other sources than this shardc?)", rtlib));
-    unlink(obj);
-    if (uobj) unlink(uobj);
-    if (rc != 0) return EXIT_INTERNAL;
-    if (rename(tmp, b->out) != 0) {
-        fprintf(stderr, "shardc build: error: cannot write %s: %s\n", b->out, strerror(errno));
-        unlink(tmp);
-        return EXIT_USER;
-    }
-    return EXIT_OK;
-}
-
-/* The spec's file name without its folders. */
-static const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-/* shardc build FILE -o TRAINER ... */
-int emit_build_main(int argc, char **argv)
-{
-    BuildOpts b;
-    build_args(argc, argv, &b);
-    sema_source = b.file;
-    Item *items = spec_parse_file(b.file);
-    if (diag_errors) return EXIT_USER;
-    Spec *spec = arena_alloc(&g_arena, sizeof *spec);
-    if (!sema_resolve(items, b.ov, b.nov, spec) || diag_errors) return EXIT_USER;
-    /* a user-defined op: its header against its kind's ABI, its sources there */
-    CatalogExtern x;
-    if (!catalog_check_extern(spec, &x) || diag_errors) return EXIT_USER;
-    if (x.abi && strcmp(b.backend, "cuda") == 0 && !x.cuda) {
-        diag_error(key_loc(spec, "model.activation"), "shardc build: the user-defined %s '%s' has no cuda source, and the CUDA backend needs one",
-                   x.abi->kind, x.name);
-        diag_hint("add cuda = \"FILE.cu\" to its extern block, or build with --backend cpu");
-        return EXIT_USER;
-    }
-    if (x.abi && strcmp(b.backend, "cpu") == 0 && !x.cpu) {
-        diag_error(key_loc(spec, "model.activation"), "shardc build: the user-defined %s '%s' has no cpu source, and the CPU backend needs one",
-                   x.abi->kind, x.name);
-        diag_hint("add cpu = \"FILE.c\" to its extern block");
-        return EXIT_USER;
-    }
-    MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
-    if (!mem_plan(spec, mp, true) || diag_errors) return EXIT_USER;
-    if (!emit_supported(spec, true)) return EXIT_USER;
-    /* a schedule that fails verification is a compiler bug: no code from it */
-    if (!verify_plan(mp, stderr)) {
-        fprintf(stderr, "shardc build: internal error: the schedule of %s failed verification (a shardc bug)\n", b.file);
-        return EXIT_INTERNAL;
-    }
-    if (!mp->fits)
-        fprintf(stderr, "shardc build: warning: the plan does not fit the cluster of the spec (see `shardc plan %s`)\n",
-                b.file);
-    char *src = emit_c(mp, base_name(b.file), b.loops);
-    const char *c_path = b.c_path;
-    if (c_path && !util_write_atomic(c_path, src, strlen(src))) {
-        fprintf(stderr, "shardc build: error: cannot write %s: %s\n", c_path, strerror(errno));
-        return EXIT_USER;
-    }
-    if (!b.out) return EXIT_OK;
-    bool temp = !c_path;
-    if (temp) {
-        const char *dir = getenv("TMPDIR");
-        char *t = arena_printf(&g_arena, "%s/shardc-build-XXXXXX.c", dir && *dir ? dir : "/tmp");
-        int fd = mkstemps(t, 2);
-        if (fd < 0) {
-            fprintf(stderr, "shardc build: error: cannot create a temporary file in %s: %s\n",
-                    dir && *dir ? dir : "/tmp", strerror(errno));
-            return EXIT_USER;
-        }
-        size_t len = strlen(src), off = 0;
-        while (off < len) {
-            ssize_t w = write(fd, src + off, len - off);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                fprintf(stderr, "shardc build: error: cannot write %s: %s\n", t, strerror(errno));
-                close(fd);
-                unlink(t);
-                return EXIT_USER;
-            }
-            off += (size_t)w;
-        }
-        close(fd);
-        c_path = t;
-    }
-    int rc = build_trainer(&b, c_path, x.abi ? &x : NULL);
-    if (temp) unlink(c_path);
-    return rc;
 }

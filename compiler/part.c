@@ -15,20 +15,11 @@
 
 /* ---- checks --------------------------------------------------------------- */
 
-/* The location of a key the user set, or no location. */
-static Loc key_loc(const Spec *s, const char *path)
-{
-    const SchemaKey *k = schema_find(path);
-    if (!k) return (Loc){0};
-    int i = schema_index(k);
-    return s->set[i] ? s->loc[i] : (Loc){0};
-}
-
 /* Reports one planning error (when asked) and returns false. */
 static bool fail(bool report, const Spec *s, const char *key, const char *hint, const char *msg)
 {
     if (!report) return false;
-    diag_error(key_loc(s, key), "%s", msg);
+    diag_error(sema_key_loc(s, key), "%s", msg);
     if (hint) diag_hint("%s", hint);
     return false;
 }

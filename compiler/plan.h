@@ -1,11 +1,14 @@
 /* plan.h — the planner: model inventory (model_), partition plan (part_),
- * the ordered ops of one training step (sched_), the memory plan (mem_) and
- * the `shardc plan` report (report_).
+ * the ordered ops of one training step (sched_), the memory plan (mem_), the
+ * changes that would make a plan fit (fix_), the `shardc plan` report
+ * (report_), and the planning passes run in order (plan_).
  *
- * Data flows one way: resolved Spec -> Model -> Partition (one RankClass per
- * pipeline stage) -> Sched (ops + buffers per rank class) -> MemPlan (buffer
- * lifetimes, arena offsets, verdict) -> report.  Everything is allocated from
- * g_arena; nothing here holds global mutable state.
+ * Data flows one way, each pass taking the one before's output:
+ *   resolved Spec -> Model (model_build) -> Partition (part_build: one
+ *   RankClass per pipeline stage) -> Schedule (sched_build: the ops and
+ *   buffers of each rank class) -> MemPlan (mem_plan: buffer lifetimes, arena
+ *   offsets, the verdict).  A Plan holds them all (plan_build runs the four).
+ * Everything is allocated from g_arena; nothing here holds global mutable state.
  *
  * Units: elements are counted per tensor-parallel shard unless a comment says
  * "logical"; bytes are exact; FLOPs are doubles.
@@ -343,6 +346,12 @@ typedef struct Sched {
     double flops;               /* compute FLOPs of the step on this rank          */
 } Sched;
 
+/* The schedule pass's output: one Sched per rank class (pipeline stage). */
+typedef struct Schedule {
+    Sched *classes;
+    int nclasses;
+} Schedule;
+
 /* One forward or backward of a model chunk for one microbatch. */
 typedef struct PipeUnit { bool bwd; int mb; int chunk; } PipeUnit;
 
@@ -351,18 +360,18 @@ int sched_pipeline_order(const Partition *p, int st, PipeUnit *out);
 /* Microbatches whose activations are alive at once on stage st (forwards
  * done, backwards not yet), the maximum over the step. */
 int sched_max_in_flight(const Partition *p, int st);
-/* Builds the ops and buffers of one training step of rank class c. */
-void sched_build(const Partition *p, const RankClass *c, Sched *s);
+/* Builds the ops and buffers of one training step of every rank class. */
+void sched_build(const Partition *p, Schedule *out);
 const char *sched_op_kind_name(int kind);
 const char *sched_stream_name(int stream);
 /* "B mb3 L12" — a short label of an op (arena string). */
 const char *sched_op_label(const Sched *s, int op);
 
-/* ---- mem.c: lifetimes, the arenas, the verdict, the fixes --------------- */
+/* ---- mem.c: lifetimes, the arenas, the verdict --------------------------- */
 
 typedef struct ClassMem {
     const RankClass *cls;
-    Sched sched;
+    const Sched *sched;         /* the class's schedule (its buffers carry the layout) */
     int64_t arena[NSPACES];     /* device arena, pinned host arena, NVMe bytes     */
     int64_t peak[NSPACES];      /* peak live bytes (the lower bound)               */
     int peak_op;                /* the op at the device peak                       */
@@ -375,52 +384,70 @@ typedef struct ClassMem {
     double ratio;               /* device arena / device peak                      */
 } ClassMem;
 
-enum { MEM_MAX_FIXES = 16 };
-typedef struct Fix {
-    const char *change;         /* "-D zero.stage=2"                               */
-    const char *why;            /* one line                                        */
-    bool fits;
-    int64_t device_total;       /* the worst class after the change                */
-    int64_t saves;              /* device bytes saved on the worst class           */
-    int kind;                   /* which change (mem.c), to combine them           */
-    int64_t arg;                /* its argument (the micro-batch)                  */
-} Fix;
-
+/* The memory pass's output: per rank class its arenas and peaks, and the
+ * verdict against the cluster. */
 typedef struct MemPlan {
-    const Spec *spec;
-    Model model;
-    Partition part;
     ClassMem *classes;
     int nclasses;
     int worst;                  /* the class with the largest device total         */
     int64_t host_node, nvme_node;       /* per node (worst class × gpus per node)  */
     int64_t cluster_gpus;
     bool fits_gpus, fits_device, fits_host, fits_nvme, fits;
-    Fix *fixes;
-    int nfixes;
 } MemPlan;
 
-/* Plans a spec end to end (model, partition, schedule, arenas, verdict).
- * Returns false (with diagnostics when report) if the spec cannot be planned. */
-bool mem_plan(const Spec *s, MemPlan *mp, bool report);
-/* Computes the fixes of a plan that does not fit, each by re-planning a copy. */
-void mem_fixes(MemPlan *mp);
-/* Lifetimes from the op list, then offsets by interval packing; returns
- * false if two live buffers of one arena overlap (a planner bug). */
-void mem_layout(ClassMem *cm, int64_t reserve);
+/* The memory plan of a schedule: each buffer's lifetime (Buffer.first, .last)
+ * from the op list and its offset in its arena (Buffer.offset), then the
+ * arenas, the peaks and the verdict against the spec's cluster. */
+void mem_plan(const Partition *p, Schedule *sc, MemPlan *out);
+/* Lifetimes from the op list, then offsets by interval packing. */
+void mem_layout(ClassMem *cm, Sched *s, int64_t reserve);
+/* False if two live buffers of one arena overlap (a planner bug). */
 bool mem_check_overlap(const ClassMem *cm);
 const char *mem_cat_name(int cat);
 const char *mem_space_name(int space);
 /* Bytes live in a space at an op. */
 int64_t mem_live_at(const ClassMem *cm, int space, int op);
 
+/* ---- plan.c: the planning passes, in order -------------------------------- */
+
+enum { FIX_MAX = 16 };
+typedef struct Fix {
+    const char *change;         /* "-D zero.stage=2"                               */
+    const char *why;            /* one line                                        */
+    bool fits;
+    int64_t device_total;       /* the worst class after the change                */
+    int64_t saves;              /* device bytes saved on the worst class           */
+    int kind;                   /* which change (fix.c), to combine them           */
+    int64_t arg;                /* its argument (the micro-batch)                  */
+} Fix;
+
+/* Every pass's output for one spec. */
+typedef struct Plan {
+    const Spec *spec;
+    Model model;                /* model_build                                     */
+    Partition part;             /* part_build                                      */
+    Schedule sched;             /* sched_build                                     */
+    MemPlan mem;                /* mem_plan                                        */
+    Fix *fixes;                 /* fix_find (shardc plan, when it does not fit)    */
+    int nfixes;
+} Plan;
+
+/* The planning passes in order: model -> partition -> schedule -> memory
+ * plan.  pl must stay where it is (the passes' outputs point into it).
+ * Returns false (with diagnostics when report) if the spec cannot be planned. */
+bool plan_build(const Spec *s, Plan *pl, bool report);
+
+/* ---- fix.c: what would make a plan fit ------------------------------------ */
+
+/* The changes that would make a plan that does not fit fit, each found by
+ * planning a changed copy of the spec (pl->fixes). */
+void fix_find(Plan *pl);
+
 /* ---- report.c: `shardc plan` --------------------------------------------- */
 
-/* The driver's entry: argv holds the options after FILE (spec NULL: --help). */
-int report_plan_main(const Spec *spec, int argc, char **argv);
-void report_text(FILE *out, const MemPlan *mp);
-void report_rank(FILE *out, const MemPlan *mp, int64_t rank);
+void report_text(FILE *out, const Plan *mp);
+void report_rank(FILE *out, const Plan *mp, int64_t rank);
 /* The plan as JSON (cJSON text, arena-owned); rank < 0: no buffer list. */
-char *report_json(const MemPlan *mp, int64_t rank);
+char *report_json(const Plan *mp, int64_t rank);
 
 #endif

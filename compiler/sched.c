@@ -1963,7 +1963,7 @@ static double mlp_share(const Model *m)
 }
 
 /* Builds the ops and buffers of one training step of rank class c. */
-void sched_build(const Partition *p, const RankClass *c, Sched *s)
+static void sched_class(const Partition *p, const RankClass *c, Sched *s)
 {
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
@@ -2004,6 +2004,14 @@ void sched_build(const Partition *p, const RankClass *c, Sched *s)
     if (p->zero == 3) zero3_gathers(&b);
     sched_events(s);
     bufs_to_arena(s);
+}
+
+/* Builds the ops and buffers of one training step of every rank class. */
+void sched_build(const Partition *p, Schedule *out)
+{
+    out->nclasses = p->nclasses;
+    out->classes = arena_alloc(&g_arena, sizeof(Sched) * (size_t)(p->nclasses + 1));
+    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &out->classes[i]);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */

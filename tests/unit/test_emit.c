@@ -42,9 +42,9 @@ static char *emit_of(const char *text, const char **ovs, int nov, bool loops)
     Spec *s = arena_alloc(&g_arena, sizeof *s);
     capture();
     if (!spec_of(text, ovs, nov, s)) return NULL;
-    MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
-    if (!mem_plan(s, mp, true) || !emit_supported(s, true)) return NULL;
-    return emit_c(mp, "test.tspec", loops);
+    Plan *mp = arena_alloc(&g_arena, sizeof *mp);
+    if (!plan_build(s, mp, true) || !emit_supported(s, true)) return NULL;
+    return emit_c(mp, NULL, "test.tspec", loops);
 }
 
 /* Each feature of issue 6 is refused at its key, naming the feature. */
