@@ -43,19 +43,19 @@
 
 typedef struct RtOp { const char *name; int arity; } RtOp;
 
-static const RtOp rt_ops[] = {
+/* RT_matmul_fwd ...: the index of each op in the list. */
+enum {
+#define SRT_OP(name, arity, kind) RT_##name,
+    SRT_OPS(SRT_OP)
+#undef SRT_OP
+    NRTOPS
+};
+
+static const RtOp rt_ops[NRTOPS] = {
 #define SRT_OP(name, arity, kind) {#name, arity},
     SRT_OPS(SRT_OP)
 #undef SRT_OP
 };
-
-/* The runtime op called name, or NULL. */
-static const RtOp *rt_find(const char *name)
-{
-    for (size_t i = 0; i < sizeof rt_ops / sizeof rt_ops[0]; i++)
-        if (strcmp(rt_ops[i].name, name) == 0) return &rt_ops[i];
-    return NULL;
-}
 
 /* ---- text ------------------------------------------------------------------------ */
 
@@ -166,20 +166,33 @@ static void canon_fn(FILE *f, const void *spec) { canon_print(f, spec); }
 /* The plan's report, for capture_text. */
 static void report_fn(FILE *f, const void *mp) { report_text(f, mp); }
 
-/* The GEMM shapes the program's code calls (srt_program.gemms), as the C
- * expressions of the calls' arguments: rt_call records every srt_matmul_fwd /
- * _bwd it writes, so no path (eval, recompute, sequence parallelism, a custom
- * op's layer) can call a shape the table lacks; emit_c resets them. */
-typedef struct EmGemm { int kind; const char *N, *C, *OC; bool bias; } EmGemm;
+/* The dimensions a GEMM of the generated code names: its enum constants. */
+typedef enum Dim { D_N, D_C, D_QKV, D_QD, D_KVD, D_FF, D_VP, NDIMS } Dim;
+static const char *const dim_c[NDIMS] = {"N", "C", "QKV", "QD", "KVD", "FF", "VP"};
+
+/* An optional operand of a call: its text, and on which ranks it is there. */
+typedef enum Presence { ABSENT, ON_ALL, ON_SOME } Presence;
+typedef struct Opnd { const char *c; Presence on; } Opnd;
+static const Opnd NO_OPND = {"NONE", ABSENT};
+
+/* An operand every rank has. */
+static Opnd opnd(const char *c) { return (Opnd){c, ON_ALL}; }
+
+/* The GEMM shapes the program's code calls (srt_program.gemms): every
+ * srt_matmul_* call is written by mm_fwd, mm_gelu_fwd, mm_bwd or
+ * mm_bwd_dgelu, which record its shape, so no path (eval, recompute, sequence
+ * parallelism, a custom op's layer) can call a shape the table lacks; emit_c
+ * resets them.  kind: shardrt.h's SRT_GEMM_*. */
+typedef struct EmGemm { int kind; Dim N, C, OC; bool bias; } EmGemm;
 static EmGemm *em_gemms;
 static int em_ngemms, em_capgemms;
 
 /* Adds one GEMM shape to the program's table unless it is there already. */
-static void gemm_note(int kind, const char *N, const char *C, const char *OC, bool bias)
+static void gemm_note(int kind, Dim N, Dim C, Dim OC, bool bias)
 {
     for (int i = 0; i < em_ngemms; i++) {
         const EmGemm *g = &em_gemms[i];
-        if (g->kind == kind && g->bias == bias && !strcmp(g->N, N) && !strcmp(g->C, C) && !strcmp(g->OC, OC)) return;
+        if (g->kind == kind && g->bias == bias && g->N == N && g->C == C && g->OC == OC) return;
     }
     if (em_ngemms == em_capgemms) {
         int cap = em_capgemms ? 2 * em_capgemms : 16;
@@ -191,61 +204,85 @@ static void gemm_note(int kind, const char *N, const char *C, const char *OC, bo
     em_gemms[em_ngemms++] = (EmGemm){kind, N, C, OC, bias};
 }
 
-/* The GEMMs of one srt_matmul_* call (args: its arguments after the stream;
- * kinds as shardrt.h's SRT_GEMM_*).  An optional operand is "NONE" (absent),
- * "COND ? X : NONE" (absent on some ranks: both variants) or present. */
-static void gemm_record(const char *op, const char *const *args)
+/* A forward GEMM kind with its bias present on some ranks, all, or none:
+ * each variant the ranks call. */
+static void gemm_bias(int kind, Dim N, Dim C, Dim OC, Presence bias)
 {
-    bool fused = !strcmp(op, "matmul_gelu_fwd") || !strcmp(op, "matmul_bwd_dgelu");
-    if (!strcmp(op, "matmul_fwd") || fused) {
-        int kind = !fused ? 0 : op[7] == 'g' ? 3 : 4;
-        const char *b = args[kind == 0 ? 3 : kind == 3 ? 4 : 1], *const *d = args + (kind == 0 ? 4 : 5);
-        bool maybe = strstr(b, ": NONE") != NULL;
-        if (strcmp(b, "NONE")) gemm_note(kind, d[0], d[1], d[2], true);
-        if (!strcmp(b, "NONE") || maybe) gemm_note(kind, d[0], d[1], d[2], false);
-    } else if (!strcmp(op, "matmul_bwd")) {
-        if (strcmp(args[0], "NONE")) gemm_note(1, args[6], args[7], args[8], false);
-        if (strcmp(args[1], "NONE")) gemm_note(2, args[6], args[7], args[8], false);
-    }
+    if (bias != ABSENT) gemm_note(kind, N, C, OC, true);
+    if (bias != ON_ALL) gemm_note(kind, N, C, OC, false);
 }
 
 /* The table of the recorded GEMM shapes (before the srt_program). */
 static void gen_gemms(Str *o)
 {
-    static const char *const kind_c[5] = {"SRT_GEMM_FWD", "SRT_GEMM_BWD_DATA", "SRT_GEMM_BWD_WEIGHT", "SRT_GEMM_FWD_GELU",
-                                          "SRT_GEMM_BWD_DGELU"};
+    static const char *const kind_c[5] = {[SRT_GEMM_FWD] = "SRT_GEMM_FWD", [SRT_GEMM_BWD_DATA] = "SRT_GEMM_BWD_DATA",
+                                          [SRT_GEMM_BWD_WEIGHT] = "SRT_GEMM_BWD_WEIGHT",
+                                          [SRT_GEMM_FWD_GELU] = "SRT_GEMM_FWD_GELU",
+                                          [SRT_GEMM_BWD_DGELU] = "SRT_GEMM_BWD_DGELU"};
     if (!em_ngemms) return;
     sf(o, "/* every GEMM shape the code above calls: the CUDA backend plans them at start-up */\n"
           "static const srt_gemm_shape gemm_shapes[%d] = {\n", em_ngemms);
     for (int i = 0; i < em_ngemms; i++) {
         const EmGemm *g = &em_gemms[i];
         sf(o, "    {.kind = %s, .N = %s, .C = %s, .OC = %s, .bias = %s, .dt = WDT, .out_dt = %s},\n", kind_c[g->kind],
-           g->N, g->C, g->OC, g->bias ? "true" : "false", g->kind == 2 ? "GDT" : "WDT");
+           dim_c[g->N], dim_c[g->C], dim_c[g->OC], g->bias ? "true" : "false",
+           g->kind == SRT_GEMM_BWD_WEIGHT ? "GDT" : "WDT");
     }
     sput(o, "};\n\n");
 }
 
 /* Writes `srt_OP(c, STREAM, args...);` (indented, with a comment), checking OP
- * and the number of arguments against the SRT_OPS list; records its GEMMs. */
-static void rt_call(Str *s, const char *ind, const char *op, const char *stream, const char *comment, ...)
+ * and the number of arguments against the SRT_OPS list. */
+static void rt_call(Str *s, const char *ind, int op, const char *stream, const char *comment, ...)
 {
-    const RtOp *r = rt_find(op);
-    if (!r) die("emit: srt_%s is not an op of shardrt.h's SRT_OPS", op);
+    const RtOp *r = &rt_ops[op];
     va_list ap;
     va_start(ap, comment);
     int n = 0;
-    const char *args[24];
-    sf(s, "%ssrt_%s(c, %s", ind, op, stream);
-    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) {
-        sf(s, ", %s", a);
-        if (n < 24) args[n] = a;
-    }
+    sf(s, "%ssrt_%s(c, %s", ind, r->name, stream);
+    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) sf(s, ", %s", a);
     va_end(ap);
-    if (n != r->arity) die("emit: srt_%s takes %d arguments after the stream, %d emitted", op, r->arity, n);
-    gemm_record(op, args);
+    if (n != r->arity) die("emit: srt_%s takes %d arguments after the stream, %d emitted", r->name, r->arity, n);
     sput(s, ");");
     if (comment) sf(s, "  /* %s */", comment);
     sput(s, "\n");
+}
+
+/* srt_matmul_fwd: out (N,OC) = inp (N,C) · w^T (+ bias). */
+static void mm_fwd(Str *s, const char *ind, const char *comment, const char *out, const char *inp, const char *w,
+                   Opnd bias, Dim N, Dim C, Dim OC)
+{
+    rt_call(s, ind, RT_matmul_fwd, "SRT_COMPUTE", comment, out, inp, w, bias.c, dim_c[N], dim_c[C], dim_c[OC], NULL);
+    gemm_bias(SRT_GEMM_FWD, N, C, OC, bias.on);
+}
+
+/* srt_matmul_gelu_fwd: pre = inp · w^T (+ bias), out = gelu(pre). */
+static void mm_gelu_fwd(Str *s, const char *ind, const char *comment, const char *out, const char *pre,
+                        const char *inp, const char *w, Opnd bias, Dim N, Dim C, Dim OC)
+{
+    rt_call(s, ind, RT_matmul_gelu_fwd, "SRT_COMPUTE", comment, out, pre, inp, w, bias.c, dim_c[N], dim_c[C], dim_c[OC],
+            NULL);
+    gemm_bias(SRT_GEMM_FWD_GELU, N, C, OC, bias.on);
+}
+
+/* srt_matmul_bwd: dinp += dout · w (the data GEMM), dw += dout^T · inp (the
+ * weight GEMM), dbias += the column sums of dout. */
+static void mm_bwd(Str *s, const char *ind, const char *comment, Opnd dinp, Opnd dw, Opnd dbias, const char *dout,
+                   const char *inp, const char *w, Dim N, Dim C, Dim OC)
+{
+    rt_call(s, ind, RT_matmul_bwd, "SRT_COMPUTE", comment, dinp.c, dw.c, dbias.c, dout, inp, w, dim_c[N], dim_c[C],
+            dim_c[OC], NULL);
+    if (dinp.on != ABSENT) gemm_note(SRT_GEMM_BWD_DATA, N, C, OC, false);
+    if (dw.on != ABSENT) gemm_note(SRT_GEMM_BWD_WEIGHT, N, C, OC, false);
+}
+
+/* srt_matmul_bwd_dgelu: dpre = (dout · w) ⊙ gelu'(pre), dbias += its column sums. */
+static void mm_bwd_dgelu(Str *s, const char *ind, const char *comment, const char *dpre, Opnd dbias,
+                         const char *dout, const char *w, const char *pre, Dim N, Dim C, Dim OC)
+{
+    rt_call(s, ind, RT_matmul_bwd_dgelu, "SRT_COMPUTE", comment, dpre, dbias.c, dout, w, pre, dim_c[N], dim_c[C],
+            dim_c[OC], NULL);
+    gemm_bias(SRT_GEMM_BWD_DGELU, N, C, OC, dbias.on);
 }
 
 /* A user op's call in place of a runtime op: the CPU backend runs each op when
@@ -303,7 +340,7 @@ bool emit_supported(const Spec *s, bool report)
     return ok;
 }
 
-/* ---- buffers: what each of a class's buffers is, from its name ---------------------- */
+/* ---- buffers: what each of a class's buffers is, from its role ---------------------- */
 
 typedef enum BufKind {
     BK_OTHER, BK_PARAMS, BK_PSHARD, BK_PERSIST, BK_GATHERED, BK_GRADS, BK_GSHARD, BK_GWHOLE, BK_BUCKET,
@@ -311,127 +348,49 @@ typedef enum BufKind {
     BK_Y, BK_DY, BK_DX, BK_LOGITS,
 } BufKind;
 
-/* Does t end with suffix? */
-static bool ends_with(const char *t, const char *suffix)
-{
-    size_t a = strlen(t), b = strlen(suffix);
-    return a >= b && strcmp(t + a - b, suffix) == 0;
-}
-
-/* The kind of a buffer, from the names sched.c gives them. */
+/* The kind of a device buffer, by the role the schedule gave it: a stage's
+ * boundary is its last layer's output (sent, or the head's input), its output
+ * gradient (received, or the head's) and its first layer's input gradient. */
 static int buf_kind(const Buffer *b)
 {
-    const char *n = b->name;
-    static const struct { const char *name; int kind; } exact[] = {
-        {"params", BK_PARAMS}, {"params.shard", BK_PSHARD}, {"params.persistent", BK_PERSIST},
-        {"grads", BK_GRADS}, {"grads.shard", BK_GSHARD}, {"grads.whole", BK_GWHOLE},
-        {"optimizer.master", BK_MASTER}, {"optimizer.exp_avg", BK_MOM1}, {"optimizer.momentum", BK_MOM1},
-        {"optimizer.exp_avg_sq", BK_MOM2}, {"optimizer.grads_fp32", BK_STAGE32}, {"step.scalars", BK_MISC},
-        {"scratch", BK_SCRATCH},
+    static const signed char kind[NBUFROLES] = {
+        [BR_PARAMS] = BK_PARAMS, [BR_PARAMS_SHARD] = BK_PSHARD, [BR_PARAMS_PERSIST] = BK_PERSIST,
+        [BR_GATHERED] = BK_GATHERED, [BR_GRADS] = BK_GRADS, [BR_GRADS_SHARD] = BK_GSHARD, [BR_GRADS_WHOLE] = BK_GWHOLE,
+        [BR_BUCKET] = BK_BUCKET, [BR_OPT_MASTER] = BK_MASTER, [BR_OPT_MOM1] = BK_MOM1, [BR_OPT_MOM2] = BK_MOM2,
+        [BR_OPT_GRADS32] = BK_STAGE32, [BR_SCALARS] = BK_MISC, [BR_SCRATCH] = BK_SCRATCH, [BR_TOKENS] = BK_TOKENS,
+        [BR_TARGETS] = BK_TARGETS, [BR_LOGITS] = BK_LOGITS, [BR_X] = BK_X, [BR_SAVED] = BK_SAVED,
+        [BR_SEND_FWD] = BK_Y, [BR_Y] = BK_Y, [BR_RECV_BWD] = BK_DY, [BR_DY] = BK_DY, [BR_SEND_BWD] = BK_DX,
+        [BR_DX] = BK_DX,
     };
-    if (b->space != SPACE_DEVICE) return BK_OTHER;
-    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
-        if (strcmp(n, exact[i].name) == 0) return exact[i].kind;
-    if (strncmp(n, "params.gathered.", 16) == 0) return BK_GATHERED;
-    if (strncmp(n, "grads.bucket", 12) == 0) return BK_BUCKET;
-    if (strncmp(n, "batch.tokens.", 13) == 0) return BK_TOKENS;
-    if (strncmp(n, "batch.targets.", 14) == 0) return BK_TARGETS;
-    if (strncmp(n, "logits.", 7) == 0) return BK_LOGITS;
-    /* a stage's boundary: its last layer's output to send, its output gradient received */
-    if (strncmp(n, "pp.send_fwd.", 12) == 0) return BK_Y;
-    if (strncmp(n, "pp.recv_bwd.", 12) == 0) return BK_DY;
-    if (strncmp(n, "pp.send_bwd.", 12) == 0) return BK_DX;   /* its first layer's input gradient */
-    /* "act.y.mb3" and "act.dy.mb3", not their tp variants ("act.dy.mb3.partial") */
-    if (strncmp(n, "act.y.", 6) == 0) return strchr(n + 6, '.') ? BK_OTHER : BK_Y;
-    if (strncmp(n, "act.dy.", 7) == 0) return strchr(n + 7, '.') ? BK_OTHER : BK_DY;
-    if (strncmp(n, "act.", 4) == 0) {
-        if (ends_with(n, ".saved")) return BK_SAVED;
-        if (ends_with(n, ".dx")) return BK_DX;
-        if (ends_with(n, ".x")) return BK_X;
+    return b->space == SPACE_DEVICE ? kind[b->role] : BK_OTHER;
+}
+
+/* The tensors a generated function sees: carved buffers (the plan's layout),
+ * each at a field of the function's row ("saved", "scratch", "attn"). */
+typedef struct Views { const Carve *cv[2]; const char *field[2]; int n; } Views;
+
+/* The views of one carved buffer, or two (b NULL: one). */
+static Views views(const Carve *a, const char *fa, const Carve *b, const char *fb)
+{
+    return (Views){{a, b}, {fa, fb}, b ? 2 : 1};
+}
+
+/* The offset of piece id (ActPiece) in a carved buffer. */
+static int64_t carve_off(const Carve *cv, int id)
+{
+    const Piece *pc = act_piece(cv, id);
+    if (!pc) die("emit: no tensor %d in the carved buffer", id);
+    return pc->off;
+}
+
+/* A view of piece id from element byte at: "DV(a->field + off + at, n, dt)". */
+static const char *piece(const Views *v, int id, int64_t at, const char *n, const char *dt)
+{
+    for (int k = 0; k < v->n; k++) {
+        const Piece *pc = act_piece(v->cv[k], id);
+        if (pc) return arena_printf(&g_arena, "DV(a->%s + %lld, %s, %s)", v->field[k], (long long)(pc->off + at), n, dt);
     }
-    return BK_OTHER;
-}
-
-/* ---- carving a buffer into tensors ------------------------------------------------ */
-
-enum { MAX_PIECES = 32 };
-
-/* A named tensor inside a buffer: bytes at an offset, live over [born, dies]
- * (steps of the emitted sequence, for the backward scratch's packing). */
-typedef struct Piece {
-    const char *name;
-    int64_t off, bytes;
-    int born, dies;
-    const char *base;           /* its row field when merged from several buffers (carve_merge), else NULL */
-} Piece;
-typedef struct Carve { Piece p[MAX_PIECES]; int n; int64_t total; } Carve;
-
-/* Appends a piece after the others. */
-static void carve_add(Carve *cv, const char *name, int64_t bytes)
-{
-    if (cv->n == MAX_PIECES) die("emit: too many pieces in one buffer");
-    cv->p[cv->n++] = (Piece){name, cv->total, bytes, 0, 0, NULL};
-    cv->total += bytes;
-}
-
-/* Declares a piece with a lifetime, placed later by carve_pack. */
-static void carve_live(Carve *cv, const char *name, int64_t bytes, int born, int dies)
-{
-    if (cv->n == MAX_PIECES) die("emit: too many pieces in one buffer");
-    cv->p[cv->n++] = (Piece){name, -1, bytes, born, dies, NULL};
-}
-
-/* The offset of the piece called name. */
-static int64_t carve_off(const Carve *cv, const char *name)
-{
-    for (int i = 0; i < cv->n; i++)
-        if (strcmp(cv->p[i].name, name) == 0) return cv->p[i].off;
-    die("emit: no tensor %s in the carved buffer", name);
-}
-
-/* First fit of the pieces in the order given; returns the top. */
-static int64_t pack_in_order(Carve *cv, const int *order)
-{
-    int64_t top = 0;
-    for (int k = 0; k < cv->n; k++) {
-        Piece *a = &cv->p[order[k]];
-        int64_t at = 0;
-        for (bool moved = true; moved;) {   /* bump past every placed piece it meets */
-            moved = false;
-            for (int j = 0; j < k; j++) {
-                const Piece *b = &cv->p[order[j]];
-                bool together = a->born <= b->dies && b->born <= a->dies;
-                if (together && at < b->off + b->bytes && b->off < at + a->bytes) at = b->off + b->bytes, moved = true;
-            }
-        }
-        a->off = at;
-        if (at + a->bytes > top) top = at + a->bytes;
-    }
-    return top;
-}
-
-/* Places pieces with lifetimes so that live ones never overlap, within limit
- * bytes: first fit, largest first, else in birth order.  The planner sized the
- * buffer as the peak of the live pieces; if no order fits, the two disagree. */
-static void carve_pack(Carve *cv, int64_t limit, const char *what)
-{
-    int order[MAX_PIECES] = {0};
-    for (int i = 0; i < cv->n; i++) order[i] = i;
-    for (int i = 1; i < cv->n; i++)     /* largest first, then born first (stable) */
-        for (int j = i; j > 0; j--) {
-            const Piece *a = &cv->p[order[j]], *b = &cv->p[order[j - 1]];
-            if (a->bytes > b->bytes || (a->bytes == b->bytes && a->born < b->born)) {
-                int t = order[j];
-                order[j] = order[j - 1], order[j - 1] = t;
-            }
-        }
-    int64_t top = pack_in_order(cv, order);
-    if (top > limit) {
-        for (int i = 0; i < cv->n; i++) order[i] = i;
-        top = pack_in_order(cv, order);
-    }
-    if (top > limit) die("emit: %s needs %lld bytes, the plan gives it %lld", what, (long long)top, (long long)limit);
-    cv->total = top;
+    die("emit: no tensor %d in a function's buffers", id);
 }
 
 /* ---- the class being emitted ------------------------------------------------------- */
@@ -563,12 +522,41 @@ static int op_need(const CE *e, const Op *o, bool rd, int k, const char *what)
     return id;
 }
 
-/* The first buffer of a class with kind k, or -1. */
-static int class_buf(const CE *e, int k)
+/* The class's persistent buffer of role r in space sp, or -1. */
+static int class_buf(const CE *e, int r, int sp)
 {
     for (int i = 0; i < e->s->nbufs; i++)
-        if (e->s->bufs[i].persistent && buf_kind(&e->s->bufs[i]) == k) return i;
+        if (e->s->bufs[i].persistent && e->s->bufs[i].role == r && e->s->bufs[i].space == sp) return i;
     return -1;
+}
+
+/* The first buffer of role r (r2 too, when not -1) among an op's reads (rd)
+ * or writes, of layer `layer` and the op's microbatch unless layer is
+ * NO_LAYER, or -1. */
+static int op_role_at(const CE *e, const Op *o, bool rd, int r, int r2, int layer)
+{
+    const int *ids = rd ? o->rd : o->wr;
+    int n = rd ? o->nrd : o->nwr;
+    for (int i = 0; i < n; i++) {
+        const Buffer *b = &e->s->bufs[ids[i]];
+        if ((b->role == r || b->role == r2) && (layer == NO_LAYER || (b->layer == layer && b->mb == o->mb)))
+            return ids[i];
+    }
+    return -1;
+}
+
+/* The first buffer of role r among an op's reads (rd) or writes, or -1. */
+static int op_role(const CE *e, const Op *o, bool rd, int r)
+{
+    return op_role_at(e, o, rd, r, -1, NO_LAYER);
+}
+
+/* Like op_role, but the buffer must be there. */
+static int op_role_need(const CE *e, const Op *o, bool rd, int r)
+{
+    int id = op_role(e, o, rd, r);
+    if (id < 0) die("emit: op %s has no buffer of role %d", sched_op_label(e->s, (int)(o - e->s->ops)), r);
+    return id;
 }
 
 /* Sequence parallelism: the layers' activations are sequence shards (this
@@ -584,167 +572,6 @@ static void expect_bytes(const CE *e, int id, int64_t bytes, const char *what)
     if (e->s->bufs[id].bytes != bytes)
         die("emit: %s needs %lld bytes, the plan's %s has %lld", what, (long long)bytes, e->s->bufs[id].name,
             (long long)e->s->bufs[id].bytes);
-}
-
-/* ---- the layer's tensors ----------------------------------------------------------- */
-
-/* Bytes of a layer-graph tensor for one microbatch (as part.c counts them). */
-static int64_t graph_bytes(const CE *e, const ActTensor *t)
-{
-    int64_t rows = t->shard == AS_SEQ ? e->p->T_sp : e->p->T;
-    int64_t w = t->shard == AS_TP ? t->width / e->p->tp : t->width;
-    return rows * w * (t->fp32 ? 4 : e->wb);
-}
-
-/* The saved buffer: the graph's kept tensors, fp32 statistics first (so they
- * stay 4-byte aligned), each a piece named after the graph. */
-static void carve_saved(CE *e)
-{
-    LayerGraph g;
-    model_layer_graph(e->m, false, &g);
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < g.nt; i++) {
-            const ActTensor *t = &g.t[i];
-            bool kept = t->kind == AK_SAVED || t->kind == AK_SAVED_ATTN;
-            if (kept && t->fp32 == (pass == 0)) carve_add(&e->saved, t->name, graph_bytes(e, t));
-        }
-    if (e->saved.total != e->p->act.saved[CKPT_NONE])
-        die("emit: the layer's saved tensors take %lld bytes, the plan keeps %lld", (long long)e->saved.total,
-            (long long)e->p->act.saved[CKPT_NONE]);
-}
-
-/* The step of the layer graph producing tensor i (-1: the layer input). */
-static int graph_producer(const LayerGraph *g, int i)
-{
-    for (int k = 0; k < g->nst; k++)
-        for (int j = 0; j < g->st[k].nout; j++)
-            if (g->st[k].out[j] == i) return k;
-    return -1;
-}
-
-/* The last step of the layer graph reading tensor i (its producer if none does). */
-static int graph_last_use(const LayerGraph *g, int i, int prod)
-{
-    int last = prod;
-    for (int k = 0; k < g->nst; k++)
-        for (int j = 0; j < g->st[k].nin; j++)
-            if (g->st[k].in[j] == i && k > last) last = k;
-    return last;
-}
-
-/* Does the forward keep graph tensor t for backward under checkpoint policy
- * pol?  part.c's rule: full keeps nothing (a recompute replays the layer),
- * selective all but the attention core. */
-static bool graph_kept(const ActTensor *t, int pol)
-{
-    if (pol == CKPT_FULL) return false;
-    return t->kind == AK_SAVED || (t->kind == AK_SAVED_ATTN && pol == CKPT_NONE);
-}
-
-/* A forward's transients under policy pol: each graph tensor it does not keep
- * (not the input or output), live from its step to its last reader's, packed
- * into the limit part.c computed as their peak.  The row-parallel outputs are
- * the generated forward's tmp (attention projection) and tmp2 (MLP).  Under
- * sequence parallelism (part.c's sp_fwd_scratch, rule for rule) the forward
- * writes the row-parallel outputs into y, so they have no piece, and each
- * norm runs on the gathered input into the scratch (norm1.sp, norm2.sp and
- * their statistics, on all tokens, whatever the policy keeps: the plan's kept
- * norm shards stay unused), with the graph norm's lifetime. */
-static void carve_fwd_scratch(CE *e, const LayerGraph *g, int pol, Carve *cv, int64_t limit)
-{
-    bool sp = sp_on(e);
-    for (int i = 0; i < g->nt; i++) {
-        const ActTensor *t = &g->t[i];
-        bool norm = sp && t->role == AR_NORM;
-        if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || (sp && t->shard == AS_FULL)) continue;
-        if (!norm && graph_kept(t, pol)) continue;
-        int prod = graph_producer(g, i);
-        const char *name = strcmp(t->name, "proj.partial") == 0 ? "tmp"
-                         : strcmp(t->name, "fc2.partial") == 0 ? "tmp2" : t->name;
-        int64_t bytes = graph_bytes(e, t);
-        if (norm) {     /* "norm1.out" -> "norm1.sp", "norm1.stats" -> "norm1.sp.stats", all T tokens */
-            name = arena_printf(&g_arena, "%.5s.sp%s", t->name, t->fp32 ? ".stats" : "");
-            bytes = e->p->T * t->width * (t->fp32 ? 4 : e->wb);
-        }
-        carve_live(cv, name, bytes, prod, graph_last_use(g, i, prod));
-    }
-    carve_pack(cv, limit, "a layer's forward");
-    for (int i = 0; i < cv->n; i++)     /* fp32 statistics among working-dtype tensors */
-        if (cv->p[i].off % 4) die("emit: %s at byte %lld of a layer's forward scratch is not 4-byte aligned",
-                                  cv->p[i].name, (long long)cv->p[i].off);
-}
-
-/* The layer's tensors under the spec's activation checkpointing: what the
- * forward keeps (kept: everything without checkpointing, all but the attention
- * core under selective, nothing under full), the selectively recomputed
- * attention core (attn: the buffer the backward reads it from), the forward's
- * transients (fscr), and under full the transients of the recompute (rscr),
- * which keeps everything as a forward without checkpointing does (saved). */
-static void carve_ckpt(CE *e)
-{
-    const ActBytes *a = &e->p->act;
-    LayerGraph g;
-    model_layer_graph(e->m, false, &g);
-    e->pol = e->spec->checkpointing.activations;
-    if (e->pol == CKPT_NONE) e->kept = e->saved;
-    for (int pass = 0; pass < 2 && e->pol != CKPT_NONE; pass++)    /* fp32 statistics first, as carve_saved */
-        for (int i = 0; i < g.nt; i++) {
-            const ActTensor *t = &g.t[i];
-            if (t->fp32 != (pass == 0)) continue;
-            if (graph_kept(t, e->pol)) carve_add(&e->kept, t->name, graph_bytes(e, t));
-            if (e->pol == CKPT_SELECTIVE && t->kind == AK_SAVED_ATTN) carve_add(&e->attn, t->name, graph_bytes(e, t));
-        }
-    if (e->pol != CKPT_NONE &&
-        (e->kept.total != a->saved[e->pol] || e->attn.total != (e->pol == CKPT_SELECTIVE ? a->attn : 0)))
-        die("emit: a layer keeps %lld + %lld bytes under checkpointing, the plan %lld + %lld", (long long)e->kept.total,
-            (long long)e->attn.total, (long long)a->saved[e->pol], (long long)(e->pol == CKPT_SELECTIVE ? a->attn : 0));
-    carve_fwd_scratch(e, &g, e->pol, &e->fscr, a->fwd_scratch[e->pol]);
-    if (e->pol == CKPT_FULL) carve_fwd_scratch(e, &g, CKPT_NONE, &e->rscr, a->fwd_scratch[CKPT_NONE]);
-}
-
-/* The backward's internal gradients with their lifetimes over the steps of
- * the generated backward (gen_bwd_fn: the numbers are its steps), packed
- * into the plan's scratch. */
-static void carve_bwd(CE *e, int64_t limit)
-{
-    const Model *m = e->m;
-    int64_t tp = e->p->tp, T = e->p->T, h = m->h, ff = m->ffn / tp, w = e->wb;
-    int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd;
-    Carve *cv = &e->bscr;
-    if (tp == 1) carve_live(cv, "dx2", T * h * w, 0, 6);   /* tp > 1: the row's d1 */
-    if (m->gated || e->ext)    /* GELU's backward fuses it away (matmul_bwd_dgelu) */
-        carve_live(cv, "dact", T * ff * w, 1, 2);
-    if (m->gated) {
-        carve_live(cv, "dgate", T * ff * w, 2, 3);
-        carve_live(cv, "dup", T * ff * w, 2, 3);
-    } else {
-        carve_live(cv, "dfc1", T * ff * w, 2, 3);
-    }
-    carve_live(cv, "dln2", T * h * w, 3, 4);
-    carve_live(cv, "datt", T * (h / tp) * w, 6, 7);
-    carve_live(cv, "dqkv", T * qkv * w, 7, 8);
-    carve_live(cv, "dln1", T * h * w, 8, 9);
-    if (sp_on(e)) {     /* each part's norm recomputed on its gathered input */
-        carve_live(cv, "norm2.sp", T * h * w, 3, 4);
-        carve_live(cv, "norm2.sp.stats", T * 4 * (m->layernorm ? 2 : 1), 3, 4);
-        carve_live(cv, "norm1.sp", T * h * w, 8, 9);
-        carve_live(cv, "norm1.sp.stats", T * 4 * (m->layernorm ? 2 : 1), 8, 9);
-    }
-    carve_pack(cv, limit, "a layer's backward");
-}
-
-/* The head's scratch: final-norm statistics, the losses, the normalised
- * input and its gradient. */
-static void carve_head(CE *e, int64_t limit)
-{
-    int64_t T = e->p->T, x = T * e->m->h * e->wb;
-    Carve *cv = &e->hscr;
-    carve_add(cv, "lnf.stats", T * 4 * (e->m->layernorm ? 2 : 1));
-    carve_add(cv, "losses", T * 4);
-    carve_add(cv, "lnf", x);
-    carve_add(cv, "dlnf", x);
-    if (cv->total > limit)
-        die("emit: the head needs %lld bytes of scratch, the plan gives it %lld", (long long)cv->total, (long long)limit);
 }
 
 /* ---- where parameters and gradients are ----------------------------------------------- */
@@ -953,7 +780,7 @@ static const char *buckets_of(CE *e, const Group *g, const Op *o)
             int found = -1;
             for (int i = 0; i < o->nwr; i++) {
                 const Buffer *b = &e->s->bufs[o->wr[i]];
-                if (buf_kind(b) == BK_BUCKET && atoi(b->name + 12) == g->slot_bucket[k]) found = o->wr[i];
+                if (buf_kind(b) == BK_BUCKET && b->idx == g->slot_bucket[k]) found = o->wr[i];
             }
             if (found < 0)
                 die("emit: op %s writes no buffer for gradient bucket %d", sched_op_label(e->s, (int)(o - e->s->ops)),
@@ -977,7 +804,7 @@ static void zero_buckets(CE *e, const Op *o, bool *zeroed, const char *label)
         const Buffer *b = &e->s->bufs[id];
         if (buf_kind(b) != BK_BUCKET || zeroed[id]) continue;
         zeroed[id] = true;
-        int k = atoi(b->name + 12);
+        int k = b->idx;
         expect_bytes(e, id, e->rc->buckets[k].padded * e->gb, "a gradient bucket");
         row(e, FN_ZERO, arena_printf(&g_arena, "zero %s for %s", b->name, label), "{SRT_COMPUTE, %lld, %lld}",
             (long long)b->offset, (long long)e->rc->buckets[k].padded);
@@ -1022,16 +849,6 @@ static const char *part_call(CE *e, int stream, int64_t in, int64_t shard, int64
                         acc ? 1 : 0);
 }
 
-/* The buffer among an op's reads (rd) or writes whose name starts with prefix, or -1. */
-static int op_prefix(const CE *e, const Op *o, bool rd, const char *prefix)
-{
-    const int *ids = rd ? o->rd : o->wr;
-    int n = rd ? o->nrd : o->nwr;
-    for (int i = 0; i < n; i++)
-        if (strncmp(e->s->bufs[ids[i]].name, prefix, strlen(prefix)) == 0) return ids[i];
-    return -1;
-}
-
 /* Elements of a segment's shard (at shard_offset so) that stay on the device:
  * the host optimizer owns shard space from S_dev on. */
 static int64_t dev_part(const CE *e, int64_t so, int64_t shard)
@@ -1050,7 +867,7 @@ static void nvme_opt_op(CE *e, const Op *o, const char *label)
     int64_t n = e->S_host - h0 < sub ? e->S_host - h0 : sub;
     if (o->chunk < 0 || n <= 0) die("emit: %s names no host sub-group", label);
     const char *st = stream_name(o->stream);
-    int slot = op_prefix(e, o, !rd, "optimizer.nvme_staging");
+    int slot = op_role(e, o, !rd, BR_OPT_SLOT);
     if (e->b_nvme >= 0 && slot >= 0) {
         if (e->s->bufs[slot].bytes < n * 4 * e->nstates)
             die("emit: %s stages %lld bytes, the plan's %s has %lld", label, (long long)(n * 4 * e->nstates),
@@ -1063,7 +880,7 @@ static void nvme_opt_op(CE *e, const Op *o, const char *label)
     } else if (rd) {
         die("emit: %s reads no NVMe optimizer state", label);
     }
-    if (!rd && e->b_hswap >= 0 && op_prefix(e, o, false, "params.shard") >= 0) {
+    if (!rd && e->b_hswap >= 0 && op_role(e, o, false, BR_PARAMS_SHARD) >= 0) {
         if (e->s->bufs[e->b_hswap].bytes < n * e->wb)
             die("emit: %s writes %lld parameter bytes through %s of %lld", label, (long long)(n * e->wb),
                 e->s->bufs[e->b_hswap].name, (long long)e->s->bufs[e->b_hswap].bytes);
@@ -1174,17 +991,6 @@ static void param_gather_op(CE *e, const Op *o, const char *label)
 }
 
 
-/* The one buffer among an op's reads (rd) or writes whose name ends with
- * suffix (the tp transients: ".resid1", ".dresid1"). */
-static int op_suffix(const CE *e, const Op *o, bool rd, const char *suffix)
-{
-    const int *ids = rd ? o->rd : o->wr;
-    int n = rd ? o->nrd : o->nwr;
-    for (int i = 0; i < n; i++)
-        if (ends_with(e->s->bufs[ids[i]].name, suffix)) return ids[i];
-    die("emit: op %s has no %s buffer", sched_op_label(e->s, (int)(o - e->s->ops)), suffix);
-}
-
 /* tp > 1: the all-reduce over tp that completes the partial gradients of the
  * replicated tensors of the op's layer (norms, row-parallel biases,
  * positions) in the gradient buffers the op writes: one row per tensor,
@@ -1206,7 +1012,7 @@ static void tp_grads_op(CE *e, const Op *o, const char *label)
                 if (e->whole_rel[i] < 0) continue;
                 base = b->offset + e->whole_rel[i] * e->gb;
             } else if (kind == BK_BUCKET) {
-                int k = atoi(b->name + 12);
+                int k = b->idx;
                 if (e->seg_bucket[i] != k || e->whole_rel[i] >= 0) continue;
                 base = b->offset + (sg->offset - rc->segs[rc->buckets[k].first_seg].offset) * e->gb;
             } else {
@@ -1247,15 +1053,15 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
             die("emit: %s: a sequence-parallel collective without sequence parallelism", label);
         const Buffer *in = &e->s->bufs[o->rd[0]], *out = &e->s->bufs[o->wr[0]];
         int64_t full = e->p->act.full, shard = full / e->p->tp, at = boff(e, o->rd[0]);
-        bool rec = ag && ends_with(in->name, ".recomputed");    /* full checkpointing's replayed tensors */
+        bool rec = ag && (in->role == BR_RECOMPUTED || in->role == BR_RECOMPUTED_IN);   /* full checkpointing's replay */
         bool inside = rec && in->bytes == e->p->act.x + e->saved.total;    /* after the layer's input shard */
         if (ag && (buf_kind(in) == BK_SAVED || rec) && o->sub == SUB_MLP)  /* the MLP's input shard */
-            at += (inside ? e->p->act.x : 0) + carve_off(rec ? &e->saved : &e->kept, "x2");
+            at += (inside ? e->p->act.x : 0) + carve_off(rec ? &e->saved : &e->kept, AP_X2);
         else if (inside && o->sub == SUB_ATTN) (void)0;                  /* the layer's input shard, first */
         else if (in->bytes != (ag ? shard : full))
             die("emit: %s reads %lld bytes, not a %s", label, (long long)in->bytes,
                 ag ? "sequence shard" : "full tensor");
-        bool into = !ag && ends_with(out->name, ".recomputed") && out->bytes == shard + e->saved.total;
+        bool into = !ag && out->role == BR_RECOMPUTED_IN && out->bytes == shard + e->saved.total;
         if (!into && out->bytes != (ag ? full : shard))     /* into: the next layer's replayed input, first */
             die("emit: %s writes %lld bytes, not a %s", label, (long long)out->bytes,
                 ag ? "full tensor" : "sequence shard");
@@ -1314,27 +1120,23 @@ static void tied_reduce_op(CE *e, const Op *o, const char *label)
             (long long)o->bytes);
 }
 
-/* ---- activation checkpointing: the layer's buffers as sched.c names them ------------------ */
+/* ---- activation checkpointing: the layer's buffers by their roles ------------------------- */
 
-/* The buffer "act.L<layer>.mb<mb>.<what>" among an op's reads (rd) or writes, or -1. */
-static int act_of(const CE *e, const Op *o, bool rd, int layer, const char *what)
+/* The buffer of role r of layer `layer` and the op's microbatch among an
+ * op's reads (rd) or writes, or -1. */
+static int act_of(const CE *e, const Op *o, bool rd, int layer, int r)
 {
-    const char *name = arena_printf(&g_arena, "act.L%d.mb%d.%s", layer, o->mb, what);
-    const int *ids = rd ? o->rd : o->wr;
-    int n = rd ? o->nrd : o->nwr;
-    for (int i = 0; i < n; i++)
-        if (strcmp(e->s->bufs[ids[i]].name, name) == 0) return ids[i];
-    return -1;
+    return op_role_at(e, o, rd, r, -1, layer);
 }
 
 /* The input of layer `layer` (B,T,C) among an op's reads (rd) or writes, or -1:
- * x, or under full checkpointing the group's checkpoint (ckpt, unless it is a
- * partitioned slice) or a transient (x.transient). */
+ * x, or under full checkpointing the group's checkpoint (kept whole) or a
+ * transient. */
 static int layer_input(const CE *e, const Op *o, bool rd, int layer)
 {
-    static const char *const what[] = {"x", "ckpt", "x.transient"};
-    for (size_t i = 0; i < sizeof what / sizeof what[0]; i++) {
-        int id = act_of(e, o, rd, layer, what[i]);
+    static const int roles[] = {BR_X, BR_CKPT, BR_X_TRANSIENT};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+        int id = act_of(e, o, rd, layer, roles[i]);
         if (id >= 0 && e->s->bufs[id].bytes == e->p->act.x) return id;
     }
     return -1;
@@ -1355,7 +1157,7 @@ static int embed_output(const CE *e, const Op *o)
  * reads the input x. */
 static void ckpt_slice(CE *e, const Op *o, int x, const char *label)
 {
-    int sl = act_of(e, o, false, o->layer, "ckpt");
+    int sl = act_of(e, o, false, o->layer, BR_CKPT_SLICE);
     if (sl < 0 || e->s->bufs[sl].bytes == e->p->act.x) return;
     if (e->s->bufs[sl].bytes * e->p->tp != e->p->act.x || e->s->bufs[sl].bytes % e->wb)
         die("emit: %s keeps a checkpoint slice of %lld bytes, not 1/%lld of the input's %lld", label,
@@ -1371,7 +1173,7 @@ static void ckpt_slice(CE *e, const Op *o, int x, const char *label)
 static bool ckpt_tp_op(CE *e, const Op *o, const char *label)
 {
     if (o->kind == OP_TP_ALLREDUCE && o->nrd == 1 && o->nwr == 1 && o->rd[0] == o->wr[0] &&
-        ends_with(e->s->bufs[o->wr[0]].name, ".recomputed")) {
+        e->s->bufs[o->wr[0]].role == BR_RECOMPUTED_IN) {
         const Buffer *b = &e->s->bufs[o->wr[0]];
         if (o->bytes != e->p->act.x || b->bytes != e->p->act.x + e->saved.total)
             die("emit: %s reduces %lld bytes of %s (%lld bytes)", label, (long long)o->bytes, b->name,
@@ -1380,10 +1182,10 @@ static bool ckpt_tp_op(CE *e, const Op *o, const char *label)
             (long long)b->offset, (long long)(e->p->act.x / e->wb));
         return true;
     }
-    if (o->kind != OP_TP_ALLGATHER || o->nrd != 1 || o->nwr != 1 || !ends_with(e->s->bufs[o->wr[0]].name, ".ckpt.gathered"))
+    if (o->kind != OP_TP_ALLGATHER || o->nrd != 1 || o->nwr != 1 || e->s->bufs[o->wr[0]].role != BR_CKPT_GATHERED)
         return false;
     const Buffer *in = &e->s->bufs[o->rd[0]], *out = &e->s->bufs[o->wr[0]];
-    if (!ends_with(in->name, ".ckpt") || in->bytes * e->p->tp != out->bytes || out->bytes != e->p->act.x)
+    if (in->role != BR_CKPT_SLICE || in->bytes * e->p->tp != out->bytes || out->bytes != e->p->act.x)
         die("emit: %s gathers %s (%lld bytes) into %lld", label, in->name, (long long)in->bytes, (long long)out->bytes);
     row(e, FN_CKPT, label, "{%s, 2, %lld, %lld, %lld}", stream_name(o->stream), (long long)out->offset,
         (long long)in->offset, (long long)(in->bytes / e->wb));
@@ -1420,7 +1222,7 @@ static int bwd_state(const CE *e, const Op *o, int64_t *so, int64_t *ao)
         expect_bytes(e, saved, e->kept.total, "a layer's saved tensors");
         *so = boff(e, saved);
         if (e->pol == CKPT_SELECTIVE) {
-            int at = act_of(e, o, true, o->layer, "attn");
+            int at = act_of(e, o, true, o->layer, BR_ATTN);
             if (at < 0) die("emit: %s has no recomputed attention core", label);
             expect_bytes(e, at, e->attn.total, "the recomputed attention core");
             *ao = boff(e, at);
@@ -1429,7 +1231,7 @@ static int bwd_state(const CE *e, const Op *o, int64_t *so, int64_t *ao)
         if (x < 0 && !sp_on(e)) die("emit: %s has no input buffer", label);
         return x;
     }
-    int rec = act_of(e, o, true, o->layer, "recomputed");
+    int rec = op_role_at(e, o, true, BR_RECOMPUTED, BR_RECOMPUTED_IN, o->layer);
     if (rec < 0) die("emit: %s has no recomputed buffer", label);
     if (e->s->bufs[rec].bytes == e->p->act.x + e->saved.total) {
         *so = boff(e, rec) + e->p->act.x;
@@ -1437,8 +1239,8 @@ static int bwd_state(const CE *e, const Op *o, int64_t *so, int64_t *ao)
     }
     expect_bytes(e, rec, e->saved.total, "a layer's recomputed tensors");
     *so = boff(e, rec);
-    int x = act_of(e, o, true, o->layer, "ckpt.gathered");
-    if (x < 0) x = act_of(e, o, true, o->layer, "ckpt");
+    int x = act_of(e, o, true, o->layer, BR_CKPT_GATHERED);
+    if (x < 0) x = act_of(e, o, true, o->layer, BR_CKPT);
     if (x < 0) die("emit: %s has no checkpoint to read", label);
     expect_bytes(e, x, e->p->act.x, "a layer's checkpointed input");
     return x;
@@ -1453,7 +1255,7 @@ static void recompute_op(CE *e, const Op *o, const char *label)
     need_compute(e, o);
     const ActBytes *a = &e->p->act;
     if (e->pol == CKPT_SELECTIVE) {
-        int saved = op_need(e, o, true, BK_SAVED, "saved"), at = act_of(e, o, false, o->layer, "attn");
+        int saved = op_need(e, o, true, BK_SAVED, "saved"), at = act_of(e, o, false, o->layer, BR_ATTN);
         if (at < 0) die("emit: %s writes no attention core", label);
         expect_bytes(e, saved, e->kept.total, "a layer's kept tensors");
         expect_bytes(e, at, e->attn.total, "the recomputed attention core");
@@ -1461,29 +1263,27 @@ static void recompute_op(CE *e, const Op *o, const char *label)
         return;
     }
     if (e->pol != CKPT_FULL) die("emit: %s: a recompute without checkpointing", label);
-    int rec = act_of(e, o, false, o->layer, "recomputed");
+    int rec = op_role_at(e, o, false, BR_RECOMPUTED, BR_RECOMPUTED_IN, o->layer);
     if (rec < 0) die("emit: %s writes no recomputed buffer", label);
     bool inside = e->s->bufs[rec].bytes == a->x + e->saved.total;
     if (!inside) expect_bytes(e, rec, e->saved.total, "a layer's recomputed tensors");
     int64_t so = boff(e, rec) + (inside ? a->x : 0), xo, yo, r1 = -1;
-    int in = act_of(e, o, true, o->layer, "ckpt.gathered");
-    if (in < 0) in = act_of(e, o, true, o->layer, "ckpt");
+    int in = act_of(e, o, true, o->layer, BR_CKPT_GATHERED);
+    if (in < 0) in = act_of(e, o, true, o->layer, BR_CKPT);
     if (in >= 0) expect_bytes(e, in, a->x, "a layer's checkpointed input");
     xo = inside ? boff(e, rec) : in >= 0 ? boff(e, in) : -1;
-    int next = act_of(e, o, false, o->layer + 1, "recomputed");
+    int next = op_role_at(e, o, false, BR_RECOMPUTED, BR_RECOMPUTED_IN, o->layer + 1);
     yo = next >= 0 ? boff(e, next) : -1;
     if (sp_on(e)) {     /* SP: the part's gathered input in, its full partial sums out (none: group's last) */
-        xo = boff(e, r1 = op_suffix(e, o, true, ".gathered"));
+        xo = boff(e, r1 = op_role_need(e, o, true, BR_TP_GATHERED));
         expect_bytes(e, r1, a->full, "a recompute's gathered input");
-        int part = -1;
-        for (int w = 0; w < o->nwr; w++)
-            if (ends_with(e->s->bufs[o->wr[w]].name, ".partial")) part = o->wr[w];
+        int part = op_role(e, o, false, BR_TP_PARTIAL);
         yo = part >= 0 ? boff(e, part) : -1;
         if (part >= 0) expect_bytes(e, part, a->full, "a recompute's partial sums");
     } else if (o->sub == SUB_MLP) {
-        xo = boff(e, r1 = op_suffix(e, o, true, ".resid1"));
+        xo = boff(e, r1 = op_role_need(e, o, true, BR_RESID1));
     } else if (o->sub == SUB_ATTN) {
-        yo = boff(e, r1 = op_suffix(e, o, false, ".resid1"));
+        yo = boff(e, r1 = op_role_need(e, o, false, BR_RESID1));
     }
     if (xo < 0) die("emit: %s has no input", label);
     int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
@@ -1518,7 +1318,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         need_compute(e, o);
         int tok = op_need(e, o, true, BK_TOKENS, "tokens");
         /* SP: the full partial sums, reduce-scattered into the first layer's shard */
-        int x = sp_on(e) ? op_suffix(e, o, false, ".partial") : embed_output(e, o);
+        int x = sp_on(e) ? op_role_need(e, o, false, BR_EMBED_PARTIAL) : embed_output(e, o);
         expect_bytes(e, x, sp_on(e) ? e->p->act.full : e->p->act.x, "the embedding's output");
         row(e, FN_EMBF, label, "{%lld, %lld, %s}", (long long)boff(e, x), (long long)boff(e, tok),
             units_of(e, &e->pre, o));
@@ -1529,17 +1329,17 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         /* full checkpointing keeps nothing: no saved buffer (-1) */
         int saved = e->kept.total ? op_need(e, o, false, BK_SAVED, "saved") : -1, x, y, r1 = -1;
         if (sp_on(e)) {             /* SP: the gathered input in, the partial sums (full) out */
-            x = r1 = op_suffix(e, o, true, ".gathered");
-            y = op_suffix(e, o, false, ".partial");
+            x = r1 = op_role_need(e, o, true, BR_TP_GATHERED);
+            y = op_role_need(e, o, false, BR_TP_PARTIAL);
         } else if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
-            r1 = op_suffix(e, o, true, ".resid1");
+            r1 = op_role_need(e, o, true, BR_RESID1);
             x = r1;
         } else {
             x = layer_input(e, o, true, o->layer);
             if (x < 0) die("emit: op %s has no input buffer", label);
         }
         if (!sp_on(e) && o->sub == SUB_ATTN) {   /* out: the partial sums of the attention part */
-            r1 = op_suffix(e, o, false, ".resid1");
+            r1 = op_role_need(e, o, false, BR_RESID1);
             y = r1;
         } else if (!sp_on(e)) {
             y = layer_input(e, o, false, o->layer + 1);
@@ -1568,8 +1368,8 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         int tgt = op_need(e, o, true, BK_TARGETS, "targets");
         int lg = op_need(e, o, false, BK_LOGITS, "logits"), scr = op_need(e, o, false, BK_SCRATCH, "scratch");
         /* SP: the gathered last output in, the full partial gradient out (reduce-scattered next) */
-        int y = sp_on(e) ? op_suffix(e, o, true, ".gathered") : op_need(e, o, true, BK_Y, "input");
-        int dy = sp_on(e) ? op_suffix(e, o, false, ".partial") : op_need(e, o, false, BK_DY, "output gradient");
+        int y = sp_on(e) ? op_role_need(e, o, true, BR_Y_GATHERED) : op_need(e, o, true, BK_Y, "input");
+        int dy = sp_on(e) ? op_role_need(e, o, false, BR_DY_PARTIAL) : op_need(e, o, false, BK_DY, "output gradient");
         expect_bytes(e, lg, e->p->T * (e->m->Vpad / e->p->tp) * e->wb, "the logits");
         expect_bytes(e, y, sp_on(e) ? e->p->act.full : e->p->act.x, "the last layer's output");
         expect_bytes(e, dy, sp_on(e) ? e->p->act.full : e->p->act.x, "the last layer's output gradient");
@@ -1587,18 +1387,18 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         need_compute(e, o);
         int dy, dx, d1 = -1, x = -1;
         if (sp_on(e)) {             /* SP: gathered gradient and input in, the full partial sums out */
-            dy = d1 = op_suffix(e, o, true, ".dy.gathered");
-            x = op_suffix(e, o, true, ".regathered");
-            dx = op_suffix(e, o, false, ".dpartial");
+            dy = d1 = op_role_need(e, o, true, BR_DY_GATHERED);
+            x = op_role_need(e, o, true, BR_REGATHERED);
+            dx = op_role_need(e, o, false, BR_DPARTIAL);
             if (o->sub == SUB_MLP) d1 = dx;
         } else if (o->sub == SUB_ATTN) {   /* the MLP part's reduced input gradient in */
-            d1 = dy = op_suffix(e, o, true, ".dresid1");
+            d1 = dy = op_role_need(e, o, true, BR_DRESID1);
         } else {
             dy = op_buf(e, o, true, BK_DY);
             if (dy < 0) dy = op_need(e, o, true, BK_DX, "output gradient");
         }
         if (!sp_on(e) && o->sub == SUB_MLP) {    /* out: the partial sums of its input gradient */
-            d1 = dx = op_suffix(e, o, false, ".dresid1");
+            d1 = dx = op_role_need(e, o, false, BR_DRESID1);
         } else if (!sp_on(e)) {
             dx = op_need(e, o, false, BK_DX, "input gradient");
         }
@@ -1628,7 +1428,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
     case OP_EMBED_BWD: {
         need_compute(e, o);
         int tok = op_need(e, o, true, BK_TOKENS, "tokens");
-        int dx = sp_on(e) ? op_suffix(e, o, true, ".dx.gathered") : op_need(e, o, true, BK_DX, "gradient");
+        int dx = sp_on(e) ? op_role_need(e, o, true, BR_EMBED_DX_GATHERED) : op_need(e, o, true, BK_DX, "gradient");
         expect_bytes(e, dx, sp_on(e) ? e->p->act.full : e->p->act.x, "the embedding's gradient");
         zero_buckets(e, o, zeroed, label);
         row(e, FN_EMBB, label, "{%lld, %lld, %s}", (long long)boff(e, dx), (long long)boff(e, tok),
@@ -1640,7 +1440,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         int out = op_need(e, o, false, BK_GATHERED, "gathered");
         expect_bytes(e, out, sg->padded * e->wb, "a gathered fetch unit");
         e->gbuf[o->aux] = out;
-        int fs = op_prefix(e, o, true, "params.fetch_staging");   /* offloaded parameters: fetched first */
+        int fs = op_role(e, o, true, BR_PARAMS_FETCH_STAGING);   /* offloaded parameters: fetched first */
         if (e->params_space != SPACE_DEVICE && fs < 0) die("emit: %s gathers an offloaded shard unfetched", label);
         row(e, FN_GATHER, label, "{%s, %lld, %lld, %lld, %lld}", stream_name(o->stream), (long long)boff(e, out),
             (long long)(fs >= 0 ? boff(e, fs) : boff(e, e->b_pshard) + sg->shard_offset * e->wb), (long long)sg->padded,
@@ -1683,7 +1483,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         if (o->stream == ST_HOST) {     /* offload: a host sub-group, its states in the host arena or a slot */
             int64_t lo = e->S_dev + (int64_t)o->aux * sub, S = e->S_dev + e->S_host;
             int64_t hi = lo + sub < S ? lo + sub : S;
-            int slot = e->b_nvme >= 0 ? op_prefix(e, o, false, "optimizer.nvme_staging") : -1;
+            int slot = e->b_nvme >= 0 ? op_role(e, o, false, BR_OPT_SLOT) : -1;
             if (e->b_nvme >= 0 && slot < 0) die("emit: %s has no NVMe staging slot", label);
             stmt(e, FN_INLINE, 0, label, owned_call(e, o->stream, "OWN_OPT", lo, hi, slot >= 0 ? boff(e, slot) : -1, -1));
             break;
@@ -1694,7 +1494,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         int stage = op_buf(e, o, false, BK_STAGE32);
         if (stage >= 0) expect_bytes(e, stage, (hi - lo) * 4, "the fp32 gradients of an optimizer sub-group");
         /* offloaded parameters: the updated ones go out through a device staging */
-        int pst = e->params_space != SPACE_DEVICE ? op_prefix(e, o, false, "params.d2h_staging") : -1;
+        int pst = e->params_space != SPACE_DEVICE ? op_role(e, o, false, BR_PARAMS_D2H_STAGING) : -1;
         if (pst >= 0) expect_bytes(e, pst, (hi - lo) * e->wb, "the updated parameters of a sub-group");
         e->dev_lo = lo, e->dev_hi = hi;
         stmt(e, FN_INLINE, 0, label,
@@ -1730,7 +1530,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
         break;
     }
     case OP_PARAM_D2H: {    /* a device sub-group's updated parameters to the host or NVMe shard */
-        int src = op_prefix(e, o, true, "params.d2h_staging");
+        int src = op_role(e, o, true, BR_PARAMS_D2H_STAGING);
         int64_t n = e->dev_hi - e->dev_lo, off = boff(e, e->b_pshard) + e->dev_lo * e->wb;
         if (src < 0 || n <= 0) die("emit: %s follows no device optimizer step", label);
         const char *st = stream_name(o->stream);
@@ -1744,7 +1544,7 @@ static void op_stmts(CE *e, int i, bool *zeroed)
     }
     case OP_PARAM_FETCH: {  /* an offloaded shard slice of a fetch unit to the device */
         const Segment *sg = &e->rc->segs[o->aux];
-        int dst = op_prefix(e, o, false, "params.fetch_staging");
+        int dst = op_role(e, o, false, BR_PARAMS_FETCH_STAGING);
         if (dst < 0) die("emit: %s has no fetch staging", label);
         expect_bytes(e, dst, sg->shard * e->wb, "a fetched parameter shard");
         const char *pre, *in = shard_src(e, stream_name(o->stream), sg->shard_offset, sg->shard, &pre);
@@ -2187,41 +1987,27 @@ static void gen_step_tables(CE *e, Str *o)
 
 /* ---- the generated file: the kinds' functions --------------------------------------------- */
 
-/* A view of a piece of a carved buffer: "DV(a->base + off + at, n, dt)". */
-static const char *piece(const Carve *cv, const char *base, const char *name, int64_t at, const char *n,
-                         const char *dt)
+/* "PW(ROLE, n)" (grad: PG) when the layers have the role (a bias), else none. */
+static Opnd opt_w(const Group *g, int role, Dim n, bool grad)
 {
-    for (int i = 0; i < cv->n; i++)     /* a merged carve names each piece's buffer */
-        if (strcmp(cv->p[i].name, name) == 0 && cv->p[i].base) base = cv->p[i].base;
-    return arena_printf(&g_arena, "DV(a->%s + %lld, %s, %s)", base, (long long)(carve_off(cv, name) + at), n, dt);
+    if (g->ct[role] < 0) return NO_OPND;
+    return opnd(arena_printf(&g_arena, "%s(%s, %s)", grad ? "PG" : "PW", role_c[role], dim_c[n]));
 }
 
-/* Appends src's pieces to dst as pieces of the buffer at row field base
- * (a function's layer tensors from several buffers: saved, scratch, attn). */
-static void carve_merge(Carve *dst, const Carve *src, const char *base)
+/* tp > 1: an operand only tp rank 0 has (a row-parallel bias or its gradient). */
+static Opnd on_tp0(Opnd x)
 {
-    for (int i = 0; i < src->n; i++) {
-        if (dst->n == MAX_PIECES) die("emit: too many pieces in one buffer");
-        dst->p[dst->n] = src->p[i];
-        dst->p[dst->n++].base = base;
-    }
-}
-
-/* "PW(ROLE, n)" when the layers have the role (a bias), else "NONE". */
-static const char *opt_w(const CE *e, const Group *g, int role, const char *n, bool grad)
-{
-    if (g->ct[role] < 0) return "NONE";
-    return arena_printf(&g_arena, "%s(%s, %s)", grad ? "PG" : "PW", role_c[role], n);
+    return x.on == ABSENT ? x : (Opnd){arena_printf(&g_arena, "tp0 ? %s : NONE", x.c), ON_SOME};
 }
 
 /* Declares a norm's statistics from a carved piece: layernorm mean + rstd, or rmsnorm rstd. */
-static void norm_stats(const CE *e, Str *o, const Carve *cv, const char *base, const char *piece_name, const char *v)
+static void norm_stats(const CE *e, Str *o, const Views *vs, int id, const char *v)
 {
     if (e->m->layernorm)
-        sf(o, "    srt_t %s_mean = %s, %s_rstd = %s;  /* (B,T) */\n", v, piece(cv, base, piece_name, 0, "N", "SRT_F32"),
-           v, piece(cv, base, piece_name, e->p->T * 4, "N", "SRT_F32"));
+        sf(o, "    srt_t %s_mean = %s, %s_rstd = %s;  /* (B,T) */\n", v, piece(vs, id, 0, "N", "SRT_F32"), v,
+           piece(vs, id, e->p->T * 4, "N", "SRT_F32"));
     else
-        sf(o, "    srt_t %s_rstd = %s;  /* (B,T) */\n", v, piece(cv, base, piece_name, 0, "N", "SRT_F32"));
+        sf(o, "    srt_t %s_rstd = %s;  /* (B,T) */\n", v, piece(vs, id, 0, "N", "SRT_F32"));
 }
 
 /* A norm's forward: out = norm(in) with weight role w (and bias role b). */
@@ -2230,10 +2016,10 @@ static void norm_fwd(const CE *e, Str *o, const Group *g, const char *v, const c
 {
     const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]);
     if (e->m->layernorm)
-        rt_call(o, "    ", "layernorm_fwd", "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_mean", v),
-                arena_printf(&g_arena, "%s_rstd", v), in, pw, opt_w(e, g, b, "C", false), "N", "C", "EPS", NULL);
+        rt_call(o, "    ", RT_layernorm_fwd, "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_mean", v),
+                arena_printf(&g_arena, "%s_rstd", v), in, pw, opt_w(g, b, D_C, false).c, "N", "C", "EPS", NULL);
     else
-        rt_call(o, "    ", "rmsnorm_fwd", "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_rstd", v), in, pw,
+        rt_call(o, "    ", RT_rmsnorm_fwd, "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_rstd", v), in, pw,
                 "N", "C", "EPS", NULL);
 }
 
@@ -2243,10 +2029,10 @@ static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const c
 {
     const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]), *gw = arena_printf(&g_arena, "PG(%s, C)", role_c[w]);
     if (e->m->layernorm)
-        rt_call(o, "    ", "layernorm_bwd", "SRT_COMPUTE", comment, din, gw, opt_w(e, g, b, "C", true), dout, in, pw,
+        rt_call(o, "    ", RT_layernorm_bwd, "SRT_COMPUTE", comment, din, gw, opt_w(g, b, D_C, true).c, dout, in, pw,
                 arena_printf(&g_arena, "%s_mean", v), arena_printf(&g_arena, "%s_rstd", v), "N", "C", NULL);
     else
-        rt_call(o, "    ", "rmsnorm_bwd", "SRT_COMPUTE", comment, din, gw, dout, in, pw,
+        rt_call(o, "    ", RT_rmsnorm_bwd, "SRT_COMPUTE", comment, din, gw, dout, in, pw,
                 arena_printf(&g_arena, "%s_rstd", v), "N", "C", NULL);
 }
 
@@ -2258,7 +2044,7 @@ static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const c
  * rather than gathered from the plan's saved norm shards, which stay unused;
  * x2 is this rank's shard of the attention residual, and own the element
  * offset of this rank's tokens in a (B,T,C) tensor. */
-static void saved_views(const CE *e, Str *o, const Carve *scr, const Carve *sv)
+static void saved_views(const CE *e, Str *o, const Carve *scr, bool fwd, const Views *sv)
 {
     const Model *m = e->m;
     bool sp = sp_on(e);
@@ -2269,35 +2055,34 @@ static void saved_views(const CE *e, Str *o, const Carve *scr, const Carve *sv)
               "    const int64_t own = srt_group_rank(c, SRT_TP) * NS * C;  /* where they are in (B,T,C) */\n",
            (long long)e->p->tp);
     /* norm1.sp, norm2.sp: one per part (the forward's share space by lifetime) */
-    bool one = scr != &e->bscr;
-    const char *nb = sp ? "scratch" : "saved", *n1 = sp ? "norm1.sp" : "norm1.out", *n2 = sp ? "norm2.sp" : "norm2.out";
-    const Carve *nc = sp ? scr : sv;
-    norm_stats(e, o, nc, nb, !sp ? "norm1.stats" : arena_printf(&g_arena, "%s.stats", n1), "ln1");
-    sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(nc, nb, n1, 0, "(int64_t)N * C", "WDT"));
+    Views sc = views(scr, "scratch", NULL, NULL);
+    const Views *nc = sp ? &sc : sv;
+    norm_stats(e, o, nc, sp ? AP_NORM1_SP_STATS : AP_NORM1_STATS, "ln1");
+    sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(nc, sp ? AP_NORM1_SP : AP_NORM1_OUT, 0, "(int64_t)N * C", "WDT"));
     if (m->family == FAM_GPT) {   /* one fused projection: q, k, v side by side in each row */
-        sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QKV", "WDT"));
+        sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(sv, AP_QKV, 0, "(int64_t)N * QKV", "WDT"));
         sput(o, "    srt_t q = qkv, k = AT(qkv, QD), v = AT(qkv, QD + KVD);  /* rows QKV apart */\n");
     } else {                      /* three projections, each its own (B,T,·) array */
         int64_t T = e->p->T, w = e->wb, qd = m->h / e->p->tp, kvd = model_kv_rank(m) * m->hd;
-        sf(o, "    srt_t q = %s;  /* (B,T,QD) */\n", piece(sv, "saved", "qkv", 0, "(int64_t)N * QD", "WDT"));
-        sf(o, "    srt_t k = %s;  /* (B,T,KVD) */\n", piece(sv, "saved", "qkv", T * qd * w, "(int64_t)N * KVD", "WDT"));
+        sf(o, "    srt_t q = %s;  /* (B,T,QD) */\n", piece(sv, AP_QKV, 0, "(int64_t)N * QD", "WDT"));
+        sf(o, "    srt_t k = %s;  /* (B,T,KVD) */\n", piece(sv, AP_QKV, T * qd * w, "(int64_t)N * KVD", "WDT"));
         sf(o, "    srt_t v = %s;  /* (B,T,KVD) */\n",
-           piece(sv, "saved", "qkv", T * (qd + kvd) * w, "(int64_t)N * KVD", "WDT"));
+           piece(sv, AP_QKV, T * (qd + kvd) * w, "(int64_t)N * KVD", "WDT"));
     }
-    sf(o, "    srt_t att = %s;  /* (B,T,QD) attention output */\n", piece(sv, "saved", "attn.out", 0, "(int64_t)N * QD", "WDT"));
-    sf(o, "    srt_t lse = %s;  /* (B,NH,T) */\n", piece(sv, "saved", "attn.lse", 0, "(int64_t)N * NH", "SRT_F32"));
-    if (!sp || one)     /* the backward under SP regathers x2 as the MLP part's x */
+    sf(o, "    srt_t att = %s;  /* (B,T,QD) attention output */\n", piece(sv, AP_ATTN_OUT, 0, "(int64_t)N * QD", "WDT"));
+    sf(o, "    srt_t lse = %s;  /* (B,NH,T) */\n", piece(sv, AP_ATTN_LSE, 0, "(int64_t)N * NH", "SRT_F32"));
+    if (!sp || fwd)     /* the backward under SP regathers x2 as the MLP part's x */
         sf(o, "    srt_t x2 = %s;  /* (B,T,C) after the attention residual%s */\n",
-           piece(sv, "saved", "x2", 0, sp ? "NS * C" : "(int64_t)N * C", "WDT"), sp ? ": this rank's tokens" : "");
-    norm_stats(e, o, nc, nb, !sp ? "norm2.stats" : arena_printf(&g_arena, "%s.stats", n2), "ln2");
-    sf(o, "    srt_t ln2 = %s;  /* (B,T,C) */\n", piece(nc, nb, n2, 0, "(int64_t)N * C", "WDT"));
+           piece(sv, AP_X2, 0, sp ? "NS * C" : "(int64_t)N * C", "WDT"), sp ? ": this rank's tokens" : "");
+    norm_stats(e, o, nc, sp ? AP_NORM2_SP_STATS : AP_NORM2_STATS, "ln2");
+    sf(o, "    srt_t ln2 = %s;  /* (B,T,C) */\n", piece(nc, sp ? AP_NORM2_SP : AP_NORM2_OUT, 0, "(int64_t)N * C", "WDT"));
     if (m->gated) {
-        sf(o, "    srt_t gate = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "gate", 0, "(int64_t)N * FF", "WDT"));
-        sf(o, "    srt_t up = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "up", 0, "(int64_t)N * FF", "WDT"));
-        sf(o, "    srt_t act = %s;  /* (B,T,FF) silu(gate) * up */\n", piece(sv, "saved", "act", 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t gate = %s;  /* (B,T,FF) */\n", piece(sv, AP_FC1, 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t up = %s;  /* (B,T,FF) */\n", piece(sv, AP_UP, 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t act = %s;  /* (B,T,FF) silu(gate) * up */\n", piece(sv, AP_ACT, 0, "(int64_t)N * FF", "WDT"));
     } else {
-        sf(o, "    srt_t fc1 = %s;  /* (B,T,FF) */\n", piece(sv, "saved", "fc1", 0, "(int64_t)N * FF", "WDT"));
-        sf(o, "    srt_t act = %s;  /* (B,T,FF) gelu(fc1) */\n", piece(sv, "saved", "act", 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t fc1 = %s;  /* (B,T,FF) */\n", piece(sv, AP_FC1, 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t act = %s;  /* (B,T,FF) gelu(fc1) */\n", piece(sv, AP_ACT, 0, "(int64_t)N * FF", "WDT"));
     }
 }
 
@@ -2307,25 +2092,26 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd)
     const char *I = "    ";
     if (e->m->family == FAM_GPT) {
         if (!bwd)
-            rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "attn.c_attn: (B,T,C) -> (B,T,QKV)", "qkv", "ln1",
-                    "PW(QKV_W, (int64_t)QKV * C)", opt_w(e, g, R_QKV_B, "QKV", false), "N", "C", "QKV", NULL);
+            mm_fwd(o, I, "attn.c_attn: (B,T,C) -> (B,T,QKV)", "qkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)",
+                   opt_w(g, R_QKV_B, D_QKV, false), D_N, D_C, D_QKV);
         else
-            rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "8: attn.c_attn", "dln1", "PG(QKV_W, (int64_t)QKV * C)",
-                    opt_w(e, g, R_QKV_B, "QKV", true), "dqkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)", "N", "C", "QKV", NULL);
+            mm_bwd(o, I, "8: attn.c_attn", opnd("dln1"), opnd("PG(QKV_W, (int64_t)QKV * C)"), opt_w(g, R_QKV_B, D_QKV, true),
+                   "dqkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)", D_N, D_C, D_QKV);
         return;
     }
-    static const struct { int w, b; const char *out, *dout, *dim, *name; } pr[3] = {
-        {R_Q_W, R_Q_B, "q", "dq", "QD", "q_proj"}, {R_K_W, R_K_B, "k", "dk", "KVD", "k_proj"},
-        {R_V_W, R_V_B, "v", "dv", "KVD", "v_proj"}};
+    static const struct { int w, b; const char *out, *dout; Dim dim; const char *name; } pr[3] = {
+        {R_Q_W, R_Q_B, "q", "dq", D_QD, "q_proj"}, {R_K_W, R_K_B, "k", "dk", D_KVD, "k_proj"},
+        {R_V_W, R_V_B, "v", "dv", D_KVD, "v_proj"}};
     for (int i = 0; i < 3; i++) {
-        const char *w = arena_printf(&g_arena, "%s(%s, (int64_t)%s * C)", "PW", role_c[pr[i].w], pr[i].dim);
+        const char *dim = dim_c[pr[i].dim];
+        const char *w = arena_printf(&g_arena, "%s(%s, (int64_t)%s * C)", "PW", role_c[pr[i].w], dim);
         if (!bwd)
-            rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", arena_printf(&g_arena, "self_attn.%s: (B,T,C) -> (B,T,%s)", pr[i].name, pr[i].dim),
-                    pr[i].out, "ln1", w, opt_w(e, g, pr[i].b, pr[i].dim, false), "N", "C", pr[i].dim, NULL);
+            mm_fwd(o, I, arena_printf(&g_arena, "self_attn.%s: (B,T,C) -> (B,T,%s)", pr[i].name, dim), pr[i].out, "ln1", w,
+                   opt_w(g, pr[i].b, pr[i].dim, false), D_N, D_C, pr[i].dim);
         else
-            rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", arena_printf(&g_arena, "8: self_attn.%s (dln1 +=)", pr[i].name), "dln1",
-                    arena_printf(&g_arena, "PG(%s, (int64_t)%s * C)", role_c[pr[i].w], pr[i].dim),
-                    opt_w(e, g, pr[i].b, pr[i].dim, true), pr[i].dout, "ln1", w, "N", "C", pr[i].dim, NULL);
+            mm_bwd(o, I, arena_printf(&g_arena, "8: self_attn.%s (dln1 +=)", pr[i].name), opnd("dln1"),
+                   opnd(arena_printf(&g_arena, "PG(%s, (int64_t)%s * C)", role_c[pr[i].w], dim)),
+                   opt_w(g, pr[i].b, pr[i].dim, true), pr[i].dout, "ln1", w, D_N, D_C, pr[i].dim);
     }
 }
 
@@ -2333,9 +2119,10 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd)
  * (kind "recompute"): the same code keeping everything, so the recomputed
  * tensors are the forward's bit for bit; a group's last layer replays
  * without an output (y < 0).  kv: the layer's tensors; scr: the scratch. */
-static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, const Carve *scr)
+static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const Carve *scr)
 {
-    bool replay = strcmp(kind, "recompute") == 0;
+    const char *kind = replay ? "recompute" : "fwd";
+    Views sc = views(scr, "scratch", NULL, NULL);
     const Model *m = e->m;
     const Group *g = &e->layer[0];
     const char *px = e->px, *I = "    ";
@@ -2350,7 +2137,7 @@ static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, c
        : e->pol == CKPT_FULL ? " (full checkpointing: nothing, its tensors live in the scratch)"
        : e->pol == CKPT_SELECTIVE ? ", but for the attention core (selective checkpointing)" : "",
        px, kind, px, px, e->PX);
-    saved_views(e, o, scr, kv);
+    saved_views(e, o, scr, true, kv);
     bool tp = e->p->tp > 1, sp = sp_on(e);
     sf(o, "    srt_t y = %sDV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
        replay ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
@@ -2362,7 +2149,7 @@ static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, c
         sput(o, "    if (a->part == 2) goto mlp;\n");
     } else {
         sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
-           piece(scr, "scratch", "tmp", 0, "(int64_t)N * C", "WDT"));
+           piece(&sc, AP_PROJ_PARTIAL, 0, "(int64_t)N * C", "WDT"));
     }
     if (tp && !sp) {   /* Megatron: this rank's heads and MLP columns; tp rank 0 adds the residuals and biases */
         sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
@@ -2372,86 +2159,81 @@ static void gen_fwd_fn(const CE *e, Str *o, const char *kind, const Carve *kv, c
     norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
     qkv_proj(e, o, g, false);
     if (m->family == FAM_LLAMA) {
-        rt_call(o, I, "rope_fwd", "SRT_COMPUTE", "rotate q in place", "q", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
-        rt_call(o, I, "rope_fwd", "SRT_COMPUTE", "rotate k in place", "k", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
+        rt_call(o, I, RT_rope_fwd, "SRT_COMPUTE", "rotate q in place", "q", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
+        rt_call(o, I, RT_rope_fwd, "SRT_COMPUTE", "rotate k in place", "k", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
     }
-    rt_call(o, I, "attention_fwd", "SRT_COMPUTE", "causal self-attention", "att", "lse", "q", "k", "v", "B", "T", "NH",
+    rt_call(o, I, RT_attention_fwd, "SRT_COMPUTE", "causal self-attention", "att", "lse", "q", "k", "v", "B", "T", "NH",
             "NKV", "HS", "LDQ", "LDKV", NULL);
-    const char *pb = opt_w(e, g, R_ATTN_OUT_B, "C", false), *fb = opt_w(e, g, R_FC2_B, "C", false);
-    if (tp) {
-        pb = strcmp(pb, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", pb) : pb;
-        fb = strcmp(fb, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", fb) : fb;
-    }
-    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", tp ? "row-parallel attention output projection: partial sums" :
-            "attention output projection", sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, "N", "QD", "C",
-            NULL);
+    Opnd pb = opt_w(g, R_ATTN_OUT_B, D_C, false), fb = opt_w(g, R_FC2_B, D_C, false);
+    if (tp) pb = on_tp0(pb), fb = on_tp0(fb);
+    mm_fwd(o, I, tp ? "row-parallel attention output projection: partial sums" : "attention output projection",
+           sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, D_N, D_QD, D_C);
     if (sp) {
-        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x_own", NULL);
+        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x_own", NULL);
         sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\nmlp:\n");
-        rt_call(o, I, "convert", "SRT_COMPUTE", "x2 = this rank's tokens of the gathered x2 (kept for backward)", "x2",
+        rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = this rank's tokens of the gathered x2 (kept for backward)", "x2",
                 "x_own", NULL);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
-        rt_call(o, "        ", "add_fwd", "SRT_COMPUTE", "r1 = x + this rank's partial attention", "r1", "x", "tmp", NULL);
+        rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "r1 = x + this rank's partial attention", "r1", "x", "tmp", NULL);
         sput(o, "    } else {\n");
-        rt_call(o, "        ", "convert", "SRT_COMPUTE", "r1 = this rank's partial attention", "r1", "tmp", NULL);
+        rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "r1 = this rank's partial attention", "r1", "tmp", NULL);
         sput(o, "    }\n    return;  /* the all-reduce over tp makes r1 = x2 */\nmlp:\n");
-        rt_call(o, I, "convert", "SRT_COMPUTE", "x2 = the reduced r1 (kept for backward)", "x2", "r1", NULL);
+        rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = the reduced r1 (kept for backward)", "x2", "r1", NULL);
     } else {
-        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
+        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
     }
     norm_fwd(e, o, g, "ln2", "ln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
     if (m->gated) {
-        rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2",
-                "PW(GATE_W, (int64_t)FF * C)", opt_w(e, g, R_GATE_B, "FF", false), "N", "C", "FF", NULL);
-        rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)",
-                opt_w(e, g, R_UP_B, "FF", false), "N", "C", "FF", NULL);
-        rt_call(o, I, "swiglu_fwd", "SRT_COMPUTE", "silu(gate) * up", "act", "gate", "up", "N", "FF", "FF", NULL);
+        mm_fwd(o, I, "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2", "PW(GATE_W, (int64_t)FF * C)",
+               opt_w(g, R_GATE_B, D_FF, false), D_N, D_C, D_FF);
+        mm_fwd(o, I, "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)", opt_w(g, R_UP_B, D_FF, false), D_N, D_C,
+               D_FF);
+        rt_call(o, I, RT_swiglu_fwd, "SRT_COMPUTE", "silu(gate) * up", "act", "gate", "up", "N", "FF", "FF", NULL);
     } else if (e->ext) {   /* a user-defined activation: the GEMM, then its call */
         const CatalogExtern *x = e->ext;
-        rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2",
-                "PW(FC1_W, (int64_t)FF * C)", opt_w(e, g, R_FC1_B, "FF", false), "N", "C", "FF", NULL);
+        mm_fwd(o, I, "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2", "PW(FC1_W, (int64_t)FF * C)",
+               opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);
         ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
                  (const char *[]){"act", "fc1"}, 2);
     } else {    /* GELU in the GEMM's epilogue; fc1 (its input) kept for the backward */
-        rt_call(o, I, "matmul_gelu_fwd", "SRT_COMPUTE", "mlp.c_fc + gelu: fc1 = (B,T,C) -> (B,T,FF), act = gelu(fc1)",
-                "act", "fc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", opt_w(e, g, R_FC1_B, "FF", false), "N", "C", "FF",
-                NULL);
+        mm_gelu_fwd(o, I, "mlp.c_fc + gelu: fc1 = (B,T,C) -> (B,T,FF), act = gelu(fc1)", "act", "fc1", "ln2",
+                    "PW(FC1_W, (int64_t)FF * C)", opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);
     }
     if (replay)
         sput(o, "    if (a->y < 0) return;  /* the last layer of a recompute group: no output needed */\n");
-    if (!sp && carve_off(scr, "tmp2") != carve_off(scr, "tmp"))  /* apart under full checkpointing's packing */
-        sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(scr, "scratch", "tmp2", 0, "(int64_t)N * C", "WDT"));
-    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "MLP down projection: (B,T,FF) -> (B,T,C)", sp ? "y" : "tmp", "act",
-            "PW(FC2_W, (int64_t)C * FF)", fb, "N", "FF", "C", NULL);
+    if (!sp && carve_off(scr, AP_FC2_PARTIAL) != carve_off(scr, AP_PROJ_PARTIAL))  /* apart under full checkpointing's packing */
+        sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(&sc, AP_FC2_PARTIAL, 0, "(int64_t)N * C", "WDT"));
+    mm_fwd(o, I, "MLP down projection: (B,T,FF) -> (B,T,C)", sp ? "y" : "tmp", "act", "PW(FC2_W, (int64_t)C * FF)", fb,
+           D_N, D_FF, D_C);
     if (sp) {
-        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "this rank's tokens += their residual x2", "y_own", "y_own", "x_own",
+        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x2", "y_own", "y_own", "x_own",
                 NULL);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
-        rt_call(o, "        ", "add_fwd", "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);
+        rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);
         sput(o, "    } else {\n");
-        rt_call(o, "        ", "convert", "SRT_COMPUTE", "y = this rank's partial mlp (all-reduced next)", "y", "tmp",
+        rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "y = this rank's partial mlp (all-reduced next)", "y", "tmp",
                 NULL);
         sput(o, "    }\n");
     } else {
-        rt_call(o, I, "add_fwd", "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);
+        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);
     }
     sput(o, "}\n\n");
 }
 
 /* The layer's backward; its numbered steps are the lifetimes carve_bwd packs. */
-static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
+static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
 {
     const Model *m = e->m;
     const Group *g = &e->layer[0];
-    const Carve *bs = &e->bscr;
+    Views bsv = views(&e->bscr, "scratch", NULL, NULL), *bs = &bsv;
     const char *px = e->px, *I = "    ";
     sf(o, "/* One layer's backward for one microbatch: dy (B,T,C) in, dx (B,T,C) out,\n"
           " * weight gradients accumulated (+=) where the part table says. */\n"
           "static void %s_bwd(srt_ctx *c, const %s_bwd_t *a)\n{\n"
           "    const %s_part_t *w = &%s_LAYER[a->layer];\n", px, px, px, e->PX);
-    saved_views(e, o, &e->bscr, kv);
+    saved_views(e, o, &e->bscr, false, kv);
     sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = DV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
             "    /* the gradients inside the layer share the scratch by lifetime */\n");
     bool tp = e->p->tp > 1, sp = sp_on(e);
@@ -2465,106 +2247,102 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
         sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
                 "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n");
     else
-        sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dx2", 0, "(int64_t)N * C", "WDT"));
+        sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, AP_DX2, 0, "(int64_t)N * C", "WDT"));
     if (m->gated || e->ext)   /* GELU's backward fuses it away (matmul_bwd_dgelu) */
-        sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dact", 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, AP_DACT, 0, "(int64_t)N * FF", "WDT"));
     if (m->gated)
-        sf(o, "    srt_t dgate = %s, dup = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dgate", 0, "(int64_t)N * FF", "WDT"),
-           piece(bs, "scratch", "dup", 0, "(int64_t)N * FF", "WDT"));
+        sf(o, "    srt_t dgate = %s, dup = %s;  /* (B,T,FF) */\n", piece(bs, AP_DGATE, 0, "(int64_t)N * FF", "WDT"),
+           piece(bs, AP_DUP, 0, "(int64_t)N * FF", "WDT"));
     else
-        sf(o, "    srt_t dfc1 = %s;  /* (B,T,FF) */\n", piece(bs, "scratch", "dfc1", 0, "(int64_t)N * FF", "WDT"));
-    sf(o, "    srt_t dln2 = %s, dln1 = %s;  /* (B,T,C) */\n", piece(bs, "scratch", "dln2", 0, "(int64_t)N * C", "WDT"),
-       piece(bs, "scratch", "dln1", 0, "(int64_t)N * C", "WDT"));
-    sf(o, "    srt_t datt = %s;  /* (B,T,QD) */\n", piece(bs, "scratch", "datt", 0, "(int64_t)N * QD", "WDT"));
+        sf(o, "    srt_t dfc1 = %s;  /* (B,T,FF) */\n", piece(bs, AP_DFC1, 0, "(int64_t)N * FF", "WDT"));
+    sf(o, "    srt_t dln2 = %s, dln1 = %s;  /* (B,T,C) */\n", piece(bs, AP_DLN2, 0, "(int64_t)N * C", "WDT"),
+       piece(bs, AP_DLN1, 0, "(int64_t)N * C", "WDT"));
+    sf(o, "    srt_t datt = %s;  /* (B,T,QD) */\n", piece(bs, AP_DATT, 0, "(int64_t)N * QD", "WDT"));
     sf(o, "    srt_t dqkv = %s;  /* (B,T,QKV): dq, dk, dv laid out as q, k, v */\n",
-       piece(bs, "scratch", "dqkv", 0, "(int64_t)N * QKV", "WDT"));
+       piece(bs, AP_DQKV, 0, "(int64_t)N * QKV", "WDT"));
     if (m->family == FAM_GPT)
         sput(o, "    srt_t dq = dqkv, dk = AT(dqkv, QD), dv = AT(dqkv, QD + KVD);\n");
     else
         sput(o, "    srt_t dq = AT(dqkv, 0), dk = AT(dqkv, (int64_t)N * QD), dv = AT(dqkv, (int64_t)N * (QD + KVD));\n"
                 "    dq.n = (int64_t)N * QD, dk.n = dv.n = (int64_t)N * KVD;\n");
-    const char *fbg = opt_w(e, g, R_FC2_B, "C", true), *pbg = opt_w(e, g, R_ATTN_OUT_B, "C", true);
-    if (tp) {   /* a row-parallel bias sees its whole gradient on every rank: tp rank 0 takes it */
-        fbg = strcmp(fbg, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", fbg) : fbg;
-        pbg = strcmp(pbg, "NONE") ? arena_printf(&g_arena, "tp0 ? %s : NONE", pbg) : pbg;
-    }
+    Opnd fbg = opt_w(g, R_FC2_B, D_C, true), pbg = opt_w(g, R_ATTN_OUT_B, D_C, true);
+    if (tp) fbg = on_tp0(fbg), pbg = on_tp0(pbg);   /* a row-parallel bias sees its whole gradient on every rank */
     if (sp) {   /* each rank folds in the residual of its own tokens: the reduce-scatter sums one copy */
         sput(o, "    if (a->part == 1) goto attn;\n");
-        rt_call(o, I, "zero", "SRT_COMPUTE", "0", "dx2", NULL);
-        rt_call(o, I, "convert", "SRT_COMPUTE", "0: dx2 = dy on this rank's tokens (the MLP residual)", "dx2_own",
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "0", "dx2", NULL);
+        rt_call(o, I, RT_convert, "SRT_COMPUTE", "0: dx2 = dy on this rank's tokens (the MLP residual)", "dx2_own",
                 "dy_own", NULL);
     } else if (tp) {
         sput(o, "    if (a->part == 1) goto attn;\n    if (tp0) {\n");
-        rt_call(o, "        ", "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual, on tp rank 0)", "dx2", "dy", NULL);
+        rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "0: dx2 = dy (the MLP residual, on tp rank 0)", "dx2", "dy", NULL);
         sput(o, "    } else {\n");
-        rt_call(o, "        ", "zero", "SRT_COMPUTE", "0", "dx2", NULL);
+        rt_call(o, "        ", RT_zero, "SRT_COMPUTE", "0", "dx2", NULL);
         sput(o, "    }\n");
     } else {
-        rt_call(o, I, "convert", "SRT_COMPUTE", "0: dx2 = dy (the MLP residual)", "dx2", "dy", NULL);
+        rt_call(o, I, RT_convert, "SRT_COMPUTE", "0: dx2 = dy (the MLP residual)", "dx2", "dy", NULL);
     }
     /* GELU: the down projection's data gradient fused with gelu' (and c_fc's
      * bias gradient) in one op; a user-defined activation or SwiGLU: dact */
     bool dgelu = !m->gated && !e->ext;
-    if (!dgelu) rt_call(o, I, "zero", "SRT_COMPUTE", "1", "dact", NULL);
-    rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection",
-            dgelu ? "NONE" : "dact", "PG(FC2_W, (int64_t)C * FF)", fbg, "dy", "act", "PW(FC2_W, (int64_t)C * FF)", "N",
-            "FF", "C", NULL);
+    if (!dgelu) rt_call(o, I, RT_zero, "SRT_COMPUTE", "1", "dact", NULL);
+    mm_bwd(o, I, dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection",
+           dgelu ? NO_OPND : opnd("dact"), opnd("PG(FC2_W, (int64_t)C * FF)"), fbg, "dy", "act",
+           "PW(FC2_W, (int64_t)C * FF)", D_N, D_FF, D_C);
     if (dgelu) {
-        rt_call(o, I, "matmul_bwd_dgelu", "SRT_COMPUTE", "2: dfc1 = (dy·W2) * gelu'(fc1); c_fc's bias gradient +=",
-                "dfc1", opt_w(e, g, R_FC1_B, "FF", true), "dy", "PW(FC2_W, (int64_t)C * FF)", "fc1", "N", "FF", "C",
-                NULL);
+        mm_bwd_dgelu(o, I, "2: dfc1 = (dy·W2) * gelu'(fc1); c_fc's bias gradient +=", "dfc1", opt_w(g, R_FC1_B, D_FF, true),
+                     "dy", "PW(FC2_W, (int64_t)C * FF)", "fc1", D_N, D_FF, D_C);
         if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
-        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.c_fc (its bias gradient came with dfc1)", "dln2",
-                "PG(FC1_W, (int64_t)FF * C)", "NONE", "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
+        mm_bwd(o, I, "3: mlp.c_fc (its bias gradient came with dfc1)", opnd("dln2"), opnd("PG(FC1_W, (int64_t)FF * C)"),
+               NO_OPND, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     } else if (m->gated) {
-        rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dgate", NULL);
-        rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dup", NULL);
-        rt_call(o, I, "swiglu_bwd", "SRT_COMPUTE", "2: swiglu", "dgate", "dup", "dact", "gate", "up", "N", "FF", "FF", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dgate", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dup", NULL);
+        rt_call(o, I, RT_swiglu_bwd, "SRT_COMPUTE", "2: swiglu", "dgate", "dup", "dact", "gate", "up", "N", "FF", "FF", NULL);
         if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
-        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.up_proj", "dln2", "PG(UP_W, (int64_t)FF * C)",
-                opt_w(e, g, R_UP_B, "FF", true), "dup", "ln2", "PW(UP_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
-        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.gate_proj (dln2 +=)", "dln2", "PG(GATE_W, (int64_t)FF * C)",
-                opt_w(e, g, R_GATE_B, "FF", true), "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
+        mm_bwd(o, I, "3: mlp.up_proj", opnd("dln2"), opnd("PG(UP_W, (int64_t)FF * C)"), opt_w(g, R_UP_B, D_FF, true), "dup",
+               "ln2", "PW(UP_W, (int64_t)FF * C)", D_N, D_C, D_FF);
+        mm_bwd(o, I, "3: mlp.gate_proj (dln2 +=)", opnd("dln2"), opnd("PG(GATE_W, (int64_t)FF * C)"),
+               opt_w(g, R_GATE_B, D_FF, true), "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     } else {
-        rt_call(o, I, "zero", "SRT_COMPUTE", "2", "dfc1", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dfc1", NULL);
         const CatalogExtern *x = e->ext;
         ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
                  (const char *[]){"dfc1", "fc1", "dact"}, 3);
         if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, "zero", "SRT_COMPUTE", "3", "dln2", NULL);
-        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "3: mlp.c_fc", "dln2", "PG(FC1_W, (int64_t)FF * C)",
-                opt_w(e, g, R_FC1_B, "FF", true), "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", "N", "C", "FF", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
+        mm_bwd(o, I, "3: mlp.c_fc", opnd("dln2"), opnd("PG(FC1_W, (int64_t)FF * C)"), opt_w(g, R_FC1_B, D_FF, true), "dfc1",
+               "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     }
     norm_bwd(e, o, g, "ln2", "dx2", "dln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
     if (sp) {
         sput(o, "    return;  /* the reduce-scatter over tp completes this rank's tokens of dx2 */\nattn:\n");
-        rt_call(o, I, "zero", "SRT_COMPUTE", "5", "dx", NULL);
-        rt_call(o, I, "convert", "SRT_COMPUTE", "5: dx = dx2 on this rank's tokens (the attention residual)", "dx_own",
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", "5", "dx", NULL);
+        rt_call(o, I, RT_convert, "SRT_COMPUTE", "5: dx = dx2 on this rank's tokens (the attention residual)", "dx_own",
                 "dx2_own", NULL);
     } else if (tp) {
         sput(o, "    return;  /* the all-reduce over tp completes dx2 */\nattn:\n    if (tp0) {\n");
-        rt_call(o, "        ", "convert", "SRT_COMPUTE", "5: dx = dx2 (the attention residual, on tp rank 0)", "dx", "dx2",
+        rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "5: dx = dx2 (the attention residual, on tp rank 0)", "dx", "dx2",
                 NULL);
         sput(o, "    } else {\n");
-        rt_call(o, "        ", "zero", "SRT_COMPUTE", "5", "dx", NULL);
+        rt_call(o, "        ", RT_zero, "SRT_COMPUTE", "5", "dx", NULL);
         sput(o, "    }\n");
     } else {
-        rt_call(o, I, "convert", "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
+        rt_call(o, I, RT_convert, "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
     }
-    rt_call(o, I, "zero", "SRT_COMPUTE", "6", "datt", NULL);
-    rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "6: attention output projection", "datt", "PG(PROJ_W, (int64_t)C * QD)",
-            pbg, "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", "N", "QD", "C", NULL);
-    rt_call(o, I, "zero", "SRT_COMPUTE", "7", "dqkv", NULL);
-    rt_call(o, I, "attention_bwd", "SRT_COMPUTE", "7: attention", "dq", "dk", "dv", "datt", "att", "lse", "q", "k", "v",
+    rt_call(o, I, RT_zero, "SRT_COMPUTE", "6", "datt", NULL);
+    mm_bwd(o, I, "6: attention output projection", opnd("datt"), opnd("PG(PROJ_W, (int64_t)C * QD)"), pbg, "dx2", "att",
+           "PW(PROJ_W, (int64_t)C * QD)", D_N, D_QD, D_C);
+    rt_call(o, I, RT_zero, "SRT_COMPUTE", "7", "dqkv", NULL);
+    rt_call(o, I, RT_attention_bwd, "SRT_COMPUTE", "7: attention", "dq", "dk", "dv", "datt", "att", "lse", "q", "k", "v",
             "B", "T", "NH", "NKV", "HS", "LDQ", "LDKV", NULL);
     if (m->family == FAM_LLAMA) {
-        rt_call(o, I, "rope_bwd", "SRT_COMPUTE", "7: un-rotate dq", "dq", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
-        rt_call(o, I, "rope_bwd", "SRT_COMPUTE", "7: un-rotate dk", "dk", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
+        rt_call(o, I, RT_rope_bwd, "SRT_COMPUTE", "7: un-rotate dq", "dq", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
+        rt_call(o, I, RT_rope_bwd, "SRT_COMPUTE", "7: un-rotate dk", "dk", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
     }
     if (sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "8: the input norm again, on the gathered x");
-    rt_call(o, I, "zero", "SRT_COMPUTE", "8", "dln1", NULL);
+    rt_call(o, I, RT_zero, "SRT_COMPUTE", "8", "dln1", NULL);
     qkv_proj(e, o, g, true);
     norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
     sput(o, "}\n\n");
@@ -2573,7 +2351,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Carve *kv)
 /* The head for one microbatch (train: with its backward; eval: the loss only). */
 static void gen_head_fn(const CE *e, Str *o, bool eval)
 {
-    const Carve *hs = &e->hscr;
+    Views hsv = views(&e->hscr, "scratch", NULL, NULL), *hs = &hsv;
     const Group *g = &e->post;
     const char *px = e->px, *I = "    ";
     if (!eval)
@@ -2587,24 +2365,23 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
               "static void %s_head_eval(srt_ctx *c, const %s_head_t *a)\n{\n", px, px);
     sf(o, "    const %s_part_t *w = &%s_POST;\n", px, e->PX);
     sput(o, "    srt_t y = DV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the last layer's output */\n");
-    norm_stats(e, o, hs, "scratch", "lnf.stats", "lnf");
-    sf(o, "    srt_t lnf = %s;  /* (B,T,C) */\n", piece(hs, "scratch", "lnf", 0, "(int64_t)N * C", "WDT"));
-    sf(o, "    srt_t losses = %s;  /* (B,T) */\n", piece(hs, "scratch", "losses", 0, "N", "SRT_F32"));
+    norm_stats(e, o, hs, AP_LNF_STATS, "lnf");
+    sf(o, "    srt_t lnf = %s;  /* (B,T,C) */\n", piece(hs, AP_LNF, 0, "(int64_t)N * C", "WDT"));
+    sf(o, "    srt_t losses = %s;  /* (B,T) */\n", piece(hs, AP_LOSSES, 0, "N", "SRT_F32"));
     sput(o, "    srt_t logits = DV(a->logits, (int64_t)N * VP, WDT);  /* (B,T,VP), then their gradient */\n");
     norm_fwd(e, o, g, "lnf", "lnf", "y", R_NORMF_W, R_NORMF_B, "final norm");
-    rt_call(o, I, "matmul_fwd", "SRT_COMPUTE", "logits = lnf · head^T", "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)",
-            "NONE", "N", "C", "VP", NULL);
-    rt_call(o, I, "xent_fwd_bwd", "SRT_COMPUTE", "losses; logits := dloss · (softmax - onehot)", "losses", "logits",
+    mm_fwd(o, I, "logits = lnf · head^T", "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)", NO_OPND, D_N, D_C, D_VP);
+    rt_call(o, I, RT_xent_fwd_bwd, "SRT_COMPUTE", "losses; logits := dloss · (softmax - onehot)", "losses", "logits",
             "DV(a->tgt, N, SRT_I32)", "N", "VP", e->p->tp > 1 ? "(int)srt_group_rank(c, SRT_TP) * VP" : "0", "V",
             e->spec->precision.dtype == DT_FP16 ? "DLOSS * srt_loss_scale(c)" : "DLOSS", NULL);
-    rt_call(o, I, "loss_add", "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
+    rt_call(o, I, RT_loss_add, "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
     if (!eval) {
-        sf(o, "    srt_t dlnf = %s;  /* (B,T,C) */\n", piece(hs, "scratch", "dlnf", 0, "(int64_t)N * C", "WDT"));
+        sf(o, "    srt_t dlnf = %s;  /* (B,T,C) */\n", piece(hs, AP_DLNF, 0, "(int64_t)N * C", "WDT"));
         sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT);  /* (B,T,C) */\n");
-        rt_call(o, I, "zero", "SRT_COMPUTE", NULL, "dlnf", NULL);
-        rt_call(o, I, "zero", "SRT_COMPUTE", NULL, "dy", NULL);
-        rt_call(o, I, "matmul_bwd", "SRT_COMPUTE", "dlnf, dhead", "dlnf", "PG(HEAD_W, (int64_t)VP * C)", "NONE",
-                "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)", "N", "C", "VP", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", NULL, "dlnf", NULL);
+        rt_call(o, I, RT_zero, "SRT_COMPUTE", NULL, "dy", NULL);
+        mm_bwd(o, I, "dlnf, dhead", opnd("dlnf"), opnd("PG(HEAD_W, (int64_t)VP * C)"), NO_OPND, "logits", "lnf",
+               "PW(HEAD_W, (int64_t)VP * C)", D_N, D_C, D_VP);
         norm_bwd(e, o, g, "lnf", "dy", "dlnf", "y", R_NORMF_W, R_NORMF_B, "dy, the final norm's gradients");
     }
     sput(o, "}\n\n");
@@ -2621,11 +2398,11 @@ static void gen_embed_fns(const CE *e, Str *o)
               "static void %s_embed_fwd(srt_ctx *c, const %s_embed_fwd_t *a)\n{\n"
               "    const %s_part_t *w = &%s_PRE;\n%s", wpe ? " + wpe[t]" : "", px, px, px, e->PX, v0);
         if (tp)     /* vocab-parallel: this rank's rows, zeros elsewhere; all-reduced next */
-            rt_call(o, I, "embed_fwd", "SRT_COMPUTE", "(B,T,C), this rank's vocabulary rows [v0, v0 + VP)",
+            rt_call(o, I, RT_embed_fwd, "SRT_COMPUTE", "(B,T,C), this rank's vocabulary rows [v0, v0 + VP)",
                     "DV(a->x, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)", "PW(WTE, (int64_t)VP * C)",
                     wpe ? "v0 == 0 ? PW(WPE, (int64_t)T * C) : NONE" : "NONE", "B", "T", "C", "v0", "v0 + VP", NULL);
         else
-            rt_call(o, I, "embed_fwd", "SRT_COMPUTE", "(B,T,C)", "DV(a->x, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)",
+            rt_call(o, I, RT_embed_fwd, "SRT_COMPUTE", "(B,T,C)", "DV(a->x, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)",
                     "PW(WTE, (int64_t)VP * C)", wpe ? "PW(WPE, (int64_t)T * C)" : "NONE", "B", "T", "C", "0", "VP", NULL);
         sput(o, "}\n\n");
     }
@@ -2634,11 +2411,11 @@ static void gen_embed_fns(const CE *e, Str *o)
               "static void %s_embed_bwd(srt_ctx *c, const %s_embed_bwd_t *a)\n{\n"
               "    const %s_part_t *w = &%s_PRE;\n%s", wpe ? ", sum into dwpe" : "", px, px, px, e->PX, v0);
         if (tp)
-            rt_call(o, I, "embed_bwd", "SRT_COMPUTE", "this rank's vocabulary rows; positions on tp rank 0",
+            rt_call(o, I, RT_embed_bwd, "SRT_COMPUTE", "this rank's vocabulary rows; positions on tp rank 0",
                     "PG(WTE, (int64_t)VP * C)", wpe ? "v0 == 0 ? PG(WPE, (int64_t)T * C) : NONE" : "NONE",
                     "DV(a->dx, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)", "B", "T", "C", "v0", "v0 + VP", NULL);
         else
-            rt_call(o, I, "embed_bwd", "SRT_COMPUTE", NULL, "PG(WTE, (int64_t)VP * C)",
+            rt_call(o, I, RT_embed_bwd, "SRT_COMPUTE", NULL, "PG(WTE, (int64_t)VP * C)",
                     wpe ? "PG(WPE, (int64_t)T * C)" : "NONE", "DV(a->dx, (int64_t)N * C, WDT)", "DV(a->tok, N, SRT_I32)",
                     "B", "T", "C", "0", "VP", NULL);
         sput(o, "}\n\n");
@@ -2657,25 +2434,23 @@ static bool calls_kind(const CE *e, int fn)
 static void gen_attn_fn(const CE *e, Str *o)
 {
     const Model *m = e->m;
-    Carve kv = {0};
-    carve_merge(&kv, &e->kept, "saved");
-    carve_merge(&kv, &e->attn, "attn");
+    Views kv = views(&e->kept, "saved", &e->attn, "attn");
     sf(o, "/* Selective checkpointing: a layer's attention core again, from the q, k, v\n"
           " * its forward kept (RoPE applied), into the buffer its backward reads it\n"
           " * from: the forward's kernel on the forward's inputs, so the same bits. */\n"
           "static void %s_attn(srt_ctx *c, const %s_attn_t *a)\n{\n", e->px, e->px);
     if (m->family == FAM_GPT) {
-        sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(&kv, "saved", "qkv", 0, "(int64_t)N * QKV", "WDT"));
+        sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(&kv, AP_QKV, 0, "(int64_t)N * QKV", "WDT"));
         sput(o, "    srt_t q = qkv, k = AT(qkv, QD), v = AT(qkv, QD + KVD);  /* rows QKV apart */\n");
     } else {
         int64_t T = e->p->T, w = e->wb, qd = m->h / e->p->tp, kvd = model_kv_rank(m) * m->hd;
-        sf(o, "    srt_t q = %s, k = %s, v = %s;\n", piece(&kv, "saved", "qkv", 0, "(int64_t)N * QD", "WDT"),
-           piece(&kv, "saved", "qkv", T * qd * w, "(int64_t)N * KVD", "WDT"),
-           piece(&kv, "saved", "qkv", T * (qd + kvd) * w, "(int64_t)N * KVD", "WDT"));
+        sf(o, "    srt_t q = %s, k = %s, v = %s;\n", piece(&kv, AP_QKV, 0, "(int64_t)N * QD", "WDT"),
+           piece(&kv, AP_QKV, T * qd * w, "(int64_t)N * KVD", "WDT"),
+           piece(&kv, AP_QKV, T * (qd + kvd) * w, "(int64_t)N * KVD", "WDT"));
     }
-    sf(o, "    srt_t att = %s;  /* (B,T,QD) */\n", piece(&kv, "attn", "attn.out", 0, "(int64_t)N * QD", "WDT"));
-    sf(o, "    srt_t lse = %s;  /* (B,NH,T) */\n", piece(&kv, "attn", "attn.lse", 0, "(int64_t)N * NH", "SRT_F32"));
-    rt_call(o, "    ", "attention_fwd", "SRT_COMPUTE", "causal self-attention", "att", "lse", "q", "k", "v", "B", "T",
+    sf(o, "    srt_t att = %s;  /* (B,T,QD) */\n", piece(&kv, AP_ATTN_OUT, 0, "(int64_t)N * QD", "WDT"));
+    sf(o, "    srt_t lse = %s;  /* (B,NH,T) */\n", piece(&kv, AP_ATTN_LSE, 0, "(int64_t)N * NH", "SRT_F32"));
+    rt_call(o, "    ", RT_attention_fwd, "SRT_COMPUTE", "causal self-attention", "att", "lse", "q", "k", "v", "B", "T",
             "NH", "NKV", "HS", "LDQ", "LDKV", NULL);
     sput(o, "}\n\n");
 }
@@ -2686,16 +2461,12 @@ static void gen_attn_fn(const CE *e, Str *o)
 static void gen_layer_fwd_fns(const CE *e, Str *o)
 {
     if (calls_kind(e, FN_FWD)) {
-        Carve kv = {0};
-        carve_merge(&kv, &e->kept, "saved");
-        carve_merge(&kv, &e->fscr, "scratch");
-        gen_fwd_fn(e, o, "fwd", &kv, &e->fscr);
+        Views kv = views(&e->kept, "saved", &e->fscr, "scratch");
+        gen_fwd_fn(e, o, false, &kv, &e->fscr);
     }
     if (calls_kind(e, FN_RECOMP)) {
-        Carve kv = {0};
-        carve_merge(&kv, &e->saved, "saved");
-        carve_merge(&kv, &e->rscr, "scratch");
-        gen_fwd_fn(e, o, "recompute", &kv, &e->rscr);
+        Views kv = views(&e->saved, "saved", &e->rscr, "scratch");
+        gen_fwd_fn(e, o, true, &kv, &e->rscr);
     }
     if (calls_kind(e, FN_ATTN)) gen_attn_fn(e, o);
 }
@@ -2709,14 +2480,14 @@ static void gen_ckpt_fn(const CE *e, Str *o)
           " * device (cpu checkpointing); 2: all-gather of the tp ranks' slices, 3: this tp\n"
           " * rank's slice of a layer input (partitioned activations). */\n"
           "static void %s_ckpt(srt_ctx *c, const %s_ckpt_t *a)\n{\n    if (a->mode == 0) {\n", px, px);
-    rt_call(o, I, "copy", "a->st", NULL, "srt_hview(c, a->dst, a->n, WDT)", "DV(a->src, a->n, WDT)", NULL);
+    rt_call(o, I, RT_copy, "a->st", NULL, "srt_hview(c, a->dst, a->n, WDT)", "DV(a->src, a->n, WDT)", NULL);
     sput(o, "    } else if (a->mode == 1) {\n");
-    rt_call(o, I, "copy", "a->st", NULL, "DV(a->dst, a->n, WDT)", "srt_hview(c, a->src, a->n, WDT)", NULL);
+    rt_call(o, I, RT_copy, "a->st", NULL, "DV(a->dst, a->n, WDT)", "srt_hview(c, a->src, a->n, WDT)", NULL);
     sput(o, "    } else if (a->mode == 2) {\n");
-    rt_call(o, I, "all_gather", "a->st", NULL, "SRT_TP", "DV(a->dst, a->n * srt_group_size(c, SRT_TP), WDT)",
+    rt_call(o, I, RT_all_gather, "a->st", NULL, "SRT_TP", "DV(a->dst, a->n * srt_group_size(c, SRT_TP), WDT)",
             "DV(a->src, a->n, WDT)", NULL);
     sput(o, "    } else {\n");
-    rt_call(o, I, "convert", "a->st", NULL, "DV(a->dst, a->n, WDT)",
+    rt_call(o, I, RT_convert, "a->st", NULL, "DV(a->dst, a->n, WDT)",
             "DV(a->src + srt_group_rank(c, SRT_TP) * a->n * WB, a->n, WDT)", NULL);
     sput(o, "    }\n}\n\n");
 }
@@ -2730,9 +2501,7 @@ static void gen_compute_fns(CE *e, Str *o)
     if (e->nrows[FN_HEAD]) gen_head_fn(e, o, false);
     if (e->has_eval && e->nrows[FN_HEAD]) gen_head_fn(e, o, true);     /* pp > 1: the last stage's */
     if (e->nrows[FN_BWD]) {     /* full: the recomputed tensors; selective: the attention core apart */
-        Carve kv = {0};
-        carve_merge(&kv, e->pol == CKPT_FULL ? &e->saved : &e->kept, "saved");
-        carve_merge(&kv, &e->attn, "attn");
+        Views kv = views(e->pol == CKPT_FULL ? &e->saved : &e->kept, "saved", &e->attn, "attn");
         gen_bwd_fn(e, o, &kv);
     }
 }
@@ -2744,14 +2513,14 @@ static void gen_comm_fns(CE *e, Str *o)
     if (e->nrows[FN_LOAD]) {
     sf(o, "/* A microbatch's tokens and targets (B,T) to the device. */\n"
           "static void %s_load(srt_ctx *c, const %s_load_t *a)\n{\n", px, px);
-    rt_call(o, I, "load_batch", "a->st", NULL, "a->mb", "a->tok < 0 ? NONE : DV(a->tok, N, SRT_I32)",
+    rt_call(o, I, RT_load_batch, "a->st", NULL, "a->mb", "a->tok < 0 ? NONE : DV(a->tok, N, SRT_I32)",
             "a->tgt < 0 ? NONE : DV(a->tgt, N, SRT_I32)", NULL);
     sput(o, "}\n\n");
     }
     if (e->nrows[FN_GATHER]) {
     sf(o, "/* ZeRO-3: all-gather a fetch unit from every dp rank's shard. */\n"
           "static void %s_gather(srt_ctx *c, const %s_gather_t *a)\n{\n", px, px);
-    rt_call(o, I, "all_gather", "a->st", NULL, "SRT_DP", "DV(a->out, a->n, WDT)", "DV(a->in, a->shard, WDT)", NULL);
+    rt_call(o, I, RT_all_gather, "a->st", NULL, "SRT_DP", "DV(a->out, a->n, WDT)", "DV(a->in, a->shard, WDT)", NULL);
     sput(o, "}\n\n");
     }
     if (e->nrows[FN_REDUCE]) {
@@ -2760,16 +2529,16 @@ static void gen_comm_fns(CE *e, Str *o)
           " * rank's slice of the bucket) and added to the shard (accumulation). */\n"
           "static void %s_reduce(srt_ctx *c, const %s_reduce_t *a)\n{\n", px, px);
     sput(o, "    if (a->mode == 0) {\n");
-    rt_call(o, "        ", "all_reduce", "a->st", NULL, "SRT_DP", "DV(a->in, a->n, GDT)", "SRT_SUM", NULL);
+    rt_call(o, "        ", RT_all_reduce, "a->st", NULL, "SRT_DP", "DV(a->in, a->n, GDT)", "SRT_SUM", NULL);
     sput(o, "    } else if (a->mode == 1) {\n");
-    rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_DP", "DV(a->out, a->shard, GDT)", "DV(a->in, a->n, GDT)",
+    rt_call(o, "        ", RT_reduce_scatter, "a->st", NULL, "SRT_DP", "DV(a->out, a->shard, GDT)", "DV(a->in, a->n, GDT)",
             NULL);
     sput(o, "    } else {  /* mode 3 (offload): in place only; the caller moves the slice */\n"
             "        srt_t mine = DV(a->in + srt_group_rank(c, SRT_DP) * a->shard * GB, a->shard, GDT);\n");
-    rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_DP", "mine", "DV(a->in, a->n, GDT)", NULL);
+    rt_call(o, "        ", RT_reduce_scatter, "a->st", NULL, "SRT_DP", "mine", "DV(a->in, a->n, GDT)", NULL);
     sput(o, "        if (a->mode == 2) {\n"
             "            srt_t acc = DV(a->out, a->shard, GDT);\n");
-    rt_call(o, "            ", "add_fwd", "a->st", NULL, "acc", "acc", "mine", NULL);
+    rt_call(o, "            ", RT_add_fwd, "a->st", NULL, "acc", "acc", "mine", NULL);
     sput(o, "        }\n    }\n}\n\n");
     }
     if (e->nrows[FN_PGATHER]) {
@@ -2777,13 +2546,13 @@ static void gen_comm_fns(CE *e, Str *o)
           " * slice of the segment (in < 0), ZeRO 3 the persistent ones from the shard. */\n"
           "static void %s_param_gather(srt_ctx *c, const %s_param_gather_t *a)\n{\n"
           "    int64_t in = a->in >= 0 ? a->in : a->out + srt_group_rank(c, SRT_DP) * a->shard * WB;\n", px, px);
-    rt_call(o, I, "all_gather", "a->st", NULL, "SRT_DP", "DV(a->out, a->n, WDT)", "DV(in, a->shard, WDT)", NULL);
+    rt_call(o, I, RT_all_gather, "a->st", NULL, "SRT_DP", "DV(a->out, a->n, WDT)", "DV(in, a->shard, WDT)", NULL);
     sput(o, "}\n\n");
     }
     if (e->nrows[FN_ZERO]) {
     sf(o, "/* A gradient bucket starts each microbatch at zero. */\n"
           "static void %s_zero(srt_ctx *c, const %s_zero_t *a)\n{\n", px, px);
-    rt_call(o, I, "zero", "a->st", NULL, "DV(a->off, a->n, GDT)", NULL);
+    rt_call(o, I, RT_zero, "a->st", NULL, "DV(a->off, a->n, GDT)", NULL);
     sput(o, "}\n\n");
     }
     if (e->nrows[FN_TP]) {
@@ -2795,18 +2564,18 @@ static void gen_comm_fns(CE *e, Str *o)
           "static void %s_tp(srt_ctx *c, const %s_tp_t *a)\n{\n", px, px);
     if (e->m->kv > 1 && e->m->kv < e->p->tp) {
         sput(o, "    if (a->kind == 3) {\n");
-        rt_call(o, "        ", "all_reduce", "a->st", NULL, "SRT_TP_KV", "DV(a->out, a->n, GDT)", "SRT_SUM", NULL);
+        rt_call(o, "        ", RT_all_reduce, "a->st", NULL, "SRT_TP_KV", "DV(a->out, a->n, GDT)", "SRT_SUM", NULL);
         sput(o, "        return;\n    }\n");
     }
     if (sp_on(e)) {
         sf(o, "    int64_t ns = a->n / %lld;  /* a sequence shard */\n    if (a->kind == 1) {\n", (long long)e->p->tp);
-        rt_call(o, "        ", "all_gather", "a->st", NULL, "SRT_TP", "DV(a->out, a->n, WDT)", "DV(a->in, ns, WDT)", NULL);
+        rt_call(o, "        ", RT_all_gather, "a->st", NULL, "SRT_TP", "DV(a->out, a->n, WDT)", "DV(a->in, ns, WDT)", NULL);
         sput(o, "        return;\n    }\n    if (a->kind == 2) {\n");
-        rt_call(o, "        ", "reduce_scatter", "a->st", NULL, "SRT_TP", "DV(a->out, ns, WDT)", "DV(a->in, a->n, WDT)",
+        rt_call(o, "        ", RT_reduce_scatter, "a->st", NULL, "SRT_TP", "DV(a->out, ns, WDT)", "DV(a->in, a->n, WDT)",
                 NULL);
         sput(o, "        return;\n    }\n");
     }
-    rt_call(o, I, "all_reduce", "a->st", NULL, "SRT_TP", "DV(a->out, a->n, a->grad ? GDT : WDT)", "SRT_SUM", NULL);
+    rt_call(o, I, RT_all_reduce, "a->st", NULL, "SRT_TP", "DV(a->out, a->n, a->grad ? GDT : WDT)", "SRT_SUM", NULL);
     sput(o, "}\n\n");
     }
     if (e->nrows[FN_PP]) {
@@ -2815,11 +2584,11 @@ static void gen_comm_fns(CE *e, Str *o)
           " * gradient between the first and the last stage (SRT_EMBED). */\n"
           "static void %s_pp(srt_ctx *c, const %s_pp_t *a)\n{\n", px, px);
     sput(o, "    if (a->kind == 0) {\n");
-    rt_call(o, "        ", "send", "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
+    rt_call(o, "        ", RT_send, "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
     sput(o, "    } else if (a->kind == 1) {\n");
-    rt_call(o, "        ", "recv", "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
+    rt_call(o, "        ", RT_recv, "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
     sput(o, "    } else {\n");
-    rt_call(o, "        ", "all_reduce", "a->st", NULL, "SRT_EMBED", "DV(a->off, a->n, GDT)", "SRT_SUM", NULL);
+    rt_call(o, "        ", RT_all_reduce, "a->st", NULL, "SRT_EMBED", "DV(a->off, a->n, GDT)", "SRT_SUM", NULL);
     sput(o, "    }\n}\n\n");
     }
     if (e->nrows[FN_REC])
@@ -2871,13 +2640,13 @@ static void gen_owned_host_piece(CE *e, Str *o, const char *grad, const char *pa
        (long long)e->S_dev, (long long)boff(e, e->b_hgrads));
     if (e->p->zero < 2) {
         sput(o, "                if (what == OWN_D2H) {\n");
-        rt_call(o, "                    ", e->gb == 4 ? "copy" : "convert", "st", NULL, "g", grad, NULL);
+        rt_call(o, "                    ", e->gb == 4 ? RT_copy : RT_convert, "st", NULL, "g", grad, NULL);
         sput(o, "                    continue;\n"
                 "                }\n");
     }
     if (e->b_hstage >= 0) {
         sput(o, "                if (what == OWN_H2D) {\n");
-        rt_call(o, "                    ", "copy", "st", NULL, param, hparam, NULL);
+        rt_call(o, "                    ", RT_copy, "st", NULL, param, hparam, NULL);
         sput(o, "                    continue;\n"
                 "                }\n");
     }
@@ -2885,7 +2654,7 @@ static void gen_owned_host_piece(CE *e, Str *o, const char *grad, const char *pa
             "                    if (!tt->copy && (!tt->replicated || (tt->replicated == 1 ? tp0 : kv0))) srt_grad_sumsq(c, st, g);\n"
             "                    continue;\n"
             "                }\n");
-    rt_call(o, I, "optimizer_step", "st", NULL, hparam, st[0], "g", st[1], st[2], "tt->decay", NULL);
+    rt_call(o, I, RT_optimizer_step, "st", NULL, hparam, st[0], "g", st[1], st[2], "tt->decay", NULL);
     sput(o, "                continue;\n"
             "            }\n");
 }
@@ -2901,9 +2670,9 @@ static void gen_part_fn(CE *e, Str *o)
           "    srt_t mine = DV(in + (srt_group_rank(c, SRT_DP) * shard + skip) * GB, n, GDT);\n"
           "    srt_t dst = host ? HV(out, n, SRT_F32) : DV(out, n, GDT);\n"
           "    if (acc) {\n", e->px);
-    rt_call(o, "        ", "add_fwd", "st", NULL, "dst", "dst", "mine", NULL);
+    rt_call(o, "        ", RT_add_fwd, "st", NULL, "dst", "dst", "mine", NULL);
     sput(o, "    } else {\n");
-    rt_call(o, "        ", "convert", "st", NULL, "dst", "mine", NULL);
+    rt_call(o, "        ", RT_convert, "st", NULL, "dst", "mine", NULL);
     sput(o, "    }\n}\n\n");
 }
 
@@ -2977,10 +2746,10 @@ static void gen_owned_fn(CE *e, Str *o)
           "            if (staging >= 0) {\n"
           "                srt_t g32 = DV(staging + (j - lo) * 4, n, SRT_F32);\n",
        grad, param);
-    rt_call(o, "                ", "convert", "st", NULL, "g32", "g", NULL);
+    rt_call(o, "                ", RT_convert, "st", NULL, "g32", "g", NULL);
     sput(o, "                g = g32;\n"
             "            }\n");
-    rt_call(o, "            ", "optimizer_step", "st", NULL, "p", master, "g", m1, m2, "tt->decay", NULL);
+    rt_call(o, "            ", RT_optimizer_step, "st", NULL, "p", master, "g", m1, m2, "tt->decay", NULL);
     sput(o, "        }\n    }\n}\n\n");
 }
 
@@ -3116,29 +2885,20 @@ static void gen_program(const Plan *mp, const char *name, Str *o, bool *has_eval
 
 /* ---- one class ------------------------------------------------------------------------- */
 
-/* The persistent buffer called name in space sp, or -1. */
-static int named_buf(const CE *e, const char *name, int sp)
-{
-    for (int i = 0; i < e->s->nbufs; i++)
-        if (e->s->bufs[i].persistent && e->s->bufs[i].space == sp && strcmp(e->s->bufs[i].name, name) == 0) return i;
-    return -1;
-}
-
 /* Offload: the host and NVMe buffers and the host's share of the shard space
  * (the host optimizer owns its last S_host elements: sched.c's opt_split). */
 static void offload_buffers(CE *e)
 {
-    e->b_hgrads = named_buf(e, "grads.fp32", SPACE_HOST);
-    e->b_hmaster = named_buf(e, "optimizer.master", SPACE_HOST);
-    e->b_hmom1 = named_buf(e, "optimizer.exp_avg", SPACE_HOST);
-    if (e->b_hmom1 < 0) e->b_hmom1 = named_buf(e, "optimizer.momentum", SPACE_HOST);
-    e->b_hmom2 = named_buf(e, "optimizer.exp_avg_sq", SPACE_HOST);
-    e->b_nvme = named_buf(e, "optimizer.nvme", SPACE_NVME);
-    e->b_hstage = named_buf(e, "params.h2d_staging", SPACE_HOST);
-    e->b_hswap = named_buf(e, "params.nvme_staging", SPACE_HOST);
+    e->b_hgrads = class_buf(e, BR_GRADS_HOST, SPACE_HOST);
+    e->b_hmaster = class_buf(e, BR_OPT_MASTER, SPACE_HOST);
+    e->b_hmom1 = class_buf(e, BR_OPT_MOM1, SPACE_HOST);
+    e->b_hmom2 = class_buf(e, BR_OPT_MOM2, SPACE_HOST);
+    e->b_nvme = class_buf(e, BR_OPT_NVME, SPACE_NVME);
+    e->b_hstage = class_buf(e, BR_PARAMS_H2D_STAGING, SPACE_HOST);
+    e->b_hswap = class_buf(e, BR_PARAMS_NVME_STAGING, SPACE_HOST);
     e->params_space = SPACE_DEVICE;
     for (int sp = SPACE_HOST; e->p->zero == 3 && sp <= SPACE_NVME && e->b_pshard < 0; sp++)
-        if ((e->b_pshard = named_buf(e, "params.shard", sp)) >= 0) e->params_space = sp;
+        if ((e->b_pshard = class_buf(e, BR_PARAMS_SHARD, sp)) >= 0) e->params_space = sp;
     e->S_host = e->b_hgrads >= 0 ? e->s->bufs[e->b_hgrads].bytes / 4 : 0;
     e->S_dev -= e->S_host;
     bool adam = e->spec->train.optimizer != OPT_SGD;
@@ -3157,15 +2917,15 @@ static void offload_buffers(CE *e)
 /* Finds the class's persistent buffers and checks their sizes. */
 static void class_buffers(CE *e)
 {
-    e->b_params = class_buf(e, BK_PARAMS);
-    e->b_pshard = class_buf(e, BK_PSHARD);
-    e->b_persist = class_buf(e, BK_PERSIST);
-    e->b_grads = class_buf(e, BK_GRADS);
-    e->b_gshard = class_buf(e, BK_GSHARD);
-    e->b_gwhole = class_buf(e, BK_GWHOLE);
-    e->b_master = class_buf(e, BK_MASTER);
-    e->b_mom1 = class_buf(e, BK_MOM1);
-    e->b_mom2 = class_buf(e, BK_MOM2);
+    e->b_params = class_buf(e, BR_PARAMS, SPACE_DEVICE);
+    e->b_pshard = class_buf(e, BR_PARAMS_SHARD, SPACE_DEVICE);
+    e->b_persist = class_buf(e, BR_PARAMS_PERSIST, SPACE_DEVICE);
+    e->b_grads = class_buf(e, BR_GRADS, SPACE_DEVICE);
+    e->b_gshard = class_buf(e, BR_GRADS_SHARD, SPACE_DEVICE);
+    e->b_gwhole = class_buf(e, BR_GRADS_WHOLE, SPACE_DEVICE);
+    e->b_master = class_buf(e, BR_OPT_MASTER, SPACE_DEVICE);
+    e->b_mom1 = class_buf(e, BR_OPT_MOM1, SPACE_DEVICE);
+    e->b_mom2 = class_buf(e, BR_OPT_MOM2, SPACE_DEVICE);
     const RankClass *rc = e->rc;
     e->S_dev = e->p->zero >= 1 ? rc->shard : rc->padded;
     offload_buffers(e);
@@ -3262,16 +3022,10 @@ static void gen_class(const Plan *mp, const CatalogExtern *x, int ci, Str *o, bo
     class_buffers(&e);
     plan_whole(&e);
     plan_groups(&e);
-    carve_saved(&e);
-    carve_ckpt(&e);
-    carve_bwd(&e, e.p->act.bwd_scratch);
-    int64_t head_scratch = 0;
-    for (int i = 0; i < e.s->nops; i++)
-        if (e.s->ops[i].kind == OP_HEAD) {
-            int id = op_buf(&e, &e.s->ops[i], false, BK_SCRATCH);
-            if (id >= 0) head_scratch = e.s->bufs[id].bytes;
-        }
-    if (e.rc->chunks[e.rc->nchunks - 1].head) carve_head(&e, head_scratch);
+    const ActLayout *al = &e.p->layout;     /* the layer's tensors, where the plan put them */
+    e.pol = e.spec->checkpointing.activations;
+    e.saved = al->saved, e.kept = al->kept, e.attn = al->attn;
+    e.fscr = al->fscr, e.rscr = al->rscr, e.bscr = al->bscr, e.hscr = al->hscr;
     build_stmts(&e);
 
     Str chunks = {0};   /* the layers of each chunk (several with interleaved virtual stages) */

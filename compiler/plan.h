@@ -99,8 +99,8 @@ typedef enum ActKind {
     AK_REGATHER,    /* transient; gathered again in backward (SP linear inputs)      */
 } ActKind;
 
-/* The tensors the scratch rules single out (part.c's bounds, emit.c's
- * carving), so that they find them by role, not by name. */
+/* The tensors the scratch rules single out (act.c's bounds and layouts),
+ * so that they find them by role, not by name. */
 typedef enum ActRole {
     AR_NONE,
     AR_NORM,        /* a norm's output or statistics (recomputed on all tokens under sp) */
@@ -108,8 +108,26 @@ typedef enum ActRole {
     AR_ACT,         /* the MLP activation's output (no gradient with the fused dGELU)    */
 } ActRole;
 
+/* Every tensor a layer's buffers hold, by what it is: the graph's tensors,
+ * then the pieces the generated code adds (act.c lays them all out; the
+ * emitter prints where each is). */
+typedef enum ActPiece {
+    AP_X, AP_NORM1_STATS, AP_NORM1_OUT, AP_NORM1_GATHERED, AP_QKV, AP_ATTN_OUT, AP_ATTN_LSE,
+    AP_PROJ_PARTIAL, AP_PROJ_SCATTERED, AP_X2, AP_NORM2_STATS, AP_NORM2_OUT, AP_NORM2_GATHERED,
+    AP_FC1,             /* fc1, or SwiGLU's gate                                         */
+    AP_UP, AP_ACT, AP_FC2_PARTIAL, AP_FC2_SCATTERED, AP_Y,
+    /* sequence parallelism: each norm and its statistics on all tokens, in a scratch */
+    AP_NORM1_SP, AP_NORM1_SP_STATS, AP_NORM2_SP, AP_NORM2_SP_STATS,
+    /* the backward's gradients inside the layer */
+    AP_DX2, AP_DACT, AP_DGATE, AP_DUP, AP_DFC1, AP_DLN2, AP_DATT, AP_DQKV, AP_DLN1,
+    /* the head's scratch */
+    AP_LNF_STATS, AP_LOSSES, AP_LNF, AP_DLNF,
+    NACTPIECES
+} ActPiece;
+
 typedef struct ActTensor {
-    const char *name;
+    const char *name;           /* for people                                      */
+    int id;                     /* ActPiece                                        */
     int64_t width;
     bool fp32;                  /* fp32 statistics; else the working dtype          */
     int shard;                  /* ActShard                                        */
@@ -153,7 +171,27 @@ typedef struct ActBytes {
     int64_t bwd_scratch;        /* transient peak of a backward                    */
     int64_t boundary;           /* a stage boundary tensor [T_sp, h]              */
     int64_t full;               /* [T, h] in the working dtype                     */
+    int64_t head_scratch;       /* the head op's transients                        */
 } ActBytes;
+
+/* A tensor inside a layer's buffer: bytes at an offset; while it is laid
+ * out, its lifetime [born, dies] in steps of the op that uses it. */
+typedef struct Piece { int id; int64_t off, bytes; int born, dies; } Piece;   /* id: ActPiece */
+enum { ACT_MAX_PIECES = 32 };
+typedef struct Carve { Piece p[ACT_MAX_PIECES]; int n; int64_t total; } Carve;
+
+/* Where each tensor of a layer (and of the head) lies in its buffers, for the
+ * spec's checkpoint policy (act.c). */
+typedef struct ActLayout {
+    Carve saved;                /* all a forward keeps without checkpointing (full
+                                   checkpointing's recomputed buffer)              */
+    Carve kept;                 /* what the forward keeps: the saved buffer       */
+    Carve attn;                 /* selective: the recomputed attention core        */
+    Carve fscr;                 /* the forward's scratch                            */
+    Carve rscr;                 /* full: the recompute's scratch                    */
+    Carve bscr;                 /* the backward's scratch                           */
+    Carve hscr;                 /* the head's scratch                               */
+} ActLayout;
 
 /* One parameter tensor as one rank class holds it. */
 typedef struct ClassTensor {
@@ -227,7 +265,8 @@ typedef struct Partition {
     int64_t *chunk_first;       /* [pp·v]: first layer of each model chunk         */
     RankClass *classes;         /* [pp]                                            */
     int nclasses;
-    ActBytes act;
+    ActBytes act;               /* act_plan                                        */
+    ActLayout layout;           /* act_plan                                        */
     int64_t T, T_sp;            /* tokens per microbatch, per rank under SP        */
 } Partition;
 
@@ -256,6 +295,20 @@ int part_shard_ranges(const Partition *p, const RankClass *c, int64_t d,
                       int64_t (*ranges)[2], int cap);
 /* The class of a rank. */
 int part_class_of(const Partition *p, int64_t rank);
+
+/* ---- act.c: a layer's activations, kept and transient, laid out ---------- */
+
+/* Does the forward keep graph tensor t for the backward under policy pol? */
+bool act_kept(const ActTensor *t, int pol);
+/* The step of g producing tensor i (-1: the layer input); the last step
+ * reading it (prod when none does). */
+int act_producer(const LayerGraph *g, int i);
+int act_last_use(const LayerGraph *g, int i, int prod);
+/* Sizes one layer's buffers (p->act) and lays out their tensors (p->layout)
+ * for the partition's tp, micro-batch and the spec's policy (part_build). */
+void act_plan(const Spec *s, Partition *p);
+/* The piece id (ActPiece) of a carved buffer, or NULL. */
+const Piece *act_piece(const Carve *cv, int id);
 
 /* ---- sched.c: the ordered ops of one training step of a rank class ------ */
 
@@ -323,8 +376,75 @@ typedef enum BufCat {
 } BufCat;
 typedef enum BufSpace { SPACE_DEVICE, SPACE_HOST, SPACE_NVME, NSPACES } BufSpace;
 
+/* What a buffer holds.  The passes after the scheduler key on this and on
+ * the buffer's layer, microbatch and index, never on its name (names are for
+ * people: the trace, the report, the generated code's comments). */
+typedef enum BufRole {
+    /* persistent: model states, staging, workspaces */
+    BR_PARAMS,              /* ZeRO 0-2: the working parameters, the whole flat space      */
+    BR_PARAMS_SHARD,        /* ZeRO 3: this rank's shard (device, host or NVMe)            */
+    BR_PARAMS_PERSIST,      /* ZeRO 3: the persistent small parameters, gathered           */
+    BR_PARAMS_NVME_STAGING, /* host staging of parameters on NVMe                          */
+    BR_PARAMS_H2D_STAGING,  /* host staging of the host optimizer's updated parameters     */
+    BR_GRADS,               /* ZeRO 0-1: the gradients, the whole flat space (by bucket)   */
+    BR_GRADS_SHARD,         /* ZeRO 2-3: this rank's reduced gradients                     */
+    BR_GRADS_WHOLE,         /* ZeRO 2-3: the tied and persistent segments' gradients       */
+    BR_GRADS_HOST,          /* offload: the host optimizer's fp32 gradients                */
+    BR_OPT_MASTER, BR_OPT_MOM1, BR_OPT_MOM2,        /* on the device or the host            */
+    BR_OPT_NVME,            /* the optimizer states in the NVMe file                       */
+    BR_OPT_SLOT,            /* host staging of one NVMe sub-group (idx: the slot)          */
+    BR_CUBLAS_WS, BR_CUDNN_WS, BR_SCALARS,
+    /* transient: the step's own */
+    BR_SCRATCH,             /* one compute op's transients                                 */
+    BR_OPT_GRADS32,         /* fp32 gradients of a device optimizer sub-group (idx)         */
+    BR_PARAMS_D2H_STAGING,  /* a device sub-group's updated parameters, leaving            */
+    BR_PARAMS_FETCH_STAGING,/* an offloaded fetch unit's shard, arriving (idx: segment)    */
+    BR_GATHERED,            /* ZeRO 3: a gathered fetch unit (idx: its segment)            */
+    BR_BUCKET,              /* ZeRO 2-3: a gradient bucket of a microbatch (idx: bucket)   */
+    BR_TOKENS, BR_TARGETS,  /* a microbatch's tokens and targets                           */
+    BR_LOGITS,              /* the head's logits (their gradient in place)                 */
+    BR_X,                   /* a layer's input, kept for its backward                      */
+    BR_CKPT,                /* full checkpointing: a group's first input, kept whole       */
+    BR_X_TRANSIENT,         /* full checkpointing: an input not kept (or kept as a slice)  */
+    BR_CKPT_SLICE,          /* partitioned activations: this tp rank's slice of a checkpoint */
+    BR_CKPT_HOST,           /* cpu checkpointing: a checkpoint in the host arena           */
+    BR_CKPT_GATHERED,       /* a partitioned checkpoint gathered again over tp             */
+    BR_SAVED,               /* what a layer's forward keeps for its backward               */
+    BR_ATTN,                /* selective checkpointing: the recomputed attention core      */
+    BR_RECOMPUTED,          /* full: a group's first layer's recomputed tensors            */
+    BR_RECOMPUTED_IN,       /* full: a later layer's recomputed input, then its tensors    */
+    BR_TP_GATHERED,         /* sp: a part's input gathered over tp (sub: the part)         */
+    BR_TP_PARTIAL,          /* sp: a part's partial sums, reduce-scattered (sub)           */
+    BR_RESID1,              /* tp: the attention part's output, all-reduced                */
+    BR_DRESID1,             /* tp: the MLP part's input gradient, all-reduced              */
+    BR_DY_GATHERED,         /* sp: a part's output gradient gathered (sub)                 */
+    BR_REGATHERED,          /* sp: a part's input gathered again in backward (sub)         */
+    BR_DPARTIAL,            /* sp: a part's partial input gradient (sub)                   */
+    BR_DX,                  /* a layer's input gradient                                    */
+    BR_Y,                   /* the last layer's output: the head's input                   */
+    BR_Y_GATHERED,          /* sp: the head's input gathered                               */
+    BR_DY,                  /* the head's gradient of the last layer's output             */
+    BR_DY_PARTIAL,          /* sp: its partial sums, reduce-scattered                      */
+    BR_EMBED_PARTIAL,       /* sp: the embedding's partial sums, reduce-scattered          */
+    BR_EMBED_DX_GATHERED,   /* sp: the embedding's output gradient gathered                */
+    BR_SEND_FWD,            /* pp: a chunk's output, sent to the next stage                */
+    BR_RECV_BWD,            /* pp: a chunk's output gradient, received                     */
+    BR_SEND_BWD,            /* pp: a chunk's input gradient, sent to the previous stage    */
+    NBUFROLES
+} BufRole;
+
+enum { NO_LAYER = -2 };         /* a buffer of no layer (LAYER_PRE: the embedding's) */
+
 typedef struct Buffer {
-    const char *name;
+    const char *name;           /* for people                                      */
+    int role;                   /* BufRole                                         */
+    int layer;                  /* the model layer it serves, or NO_LAYER          */
+    int mb;                     /* its microbatch, or -1                           */
+    int chunk;                  /* its model chunk on this rank, or -1             */
+    int idx;                    /* BR_GATHERED, BR_PARAMS_FETCH_STAGING: segment;
+                                   BR_BUCKET: bucket; BR_OPT_SLOT, BR_OPT_GRADS32: slot
+                                   or sub-group; else -1                           */
+    int sub;                    /* OpSub: the part of a layer it serves            */
     int cat;                    /* BufCat                                          */
     int space;                  /* BufSpace                                        */
     int64_t bytes;
