@@ -560,3 +560,15 @@ int part_shard_ranges(const Partition *p, const RankClass *c, int64_t d, int64_t
     }
     return n;
 }
+
+/* Model layer L's index among class c's layers, or -1. */
+int part_layer_slot(const RankClass *c, int L)
+{
+    int base = 0;
+    for (int k = 0; k < c->nchunks; k++) {
+        const Chunk *ch = &c->chunks[k];
+        if (L >= ch->first_layer && L < ch->first_layer + ch->nlayers) return base + L - ch->first_layer;
+        base += ch->nlayers;
+    }
+    return -1;
+}

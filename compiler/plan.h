@@ -295,6 +295,9 @@ int part_shard_ranges(const Partition *p, const RankClass *c, int64_t d,
                       int64_t (*ranges)[2], int cap);
 /* The class of a rank. */
 int part_class_of(const Partition *p, int64_t rank);
+/* Model layer L's index among class c's layers (its chunks' in chunk order:
+ * with interleaved virtual stages they are not contiguous), or -1. */
+int part_layer_slot(const RankClass *c, int L);
 
 /* ---- act.c: a layer's activations, kept and transient, laid out ---------- */
 
@@ -451,6 +454,7 @@ typedef struct Buffer {
     bool persistent;            /* lives across steps (params, grads, optimizer)  */
     int first, last;            /* lifetime in op indices (filled by mem_)         */
     int64_t offset;             /* in its arena or NVMe file (filled by mem_)      */
+    int fam;                    /* its BufFamily (filled by mem_; -1: persistent)  */
     int nparts;                 /* > 0: accessed by part (ZeRO 0-1's flat gradients, one
                                    part per bucket), so ops on disjoint parts of it may
                                    run on different streams at once                 */
@@ -489,9 +493,34 @@ const char *sched_op_label(const Sched *s, int op);
 
 /* ---- mem.c: lifetimes, the arenas, the verdict --------------------------- */
 
+/* A kind of transient buffer of one rank class, laid out by arithmetic: the
+ * instance of (layer li, microbatch mb) is at
+ *   base + (li % lm) · w · size + (mb % w) · size
+ * where li counts the layers of the family's chunk (0 for a buffer of no
+ * layer of the class) and mb is 0 for a buffer of no microbatch: lm layers
+ * and w microbatches have places of their own, the fewest for which no two
+ * instances sharing a place are ever live at once.  A family is a role (and
+ * a part of the layer, an index, a model chunk) in one space; families share
+ * bytes when they are never live at once. */
+typedef struct BufFamily {
+    int role, sub, idx, chunk, space;   /* chunk -1: every chunk's (slot) */
+    int lm, w;
+    int *slot;                  /* NULL: the places above; else the instance of
+                                   (chunk, mb) is at base + (slot[chunk·m + mb]·lm
+                                   + li)·size: the chunks of an interleaved stage,
+                                   whose windows peak at different times, share
+                                   w places by a colouring of their lifetimes    */
+    int m;                      /* the microbatches (slot's stride)              */
+    int64_t size;               /* one place: the largest instance, aligned        */
+    int64_t base;               /* in its arena                                    */
+    int ninst;                  /* its buffers                                     */
+} BufFamily;
+
 typedef struct ClassMem {
     const RankClass *cls;
     const Sched *sched;         /* the class's schedule (its buffers carry the layout) */
+    BufFamily *fams;            /* the transient buffers' families                  */
+    int nfams;
     int64_t arena[NSPACES];     /* device arena, pinned host arena, NVMe bytes     */
     int64_t peak[NSPACES];      /* peak live bytes (the lower bound)               */
     int peak_op;                /* the op at the device peak                       */
@@ -521,6 +550,10 @@ typedef struct MemPlan {
 void mem_plan(const Partition *p, Schedule *sc, MemPlan *out);
 /* Lifetimes from the op list, then offsets by interval packing. */
 void mem_layout(ClassMem *cm, Sched *s, int64_t reserve);
+/* Where buffer b is in class c's layout: its family's chunk (a chunk of the
+ * class, or its own: -1 none) and its layer's index among that chunk's (0
+ * for a buffer of no layer of the class). */
+void mem_place(const RankClass *c, const Buffer *b, int *chunk, int *li);
 /* False if two live buffers of one arena overlap (a planner bug). */
 bool mem_check_overlap(const ClassMem *cm);
 const char *mem_cat_name(int cat);
