@@ -67,23 +67,22 @@ static void add_tensor(Model *m, int cap, const char *name, int layer, int role,
     t->decay = cols != 0;       /* matrices and embeddings decay; biases and norms do not */
 }
 
-/* The family's usual name of a layer tensor ("h.3.attn.c_attn.weight"). */
-static const char *layer_name(const Model *m, int layer, const char *gpt, const char *llama)
+/* Appends a tensor of layer L under the family's usual name
+ * ("h.3.attn.c_attn.weight"): the layer prefix, L, the local name gpt or
+ * llama followed by suffix (".weight", ".bias"). */
+static void add_layer_tensor(Model *m, int cap, int L, const char *gpt, const char *llama, const char *suffix, int role,
+                             int64_t rows, int64_t cols, int split)
 {
-    if (m->family == FAM_LLAMA) return arena_printf(&g_arena, "model.layers.%d.%s", layer, llama);
-    return arena_printf(&g_arena, "h.%d.%s", layer, gpt);
+    const char *local = arena_printf(&g_arena, "%s%s", m->family == FAM_LLAMA ? llama : gpt, suffix);
+    add_tensor(m, cap, arena_printf(&g_arena, "%s%d.%s", m->layer_prefix, L, local), L, role, rows, cols, split);
+    m->t[m->nt - 1].local = local;
 }
 
 /* The norm of a layer: weight, and bias for LayerNorm with biases. */
 static void add_norm(Model *m, int cap, int L, int rw, int rb, const char *gpt, const char *llama)
 {
-    add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.weight", gpt),
-                                  arena_printf(&g_arena, "%s.weight", llama)),
-               L, rw, m->h, 0, SPLIT_NONE);
-    if (m->layernorm && m->bias)
-        add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.bias", gpt),
-                                      arena_printf(&g_arena, "%s.bias", llama)),
-                   L, rb, m->h, 0, SPLIT_NONE);
+    add_layer_tensor(m, cap, L, gpt, llama, ".weight", rw, m->h, 0, SPLIT_NONE);
+    if (m->layernorm && m->bias) add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, m->h, 0, SPLIT_NONE);
 }
 
 /* A linear layer's weight [out, in] and optional bias; column-parallel
@@ -91,13 +90,8 @@ static void add_norm(Model *m, int cap, int L, int rw, int rb, const char *gpt, 
 static void add_linear(Model *m, int cap, int L, int rw, int rb, int64_t out, int64_t in,
                        bool column, const char *gpt, const char *llama)
 {
-    add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.weight", gpt),
-                                  arena_printf(&g_arena, "%s.weight", llama)),
-               L, rw, out, in, column ? SPLIT_ROWS : SPLIT_COLS);
-    if (m->bias)
-        add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.bias", gpt),
-                                      arena_printf(&g_arena, "%s.bias", llama)),
-                   L, rb, out, 0, column ? SPLIT_ROWS : SPLIT_NONE);
+    add_layer_tensor(m, cap, L, gpt, llama, ".weight", rw, out, in, column ? SPLIT_ROWS : SPLIT_COLS);
+    if (m->bias) add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, out, 0, column ? SPLIT_ROWS : SPLIT_NONE);
 }
 
 /* The tensors of transformer layer L, in forward order. */
@@ -157,6 +151,7 @@ static void model_shape(const Spec *s, Model *m)
 {
     memset(m, 0, sizeof *m);
     m->family = s->model.family;
+    m->layer_prefix = m->family == FAM_LLAMA ? "model.layers." : "h.";
     m->l = s->model.layers;
     m->h = s->model.hidden;
     m->a = s->model.heads;

@@ -45,6 +45,8 @@ enum { LAYER_PRE = -1 };        /* embeddings; the final norm and head use layer
 
 typedef struct Tensor {
     const char *name;           /* "h.3.attn.c_attn.weight" (the family's usual name) */
+    const char *local;          /* a layer's: its name after Model.layer_prefix and the
+                                   layer ("attn.c_attn.weight"); else NULL          */
     int layer;                  /* LAYER_PRE, 0..l-1, or l (final norm, head)      */
     int role;                   /* TensorRole                                      */
     int64_t rows, cols;         /* logical shape [out, in]; cols = 0 for vectors   */
@@ -62,6 +64,7 @@ typedef struct Model {
     bool gated;                 /* SwiGLU: gate and up projections                 */
     bool layernorm;             /* LayerNorm (mean + rstd) vs RMSNorm (rstd)       */
     bool bias, tied, learned_pos;
+    const char *layer_prefix;   /* a layer tensor's name: this, its layer, ".", its local name */
     Tensor *t;                  /* every parameter tensor, in forward order        */
     int nt;
     int *layer_first;           /* [l + 3]: [0] = 0 (embeddings), [L + 1] = layer L's first
