@@ -716,7 +716,7 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step, const tok *tk, met
     const srt_program *p = R->p;
     const srt_class *k = c->cls;
     int64_t T = p->seq_len, V = p->vocab;
-    int64_t logits = loop_buffer(k, "logits.mb0");
+    int64_t logits = loop_buffer(k, "LOGITS");
     int any = logits >= 0;
     wd_allreduce(c, &any, 1, MPI_INT, MPI_MAX, "the sample's all-reduce");
     if (!k->eval || !any) {
@@ -947,10 +947,10 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     if (R.o.trace) {
         char tp[4096];
         metrics_trace_path(tp, sizeof tp, R.o.trace, (int)c->rank, (int)c->world);
-        /* room for every op of every step: a dry count is not available, so
-         * a generous bound from the program's buffers; events past it are
+        /* room for every op of every step: a generous bound from the
+         * schedule's ops (each a few runtime ops); events past it are
          * counted as dropped, never allocated */
-        int64_t per_step = 64 * (int64_t)(k->nbuffers + k->nparams + 16);
+        int64_t per_step = 64 * (int64_t)(k->nops + k->nparams + 16);
         tr = metrics_trace_open(tp, (int)c->rank, per_step * (steps - first + 1) + 1024, err, sizeof err);
         if (!tr) loop_error(c, 0, err);
         for (int s = 0; tr && s < SRT_NSTREAMS; s++) metrics_trace_thread(tr, s, ops_stream_name((srt_stream)s));

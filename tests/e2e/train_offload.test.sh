@@ -9,7 +9,8 @@
 # equal: the persistent parameters must reach the device),
 # bf16 with all three, and pp 2 · dp 2 with all three — every step's loss within
 # 1e-5 relative (bit for bit is expected; the worst difference is printed) and
-# the exported weights within 1e-5; bf16 at bf16 tolerance (1e-4, weights 1e-2):
+# the exported weights within 1e-5; with the parameters offloaded the validation
+# losses (every 2 steps) too, bit for bit; bf16 at bf16 tolerance (1e-4, weights 1e-2):
 # the host accumulates the microbatches' bf16 gradients in fp32 (as DeepSpeed's
 # CPU optimizer does), the device in bf16.  Then checkpoints across offload: 2 steps
 # with the optimizer on NVMe resumed without offload; 2 steps without resumed
@@ -28,7 +29,8 @@ unset SRT_NVME_DIR
 export SRT_NVME_STATS=1
 # only the norms and biases persistent: the layers' weights are fetched and gathered per use
 PERSIST=(-D zero.param_persistence_threshold=1000)
-BASE=(-D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=2 "${PERSIST[@]}")
+# evaluation every 2 steps: with the parameters offloaded it fetches them too
+BASE=(-D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=2 -D train.eval_every=2 "${PERSIST[@]}")
 NVOPT="offload.optimizer=nvme{path=\"$NV\"}"
 NVPAR="offload.params=nvme{path=\"$NV\" buffer_count=2 buffer_size=100000}"
 # run NAME [-D ...]: dp 2 ZeRO-3 with the -D; train_layout (4 steps, checkpoint, export)
@@ -59,8 +61,21 @@ else
     echo "FAIL: no NVMe statistics from the trainer"; tail -5 "$T/nvme.err"; fail=1
 fi
 grep -m1 "refuses O_DIRECT" "$T/nvme.err" | sed 's/^/   /'
-run pcpu -D offload.params=cpu && train_check ref pcpu 1e-5 1e-5 "parameters on the host"
-run pnvme -D "$NVPAR" -D "$NVOPT" && train_check ref pnvme 1e-5 1e-5 "parameters and optimizer on NVMe"
+# same_val REF RUN LABEL: RUN's validation losses are REF's, as logged (numbers, not null)
+same_val() {
+    local a b
+    a=$(grep -o '"val_loss":[^}]*' "$T/$1.jsonl") b=$(grep -o '"val_loss":[^}]*' "$T/$2.jsonl")
+    if [ -n "$a" ] && [ "$a" = "$b" ] && ! grep -q '"val_loss":null' "$T/$2.jsonl"; then
+        echo "ok: $3: validation losses bit for bit"
+    else
+        echo "FAIL: $3: validation losses $(echo $b) against $(echo $a)"
+        fail=1
+    fi
+}
+run pcpu -D offload.params=cpu && train_check ref pcpu 1e-5 1e-5 "parameters on the host" &&
+    same_val ref pcpu "parameters on the host"
+run pnvme -D "$NVPAR" -D "$NVOPT" && train_check ref pnvme 1e-5 1e-5 "parameters and optimizer on NVMe" &&
+    same_val ref pnvme "parameters and optimizer on NVMe"
 run half -D offload.optimizer=cpu -D offload.optimizer.ratio=0.5 && train_check ref half 1e-5 1e-5 "optimizer ratio 0.5"
 run bref -D precision.dtype=bf16 &&
     run bhalf -D precision.dtype=bf16 -D offload.params=cpu -D "$NVOPT" -D offload.optimizer.ratio=0.5 &&
@@ -68,11 +83,13 @@ run bref -D precision.dtype=bf16 &&
 # one dp rank (ZeRO-Infinity on one GPU): each unit fetched from the host or
 # NVMe shard, the persistent parameters copied to the device after each step
 # one NAME [-D ...]: dp 1 ZeRO-3 with the -D; train_layout (4 steps, checkpoint, export)
-one() { train_layout "$1" specs/tiny-gpt.tspec 1 -D parallel.dp=1 -D zero.stage=3 -D train.micro_batch=2 "${PERSIST[@]}" \
-            "${@:2}"; }
+one() { train_layout "$1" specs/tiny-gpt.tspec 1 -D parallel.dp=1 -D zero.stage=3 -D train.micro_batch=2 \
+            -D train.eval_every=2 "${PERSIST[@]}" "${@:2}"; }
 if one ref1; then
-    one pcpu1 -D offload.params=cpu && train_same ref1 pcpu1 0 "dp 1, parameters on the host"
-    one pnvme1 -D "$NVPAR" -D "$NVOPT" && train_same ref1 pnvme1 0 "dp 1, parameters and optimizer on NVMe"
+    one pcpu1 -D offload.params=cpu && train_same ref1 pcpu1 0 "dp 1, parameters on the host" &&
+        same_val ref1 pcpu1 "dp 1, parameters on the host"
+    one pnvme1 -D "$NVPAR" -D "$NVOPT" && train_same ref1 pnvme1 0 "dp 1, parameters and optimizer on NVMe" &&
+        same_val ref1 pnvme1 "dp 1, parameters and optimizer on NVMe"
 fi
 # with pipeline parallelism: pp 2 · dp 2 (four ranks), the same offloads
 # pp NAME [-D ...]: pp 2 · dp 2 ZeRO-3 with the -D; train_3d (4 steps, checkpoint, export)

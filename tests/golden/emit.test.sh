@@ -171,7 +171,7 @@ run b4z1 4 1 bf16 -D precision.grad_reduce=fp32 && same bref b4z1 2e-3
 # folded loops against the straight-line step: the same ops, so the same bits
 run loops 1 1 fp32 -D model.layers=6
 run flat 1 1 fp32 -D model.layers=6 --no-loops
-grep -q "for (int i0" "$T/loops.c" || { echo "FAIL: the 6-layer trainer has no loop"; fail=1; }
+grep -q "for (int l = 0; l < " "$T/loops.c" || { echo "FAIL: the 6-layer trainer has no layer loop"; fail=1; }
 same loops flat 0
 SPEC=tiny-llama
 mkdir -p "$T/dump-llama"
