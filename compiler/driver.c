@@ -336,7 +336,7 @@ static const Tool tools[] = {
      "usage: shardc check FILE [-D key.path=value ...] [--max-errors N]\n"
      "\n"
      "Checks a spec and prints it resolved (every default filled in) in canonical\n"
-     "form, which parses back to the same spec.\n", NULL, run_check},
+     "form, which parses back to the same spec.\n", NULL, run_check, NULL},
     {"plan", "  plan  FILE [-D ...] [options]    partition and memory plan (see `shardc plan --help`)\n",
      SPEC_REQUIRED, true, true, 1, {{"--json", "FILE"}, {"--trace", "FILE"}, {"--html", "FILE"}, {"--rank", "R"}},
      "usage: shardc plan FILE [-D key.path=value ...] [--rank R] [--json FILE] [--trace FILE] [--html FILE]\n"
@@ -349,7 +349,7 @@ static const Tool tools[] = {
      "  --help        this text\n"
      "\n"
      "Exit 0 with a plan (whether it fits or not), 1 for a spec that cannot be\n"
-     "planned, 2 for a bad option.\n", NULL, run_plan},
+     "planned, 2 for a bad option.\n", NULL, run_plan, NULL},
     {"build", "  build FILE -o TRAINER [options]  generate the trainer's C and compile it (see `shardc build --help`)\n",
      SPEC_REQUIRED, true, true, 1,
      {{"-o", "TRAINER"}, {"--backend", "cpu|cuda"}, {"--emit-c", "OUT.c"}, {"--runtime", "DIR"}, {"--no-loops", NULL}},
@@ -372,7 +372,7 @@ static const Tool tools[] = {
      "set, MPI's flags come from `mpicc --showme`)\n"
      "\n"
      "exit codes: 0 ok, 1 error in the input, 2 usage, 3 internal error (the C\n"
-     "compiler rejected the generated code: a shardc bug)\n", check_build_opts, run_build},
+     "compiler rejected the generated code: a shardc bug)\n", check_build_opts, run_build, NULL},
     {"import", "  import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-D ...] [-o OUT]\n"
                "                                   convert a DeepSpeed config (+ HF model config) to a spec\n"
                "  import hf config.json [--nodes N --gpus-per-node G] [-D ...] [-o OUT]\n"
@@ -399,19 +399,19 @@ static const Tool tools[] = {
      "  --max-errors N            stop after N errors (default 20)\n"
      "\n"
      "Keys DeepSpeed has but shardc does not honour are reported as warnings (docs/import-deepspeed.md).\n",
-     NULL, run_import},
+     NULL, run_import, NULL},
     {"export", "  export CKPT_DIR -o OUT_DIR|FILE.safetensors [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
                "                                   a checkpoint as a Hugging Face model directory (or one file)\n",
      SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_main},    /* export.c parses its own arguments */
     {"ckpt", "  ckpt verify CKPT_DIR             check a checkpoint (checksums, structure) without training\n",
      SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_ckpt_main},
     {"docs", "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n",
-     SPEC_NONE, false, false, 1, {{0}}, "usage: shardc docs spec-reference\n", NULL, run_docs},
+     SPEC_NONE, false, false, 1, {{0}}, "usage: shardc docs spec-reference\n", NULL, run_docs, NULL},
     {"ops", "  ops [FILE]                       every runtime op (and FILE's user-defined ops): signature, doc\n",
      SPEC_OPTIONAL, false, true, 1, {{0}},
      "usage: shardc ops [FILE [-D key.path=value ...]]\n"
      "  every op of the runtime (runtime/include/shardrt.h) with its signature and doc comment;\n"
-     "  with a spec, also its user-defined ops (checked against their kind's ABI)\n", NULL, run_ops},
+     "  with a spec, also its user-defined ops (checked against their kind's ABI)\n", NULL, run_ops, NULL},
 };
 static const int ntools = (int)(sizeof tools / sizeof tools[0]);
 
