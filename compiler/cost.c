@@ -330,7 +330,7 @@ static double opt_time(const Sched *s, const Op *o)
 }
 
 /* Seconds the op occupies its stream once it has started. */
-double cost_op_time(const MemPlan *mp, const Sched *s, int op)
+double cost_op_time(const Plan *mp, const Sched *s, int op)
 {
     (void)mp;
     const Op *o = &s->ops[op];

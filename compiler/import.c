@@ -348,7 +348,7 @@ static bool import_load_json(JDoc *d, const char *path, const char *what)
         if (errno == EFBIG)
             diag_plain("%s: the %s is larger than %u MiB", path, what, IMPORT_MAX_JSON >> 20);
         else
-            diag_plain("cannot read the %s %s: %s", what, path, strerror(errno));
+            diag_plain("cannot read the %s %s: %s", what, path, util_strerror(errno));
         return false;
     }
     d->src.path = path;
@@ -1126,7 +1126,7 @@ static void import_hf_gpt2_extra(Imp *im)
     }
 }
 
-/* Llama specifics: the activation, head_dim, MLP biases and RoPE scaling. */
+/* Llama specifics: the activation, head_dim, the biases, attention dropout. */
 static void import_hf_llama_extra(Imp *im)
 {
     const char *act = import_hf_str(im, "hidden_act");
@@ -1143,17 +1143,60 @@ static void import_hf_llama_extra(Imp *im)
                    (long long)hd, (long long)hidden, (long long)heads, (long long)(hidden / heads));
         diag_hint("shardc's attention heads are hidden / heads wide");
     }
+    /* Hugging Face's defaults: no biases (mlp_bias is newer than attention_bias) */
     bool ab = false, mb = false;
-    if (import_get_bool(&im->hf, "mlp_bias", &mb) == J_OK) {
-        import_get_bool(&im->hf, "attention_bias", &ab);
-        if (mb != ab)
-            diag_warning(import_key_loc(&im->hf, "mlp_bias"),
-                         "mlp_bias: ignored: shardc's model.bias (from attention_bias) covers every linear layer");
+    import_get_bool(&im->hf, "attention_bias", &ab);
+    if (import_get_bool(&im->hf, "mlp_bias", &mb) != J_BAD && mb != ab)
+        diag_error(import_key_loc(&im->hf, import_find_key(&im->hf, "mlp_bias") ? "mlp_bias" : "attention_bias"),
+                   "attention_bias %s with mlp_bias %s: shardc cannot train biases on some linear layers only",
+                   ab ? "true" : "false", mb ? "true" : "false");
+    double p = 0;
+    if (import_get_num(&im->hf, "attention_dropout", &p) == J_OK && p > 0)
+        diag_warning(import_key_loc(&im->hf, "attention_dropout"),
+                     "attention_dropout: ignored: shardc trains without dropout");
+}
+
+/* A config.json key for what shardc cannot train: an error at the key unless
+ * its value is one of `off` (the JSON texts meaning "not used"). */
+typedef struct HfNo {
+    const char *model_type;     /* "gpt2", "llama", or "" for both          */
+    const char *key;
+    const char *off;            /* ' '-separated JSON values that are fine  */
+    const char *why;
+} HfNo;
+
+static const HfNo hf_no[] = {
+    {"llama", "rope_scaling", "null", "shardc's RoPE has no scaling (rope_theta only)"},
+    {"llama", "sliding_window", "null", "shardc's attention is full causal attention, without a sliding window"},
+    {"llama", "use_sliding_window", "false", "shardc's attention is full causal attention, without a sliding window"},
+    {"", "num_local_experts", "null 0 1", "shardc has no mixture of experts"},
+    {"", "num_experts", "null 0 1", "shardc has no mixture of experts"},
+    {"", "n_routed_experts", "null 0 1", "shardc has no mixture of experts"},
+    {"", "num_experts_per_tok", "null 0 1", "shardc has no mixture of experts"},
+    {"gpt2", "scale_attn_weights", "true", "shardc always scales attention scores by 1/sqrt(head size)"},
+    {"gpt2", "scale_attn_by_inverse_layer_idx", "false", "shardc scales attention scores by 1/sqrt(head size) only"},
+    {"gpt2", "add_cross_attention", "false", "shardc's GPT has no cross-attention"},
+};
+
+/* Reports every key of hf_no that config.json sets to something shardc cannot train. */
+static void import_hf_unsupported(Imp *im, const char *model_type)
+{
+    for (size_t i = 0; i < sizeof hf_no / sizeof hf_no[0]; i++) {
+        const HfNo *h = &hf_no[i];
+        cJSON *v = import_get(&im->hf, h->key);
+        if (!v || (*h->model_type && strcmp(h->model_type, model_type) != 0)) continue;
+        char *text = cJSON_PrintUnformatted(v);
+        bool fine = false;
+        for (const char *p = h->off; text && *p;) {
+            size_t n = strcspn(p, " ");
+            fine |= strlen(text) == n && strncmp(p, text, n) == 0;
+            p += n + (p[n] == ' ');
+        }
+        if (!fine)     /* a long value (rope_scaling's object) shortened */
+            diag_error(import_val_loc(&im->hf, h->key), "%s %.32s%s: %s", h->key, text ? text : "?",
+                       text && strlen(text) > 32 ? "..." : "", h->why);
+        free(text);
     }
-    cJSON *rs = import_get(&im->hf, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs))
-        diag_warning(import_key_loc(&im->hf, "rope_scaling"),
-                     "rope_scaling: ignored: shardc's RoPE is unscaled (rope_theta only)");
 }
 
 /* Reads config.json into the model block. */
@@ -1195,6 +1238,7 @@ static void import_hf(Imp *im)
     }
     if (im->model_family[0] == 'g') import_hf_gpt2_extra(im);
     else import_hf_llama_extra(im);
+    import_hf_unsupported(im, mt);
 }
 
 /* ======================================================================== */
@@ -2008,7 +2052,8 @@ static void import_render(FILE *f, const Imp *im, const char *prefix, int depth)
     for (int i = 0; i < schema_nkeys; i++) {
         const SchemaKey *k = &schema_keys[i];
         if (import_is_child(k->path, prefix)) {
-            Ent *e = import_ent((Imp *)im, k->path);
+            Ent *e = import_ent((Imp *)im, k->path), dflt = {k, k->def, "shardc's default", NULL};
+            if (!e && import_any_under(im, k->path)) e = &dflt;     /* a -D under an enum left as it is */
             if (!e) continue;
             const char *name = k->path + n + 1;
             bool block = false;
@@ -2046,8 +2091,11 @@ static char *import_text(Imp *im, size_t *len)
     size_t size = 0;
     FILE *f = open_memstream(&buf, &size);
     if (!f) die("open_memstream failed");
-    fprintf(f, "# Imported by `shardc import deepspeed` from %s%s%s.\n", im->ds_name,
-            im->have_hf ? " and " : "", im->have_hf ? im->hf_name : "");
+    if (im->ds_name)
+        fprintf(f, "# Imported by `shardc import deepspeed` from %s%s%s.\n", im->ds_name,
+                im->have_hf ? " and " : "", im->have_hf ? im->hf_name : "");
+    else
+        fprintf(f, "# Imported by `shardc import hf` from %s.\n", im->hf_name);
     fprintf(f, "# Each key names the DeepSpeed or Hugging Face key it came from; keys not\n"
                "# written here take shardc's defaults (`shardc check` prints them all).\n");
     const char *done[16];
@@ -2095,7 +2143,8 @@ static void import_cluster(Imp *im)
     char *list = arena_strdup(&g_arena, k->enums);
     for (char *p = list; *p; p++)
         if (*p == '|') *p = ' ';
-    import_put(im, "cluster.gpu", "a100_80gb", "not in the DeepSpeed config: set yours (%s)", list);
+    import_put(im, "cluster.gpu", "a100_80gb", "not in the %s: set yours (%s)",
+               im->ds_name ? "DeepSpeed config" : "model's config", list);
 }
 
 /* The first '{' of text[0..n) outside a string, or NULL. */
@@ -2169,17 +2218,25 @@ static void import_override(Imp *im, const char *path, const char *text)
 }
 
 static int import_run(Imp *im);
+static int import_finish(Imp *im);
+
+/* Starts an import: im set up for o; false (a usage error reported) when
+ * --nodes comes without --gpus-per-node or the other way round. */
+static bool import_begin(Imp *im, const ImportOpts *o)
+{
+    memset(im, 0, sizeof *im);
+    im->o = o;
+    im->dp = o->nodes * o->gpus_per_node;
+    if ((o->nodes == 0) == (o->gpus_per_node == 0)) return true;
+    fprintf(stderr, "shardc: import: --nodes and --gpus-per-node go together (dp = nodes x gpus per node)\n");
+    return false;
+}
 
 /* shardc import deepspeed: reads, maps, checks and writes; frees the JSON trees. */
 int import_deepspeed(const ImportOpts *o)
 {
-    if ((o->nodes == 0) != (o->gpus_per_node == 0)) {
-        fprintf(stderr, "shardc: import: --nodes and --gpus-per-node go together (dp = nodes x gpus per node)\n");
-        return EXIT_USAGE;
-    }
     Imp im;
-    memset(&im, 0, sizeof im);
-    im.o = o;
+    if (!import_begin(&im, o)) return EXIT_USAGE;
     int rc = import_run(&im);
     cJSON_Delete(im.ds.root);
     cJSON_Delete(im.hf.root);
@@ -2190,7 +2247,6 @@ int import_deepspeed(const ImportOpts *o)
 static int import_run(Imp *im)
 {
     const ImportOpts *o = im->o;
-    im->dp = o->nodes * o->gpus_per_node;
     im->ds_name = import_base(o->ds_path);
     if (!import_load_json(&im->ds, o->ds_path, "DeepSpeed config")) return EXIT_USER;
     if (o->hf_path) {
@@ -2215,6 +2271,14 @@ static int import_run(Imp *im)
         diag_plain("the DeepSpeed config has no model: pass --hf config.json (a Hugging Face GPT-2 or Llama config)");
     }
     if (diag_errors) return EXIT_USER;
+    return import_finish(im);
+}
+
+/* The end of both imports: the model's enum, the -D overrides, the front end
+ * on the text, then the text to -o or stdout. */
+static int import_finish(Imp *im)
+{
+    const ImportOpts *o = im->o;
     if (im->model_family) import_put(im, "model", im->model_family, "model_type %s", im->model_family[0] == 'g' ? "gpt2" : "llama");
     for (int i = 0; i < o->nov; i++) import_override(im, o->ov[i].path, o->ov[i].text);
     if (diag_errors) return EXIT_USER;
@@ -2222,7 +2286,8 @@ static int import_run(Imp *im)
     size_t len = 0;
     char *text = import_text(im, &len);
     /* The result must pass `shardc check`: run the front end on it here. */
-    const char *name = o->out_path ? o->out_path : arena_printf(&g_arena, "<import of %s>", im->ds_name);
+    const char *name = o->out_path ? o->out_path
+                       : arena_printf(&g_arena, "<import of %s>", im->ds_name ? im->ds_name : im->hf_name);
     Item *items = spec_parse_text(name, text, len);
     Spec spec;
     if (diag_errors || !sema_resolve(items, NULL, 0, &spec) || diag_errors) {
@@ -2241,4 +2306,95 @@ static int import_run(Imp *im)
         return EXIT_USER;
     }
     return EXIT_OK;
+}
+
+/* The layout of `import hf --nodes N --gpus-per-node G`: data parallel over
+ * every GPU with ZeRO-3 (the model states split G·N ways), bf16, one sequence
+ * per GPU per step; `shardc plan` then says whether it fits and what would. */
+static void import_hf_layout(Imp *im)
+{
+    import_cluster(im);
+    import_put(im, "parallel.tp", "1", "default layout: data parallel over every GPU");
+    import_put(im, "parallel.pp", "1", "default layout");
+    import_put(im, "zero.stage", "3", "default layout: parameters, gradients and optimizer state split over dp");
+    import_put(im, "precision.dtype", "bf16", "default layout: bf16 with fp32 master weights");
+    import_put(im, "train.micro_batch", "1", "default layout: set yours");
+    import_put(im, "train.global_batch", import_fmt_int(im->dp), "default layout: one sequence per GPU; set yours");
+}
+
+/* shardc import hf config.json: the model block (and with --nodes and
+ * --gpus-per-node a default layout) of a Hugging Face GPT-2 or Llama config. */
+int import_hf_main(const ImportOpts *o)
+{
+    Imp im;
+    if (!import_begin(&im, o)) return EXIT_USAGE;
+    im.hf_name = import_base(o->hf_path);
+    int rc = EXIT_USER;
+    if (import_load_json(&im.hf, o->hf_path, "Hugging Face config")) {
+        im.have_hf = true;
+        import_hf(&im);
+        if (im.dp) import_hf_layout(&im);
+        rc = diag_errors ? EXIT_USER : import_finish(&im);
+    }
+    cJSON_Delete(im.hf.root);
+    return rc;
+}
+
+/* Sets config.json key `hf` from spec key `spec` of s, typed by the schema. */
+static void import_hf_config_key(cJSON *cfg, const Spec *s, const char *hf, const char *spec)
+{
+    const SchemaKey *k = import_key(spec);
+    const void *p = (const char *)s + k->offset;
+    if (k->type == T_BOOL) cJSON_AddBoolToObject(cfg, hf, *(const bool *)p);
+    else if (k->type == T_INT) cJSON_AddNumberToObject(cfg, hf, (double)*(const int64_t *)p);
+    else if (k->type == T_FLOAT) cJSON_AddNumberToObject(cfg, hf, *(const double *)p);
+    else die("import: %s is not a number or a switch", spec);
+}
+
+/* Says why Hugging Face has no class for the model s describes, or NULL. */
+static const char *import_hf_unexportable(const Spec *s)
+{
+    bool gpt = s->model.family == FAM_GPT;
+    if (s->model.activation == ACT_EXTERN) return "a user-defined activation has no Hugging Face equivalent";
+    if (gpt && s->model.activation == ACT_SWIGLU) return "Hugging Face's GPT-2 has no gated MLP (model.activation = swiglu)";
+    if (gpt && s->model.kv_heads != s->model.heads) return "Hugging Face's GPT-2 has no grouped-query attention (model.kv_heads)";
+    if (gpt && !s->model.bias) return "Hugging Face's GPT-2 always has biases (model.bias = off)";
+    if (!gpt && s->model.activation != ACT_SWIGLU) return "Hugging Face's Llama always has a SwiGLU MLP (model.activation)";
+    return NULL;
+}
+
+/* config.json for `shardc export` to a directory (see shardc.h). */
+cJSON *import_hf_config(const Spec *s, const char *torch_dtype)
+{
+    const char *why = import_hf_unexportable(s);
+    if (why) {
+        diag_plain("cannot write config.json: %s", why);
+        diag_hint("`shardc export CKPT -o FILE.safetensors` writes the weights alone");
+        return NULL;
+    }
+    bool gpt = s->model.family == FAM_GPT;
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(cfg, "architectures"),
+                         cJSON_CreateString(gpt ? "GPT2LMHeadModel" : "LlamaForCausalLM"));
+    cJSON_AddStringToObject(cfg, "model_type", gpt ? "gpt2" : "llama");
+    const HfKey *keys = gpt ? hf_gpt2 : hf_llama;
+    int n = gpt ? (int)(sizeof hf_gpt2 / sizeof hf_gpt2[0]) : (int)(sizeof hf_llama / sizeof hf_llama[0]);
+    for (int i = 0; i < n; i++) import_hf_config_key(cfg, s, keys[i].hf, keys[i].spec);
+    if (gpt) {
+        import_hf_config_key(cfg, s, "n_ctx", "model.seq_len");        /* the older name of n_positions */
+        /* shardc's GELU is the tanh form: Hugging Face's gelu_new */
+        cJSON_AddStringToObject(cfg, "activation_function", s->model.activation == ACT_RELU ? "relu" : "gelu_new");
+        static const char *const drops[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
+        for (int i = 0; i < 3; i++) cJSON_AddNumberToObject(cfg, drops[i], 0.0);   /* trained without dropout */
+        cJSON_AddBoolToObject(cfg, "scale_attn_weights", true);
+    } else {
+        cJSON_AddStringToObject(cfg, "hidden_act", "silu");
+        import_hf_config_key(cfg, s, "mlp_bias", "model.bias");
+        cJSON_AddNumberToObject(cfg, "head_dim", (double)(s->model.hidden / s->model.heads));
+        cJSON_AddNullToObject(cfg, "rope_scaling");
+        cJSON_AddNumberToObject(cfg, "attention_dropout", 0.0);
+        cJSON_AddNumberToObject(cfg, "pretraining_tp", 1);
+    }
+    cJSON_AddStringToObject(cfg, "torch_dtype", torch_dtype);
+    return cfg;
 }

@@ -293,6 +293,7 @@ typedef struct Spec {
         int64_t warmup, decay_steps;
         double min_lr;
         int64_t eval_every, log_every;
+        double comm_timeout;    /* seconds: the trainer's collective watchdog */
     } train;
     struct {
         const char *train, *val;
@@ -344,6 +345,8 @@ bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out);
 /* True if key k applies under the resolved enum values of s (a key inside an
  * enum's block applies only for the values in its `when`); canon.c prints these. */
 bool sema_applies(const Spec *s, const SchemaKey *k);
+/* Where the user (an include, or -D) set key path, or no location. */
+Loc sema_key_loc(const Spec *s, const char *path);
 /* The top-level spec's path as given to spec_parse_file ("-" = stdin); the
  * driver sets it before sema_resolve.  File-wide errors ("no model block",
  * also for an empty file) point at its line 1 and Spec.source names it.
@@ -361,16 +364,34 @@ typedef struct ImportOpts {
     int nov;
 } ImportOpts;
 int import_deepspeed(const ImportOpts *o);      /* returns an exit code     */
+int import_hf_main(const ImportOpts *o);        /* shardc import hf         */
+/* config.json of the model s describes, for `shardc export` to a directory:
+ * written through the key table `import hf` reads by (one mapping both
+ * ways); NULL (reported) when Hugging Face has no class for it. */
+struct cJSON *import_hf_config(const Spec *s, const char *torch_dtype);
 
 /* ---- util ------------------------------------------------------------- */
 /* Reads a whole file with a NUL sentinel; NULL (errno set) on failure. */
 char *util_read_file(const char *path, size_t *len, size_t limit);
+/* util_read_file's errno for a FIFO, a device or a socket (refused unread). */
+#define UTIL_ENOTREG ENOTSUP
+/* strerror, with UTIL_ENOTREG's own words. */
+const char *util_strerror(int e);
 /* Formats a byte count with its binary unit ("1.50 GiB"). */
 const char *util_bytes(int64_t b);
 /* Writes `data` to `path` atomically (temporary file, fsync, rename). */
 bool util_write_atomic(const char *path, const char *data, size_t len);
+/* path made absolute (an arena string); an internal error if it does not resolve. */
+const char *util_abs_path(const char *path);
+/* ---- driver.c: the tools and the passes in order ----------------------- */
+/* shardc's command line (argv[1] the tool); returns the exit code. */
+int drv_main(int argc, char **argv);
+/* Runs tool name (check, plan, build, ops) on a spec already resolved, with
+ * the tool's options in argv; returns the exit code. */
+int drv_run_spec(const char *name, const Spec *spec, int argc, char **argv);
 /* export.c: `shardc export CKPT_DIR -o FILE [--dtype fp32|bf16]`; argv holds
  * the arguments after `export`.  Returns the exit code. */
 int export_main(int argc, char **argv);
+int export_ckpt_main(int argc, char **argv);   /* shardc ckpt verify */
 
 #endif

@@ -92,7 +92,7 @@ static SrcFile *spec_read(const char *path, const Loc *at)
                        SPEC_MAX_FILE_BYTES >> 20);
         return NULL;
     }
-    const char *why = strerror(errno);
+    const char *why = util_strerror(errno);
     if (at)
         diag_error(*at, "cannot read '%s': %s", shown, why);
     else

@@ -8,11 +8,38 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Opens path for reading without blocking (a FIFO would wait for a writer)
+ * and refuses what is not a regular file: errno EISDIR or UTIL_ENOTREG. */
+static FILE *util_open_regular(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        close(fd);
+        errno = S_ISDIR(st.st_mode) ? EISDIR : S_ISREG(st.st_mode) ? e : UTIL_ENOTREG;
+        return NULL;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) close(fd);
+    return f;
+}
+
+/* strerror, and what UTIL_ENOTREG means. */
+const char *util_strerror(int e)
+{
+    return e == UTIL_ENOTREG ? "not a regular file (a FIFO, a device or a socket)" : strerror(e);
+}
+
 /* Reads a whole file into the arena with a NUL sentinel.  Fails with errno
- * EFBIG past `limit` bytes, so a 100 MB file is refused before it is read. */
+ * EFBIG past `limit` bytes, so a 100 MB file is refused before it is read;
+ * with EISDIR or UTIL_ENOTREG for a directory, a FIFO, a device or a socket
+ * ("-", standard input, may be a pipe). */
 char *util_read_file(const char *path, size_t *len, size_t limit)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    FILE *f = strcmp(path, "-") == 0 ? stdin : util_open_regular(path);
     if (!f) return NULL;
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -101,4 +128,14 @@ bool util_write_atomic(const char *path, const char *data, size_t len)
         return false;
     }
     return true;
+}
+
+/* path made absolute (an arena string); an internal error if it does not resolve. */
+const char *util_abs_path(const char *path)
+{
+    char *r = realpath(path, NULL);
+    if (!r) die("cannot resolve %s: %s", path, strerror(errno));
+    const char *a = arena_strdup(&g_arena, r);
+    free(r);
+    return a;
 }

@@ -1,6 +1,7 @@
 /* ckpt.c — safetensors rank files, the index, atomic saves, slice reads (see ckpt.h). */
 #define _GNU_SOURCE             /* renameat2 */
 #include "ckpt.h"
+#include "safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -14,11 +15,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/file.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL                  /* Debian's libxxhash-dev, compiled in: no link flag */
+#include <xxhash.h>
 
 #define CKPT_FORMAT "shardc-checkpoint"
-#define CKPT_VERSION 1
-#define CKPT_MAX_HEADER (100u << 20)    /* safetensors' own limit on the JSON header */
+#define CKPT_VERSION 2                  /* 2: checksums, the save's identity in every file */
+#define CKPT_MAX_INDEX (1u << 30)       /* index.json: far beyond any model's              */
 
 void (*ckpt_crash_hook)(const char *point);
 
@@ -329,10 +333,31 @@ static int64_t piece_numel(const ckpt_piece *p, int64_t *f0, int64_t *f1)
     return *f1 - *f0;
 }
 
-/* The safetensors header of a rank file: one entry per piece, and the pieces'
- * geometry as JSON text in __metadata__.shardc.  Sets *data_bytes. */
-static char *rank_header(int rank, int64_t step, const ckpt_piece *pieces, int n, uint64_t *data_bytes,
-                         char *err, size_t errlen, int *rc)
+/* "%016llx" of a 64-bit value: checksums and save tokens (JSON numbers hold 53 bits). */
+static void hex64(char out[17], uint64_t v)
+{
+    snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+/* The 64-bit value of 16 lowercase hex digits; false if s is not that. */
+static bool unhex64(const char *s, uint64_t *v)
+{
+    if (!s || strlen(s) != 16 || strspn(s, "0123456789abcdef") != 16) return false;
+    *v = strtoull(s, NULL, 16);
+    return true;
+}
+
+/* The checksum of a piece's bytes as stored: XXH3, 64 bits. */
+static uint64_t piece_hash(const void *data, uint64_t bytes)
+{
+    return XXH3_64bits(data, (size_t)bytes);
+}
+
+/* The safetensors header of a rank file: one entry per piece, and in
+ * __metadata__.shardc (JSON text) the file's identity — rank, step, model,
+ * the save's token — and each piece's geometry and checksum.  Sets *data_bytes. */
+static char *rank_header(int rank, int64_t step, uint64_t token, const char *model, const ckpt_piece *pieces,
+                         int n, uint64_t *data_bytes, char *err, size_t errlen, int *rc)
 {
     cJSON *hdr = cJSON_CreateObject(), *meta = cJSON_CreateObject(), *desc = cJSON_CreateArray();
     cJSON *sh = cJSON_CreateObject();
@@ -381,11 +406,18 @@ static char *rank_header(int rank, int64_t step, const ckpt_piece *pieces, int n
         cJSON_AddItemToObject(d, "rect", cJSON_CreateDoubleArray(g + 2, 4));
         cJSON_AddItemToObject(d, "flat", cJSON_CreateDoubleArray(g + 6, 2));
         cJSON_AddStringToObject(d, "dtype", dtype_names[p->dtype]);
+        char hx[17];
+        hex64(hx, piece_hash((const char *)p->data, bytes));
+        cJSON_AddStringToObject(d, "xxh3", hx);
         cJSON_AddItemToArray(desc, d);
     }
     if (*rc == CKPT_OK) {
+        char tok[17];
+        hex64(tok, token);
         cJSON_AddNumberToObject(sh, "rank", rank);
         cJSON_AddNumberToObject(sh, "step", (double)step);
+        cJSON_AddStringToObject(sh, "model", model ? model : "");
+        cJSON_AddStringToObject(sh, "save", tok);
         cJSON_AddItemToObject(sh, "pieces", desc);
         desc = NULL;
         char *shtext = cJSON_PrintUnformatted(sh);
@@ -433,7 +465,7 @@ static bool write_rank_file(int fd, const char *text, const ckpt_piece *pieces, 
 }
 
 /* Every rank: its safetensors file in the save's temporary directory, fsynced. */
-int ckpt_save_rank(const char *dir, int64_t step, uint64_t token, int rank,
+int ckpt_save_rank(const char *dir, int64_t step, uint64_t token, int rank, const char *model,
                    const ckpt_piece *pieces, int n, char *err, size_t errlen)
 {
     char tmp[PATH_MAX], path[PATH_MAX + 32];
@@ -442,7 +474,7 @@ int ckpt_save_rank(const char *dir, int64_t step, uint64_t token, int rank,
     snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, rank);
     uint64_t total;
     int rc;
-    char *text = rank_header(rank, step, pieces, n, &total, err, errlen, &rc);
+    char *text = rank_header(rank, step, token, model, pieces, n, &total, err, errlen, &rc);
     if (!text) return rc;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -456,45 +488,6 @@ int ckpt_save_rank(const char *dir, int64_t step, uint64_t token, int rank,
     if (!ok) return fail(err, errlen, CKPT_E_IO, "%s: cannot write: %s", path, strerror(e ? e : errno));
     crash_point("rank-written");
     return CKPT_OK;
-}
-
-/* Reads a safetensors file's JSON header; sets *data_off (where the data
- * starts) and *size.  NULL with a message on failure. */
-static cJSON *read_st_header(const char *path, uint64_t *data_off, uint64_t *size, char *err,
-                             size_t errlen, int *rc)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        *rc = fail(err, errlen, errno == ENOENT ? CKPT_E_MISSING : CKPT_E_IO, "%s: cannot open: %s",
-                   path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    unsigned char le[8];
-    uint64_t hlen = 0;
-    cJSON *h = NULL;
-    *rc = CKPT_E_CORRUPT;
-    if (fstat(fd, &st) == 0 && pread(fd, le, 8, 0) == 8) {
-        for (int i = 0; i < 8; i++) hlen |= (uint64_t)le[i] << (8 * i);
-        if (hlen <= CKPT_MAX_HEADER && 8 + hlen <= (uint64_t)st.st_size) {
-            char *buf = malloc(hlen + 1);
-            if (buf && pread(fd, buf, hlen, 8) == (ssize_t)hlen) {
-                buf[hlen] = 0;
-                h = cJSON_Parse(buf);
-            }
-            free(buf);
-        }
-    }
-    close(fd);
-    if (!h || !cJSON_IsObject(h)) {
-        cJSON_Delete(h);
-        fail(err, errlen, CKPT_E_CORRUPT, "%s: not a safetensors file (unreadable header)", path);
-        return NULL;
-    }
-    *data_off = 8 + hlen;
-    *size = (uint64_t)st.st_size;
-    *rc = CKPT_OK;
-    return h;
 }
 
 /* Number of a JSON array's element i (0 if absent). */
@@ -528,43 +521,109 @@ static bool ix_add(ixbuild *b, cJSON *t)
     return strmap_put(&b->map, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name")), b->n++);
 }
 
+/* A JSON number that is an integer in [0, 2^53]: its value, else -1. */
+static int64_t json_uint(const cJSON *x)
+{
+    if (!cJSON_IsNumber(x)) return -1;
+    double v = x->valuedouble;
+    if (!(v >= 0 && v <= 9007199254740992.0) || v != (double)(int64_t)v) return -1;
+    return (int64_t)v;
+}
+
+/* Array member `key` of o: exactly n such integers into v; false otherwise. */
+static bool json_uints(const cJSON *o, const char *key, int n, int64_t *v)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n) return false;
+    for (int i = 0; i < n; i++)
+        if ((v[i] = json_uint(cJSON_GetArrayItem(a, i))) < 0) return false;
+    return true;
+}
+
+/* A rank file's own account of itself: __metadata__.shardc. */
+typedef struct rank_meta {
+    cJSON *root;
+    int64_t rank, step;
+    const char *model;
+    uint64_t save;              /* the token of the save that wrote it */
+    const cJSON *pieces;        /* [{kind, tensor, shape, rect, flat, dtype, xxh3}] */
+} rank_meta;
+
+/* One piece descriptor of a rank file's metadata, checked. */
+typedef struct rank_desc {
+    const char *kind, *tensor;
+    int64_t shape[2], rect[4], flat[2];
+    int dtype;
+    uint64_t xxh3;
+} rank_desc;
+
+/* Reads descriptor d; false when it is malformed. */
+static bool rank_desc_parse(const cJSON *d, rank_desc *o)
+{
+    o->kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "kind"));
+    o->tensor = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "tensor"));
+    o->dtype = dtype_parse(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "dtype")));
+    return o->kind && *o->kind && o->tensor && *o->tensor && o->dtype >= 0 &&
+           json_uints(d, "shape", 2, o->shape) && json_uints(d, "rect", 4, o->rect) &&
+           json_uints(d, "flat", 2, o->flat) &&
+           unhex64(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "xxh3")), &o->xxh3);
+}
+
+/* Parses a rank file's metadata strictly; the caller frees m->root. */
+static int rank_meta_parse(const st_file *f, rank_meta *m, char *err, size_t errlen)
+{
+    const char *text = st_meta(f, "shardc");
+    memset(m, 0, sizeof *m);
+    m->root = text ? cJSON_ParseWithOpts(text, NULL, 1) : NULL;
+    const cJSON *o = m->root;
+    m->rank = json_uint(cJSON_GetObjectItemCaseSensitive(o, "rank"));
+    m->step = json_uint(cJSON_GetObjectItemCaseSensitive(o, "step"));
+    m->model = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"));
+    m->pieces = cJSON_GetObjectItemCaseSensitive(o, "pieces");
+    const char *what = !text ? "has no __metadata__.shardc"
+                       : !cJSON_IsObject(o) ? "has a __metadata__.shardc that is not a JSON object"
+                       : m->rank < 0 || m->step < 0 || !m->model ? "does not say its rank, step and model"
+                       : !unhex64(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "save")), &m->save)
+                           ? "does not say which save wrote it"
+                       : !cJSON_IsArray(m->pieces) ? "has no piece list" : NULL;
+    if (what) return fail(err, errlen, CKPT_E_CORRUPT, "%s: not a shardc rank file: it %s", st_path(f), what);
+    int i = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, m->pieces) {
+        rank_desc rd;
+        if (!rank_desc_parse(d, &rd))
+            return fail(err, errlen, CKPT_E_CORRUPT, "%s: piece %d of __metadata__.shardc is malformed", st_path(f), i);
+        i++;
+    }
+    return CKPT_OK;
+}
+
 /* Adds rank r's pieces (from its header's metadata) to the index's tensors. */
-static int index_rank(ixbuild *b, const char *tmp, int r, char *err, size_t errlen)
+static int index_rank(ixbuild *b, const char *tmp, int r, int64_t step, uint64_t token, char *err, size_t errlen)
 {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/rank-%05d.safetensors", tmp, r);
-    uint64_t off, size;
-    int rc;
-    cJSON *h = read_st_header(path, &off, &size, err, errlen, &rc);
-    if (!h) return rc;
-    const char *meta = cJSON_GetStringValue(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(h, "__metadata__"), "shardc"));
-    cJSON *sh = meta ? cJSON_Parse(meta) : NULL;
-    cJSON *pieces = cJSON_GetObjectItemCaseSensitive(sh, "pieces");
-    rc = cJSON_IsArray(pieces) ? CKPT_OK
-                               : fail(err, errlen, CKPT_E_CORRUPT, "%s: no shardc piece list", path);
+    st_file *f;
+    if (st_open(&f, path, err, errlen)) return exists(path) ? CKPT_E_CORRUPT : CKPT_E_MISSING;
+    rank_meta m;
+    int rc = rank_meta_parse(f, &m, err, errlen);
+    if (rc == CKPT_OK && (m.rank != r || m.step != step || m.save != token))
+        rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: written as rank %lld of step %lld by another save", path,
+                  (long long)m.rank, (long long)m.step);
     const cJSON *d;
-    cJSON_ArrayForEach(d, pieces) {
+    cJSON_ArrayForEach(d, m.pieces) {
         if (rc) break;
-        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "kind"));
-        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "tensor"));
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(d, "shape");
-        const cJSON *rect = cJSON_GetObjectItemCaseSensitive(d, "rect");
-        const cJSON *flat = cJSON_GetObjectItemCaseSensitive(d, "flat");
-        if (!kind || !name || cJSON_GetArraySize(shape) != 2 || cJSON_GetArraySize(rect) != 4 ||
-            cJSON_GetArraySize(flat) != 2) {
-            rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: a malformed piece", path);
-            break;
-        }
-        double rows = num_at(shape, 0), cols = num_at(shape, 1);
-        int ti = strmap_get(&b->map, name);
+        rank_desc pd;
+        rank_desc_parse(d, &pd);
+        double rows = (double)pd.shape[0], cols = (double)pd.shape[1];
+        int ti = strmap_get(&b->map, pd.tensor);
         cJSON *t;
         if (ti < 0) {
             t = cJSON_CreateObject();
-            cJSON_AddStringToObject(t, "name", name);
-            cJSON *s = cJSON_AddArrayToObject(t, "shape");
-            cJSON_AddItemToArray(s, cJSON_CreateNumber(rows));
-            if (cols) cJSON_AddItemToArray(s, cJSON_CreateNumber(cols));
+            cJSON_AddStringToObject(t, "name", pd.tensor);
+            cJSON *sh = cJSON_AddArrayToObject(t, "shape");
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber(rows));
+            if (cols) cJSON_AddItemToArray(sh, cJSON_CreateNumber(cols));
             cJSON_AddObjectToObject(t, "pieces");
             if (!ix_add(b, t)) {
                 rc = fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
@@ -572,22 +631,22 @@ static int index_rank(ixbuild *b, const char *tmp, int r, char *err, size_t errl
             }
         } else {
             t = b->t[ti];
-            const cJSON *s = cJSON_GetObjectItemCaseSensitive(t, "shape");
-            if (num_at(s, 0) != rows || (cJSON_GetArraySize(s) == 2 ? num_at(s, 1) : 0) != cols) {
+            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
+            if (num_at(sh, 0) != rows || (cJSON_GetArraySize(sh) == 2 ? num_at(sh, 1) : 0) != cols) {
                 rc = fail(err, errlen, CKPT_E_ARGS,
-                          "checkpoint: tensor '%s' is saved with two different shapes", name);
+                          "checkpoint: tensor '%s' is saved with two different shapes", pd.tensor);
                 break;
             }
         }
         cJSON *kinds = cJSON_GetObjectItemCaseSensitive(t, "pieces");
-        cJSON *list = cJSON_GetObjectItemCaseSensitive(kinds, kind);
-        if (!list) list = cJSON_AddArrayToObject(kinds, kind);
-        double row[7] = {r, num_at(rect, 0), num_at(rect, 1), num_at(rect, 2), num_at(rect, 3),
-                         num_at(flat, 0), num_at(flat, 1)};
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(kinds, pd.kind);
+        if (!list) list = cJSON_AddArrayToObject(kinds, pd.kind);
+        double row[7] = {r, (double)pd.rect[0], (double)pd.rect[1], (double)pd.rect[2], (double)pd.rect[3],
+                         (double)pd.flat[0], (double)pd.flat[1]};
         cJSON_AddItemToArray(list, cJSON_CreateDoubleArray(row, 7));
     }
-    cJSON_Delete(sh);
-    cJSON_Delete(h);
+    cJSON_Delete(m.root);
+    st_close(f);
     return rc;
 }
 
@@ -603,13 +662,20 @@ static int write_synced(const char *path, const char *text, char *err, size_t er
 }
 
 /* Builds index.json from the rank files and the metadata. */
-static int write_index(const char *tmp, int64_t step, int nranks, const ckpt_meta *m, char *err,
+static int write_index(const char *tmp, int64_t step, uint64_t token, int nranks, const ckpt_meta *m, char *err,
                        size_t errlen)
 {
+    char tok[17];
+    hex64(tok, token);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     cJSON *ix = cJSON_CreateObject();
     cJSON_AddStringToObject(ix, "format", CKPT_FORMAT);
     cJSON_AddNumberToObject(ix, "version", CKPT_VERSION);
     cJSON_AddNumberToObject(ix, "step", (double)step);
+    cJSON_AddStringToObject(ix, "save", tok);
+    /* when it was committed: which of two checkpoints is the newer (ckpt_find) */
+    cJSON_AddNumberToObject(ix, "saved_at_us", (double)now.tv_sec * 1e6 + (double)(now.tv_nsec / 1000));
     cJSON_AddStringToObject(ix, "model", m && m->model ? m->model : "");
     cJSON_AddStringToObject(ix, "family", m && m->family ? m->family : "");
     add_kvs(ix, "layout", m ? m->layout : NULL, m ? m->nlayout : 0);
@@ -621,7 +687,7 @@ static int write_index(const char *tmp, int64_t step, int nranks, const ckpt_met
         char name[32];
         snprintf(name, sizeof name, "rank-%05d.safetensors", r);
         cJSON_AddItemToArray(files, cJSON_CreateString(name));
-        rc = index_rank(&b, tmp, r, err, errlen);
+        rc = index_rank(&b, tmp, r, step, token, err, errlen);
     }
     strmap_free(&b.map);
     free(b.t);
@@ -663,7 +729,7 @@ int ckpt_save_commit(const char *dir, int64_t step, uint64_t token, int nranks,
     char tmp[PATH_MAX], final[PATH_MAX], latest[PATH_MAX + 32], ltmp[PATH_MAX + 32];
     if (!step_path(tmp, dir, step, "tmp", token) || !step_path(final, dir, step, NULL, 0) || nranks < 1)
         return fail(err, errlen, CKPT_E_ARGS, "%s: bad checkpoint directory, step or rank count", dir);
-    int rc = write_index(tmp, step, nranks, meta, err, errlen);
+    int rc = write_index(tmp, step, token, nranks, meta, err, errlen);
     if (rc) return rc;
     crash_point("index-written");
     if (!fsync_dir(tmp)) return fail(err, errlen, CKPT_E_IO, "%s: cannot fsync: %s", tmp, strerror(errno));
@@ -698,13 +764,109 @@ int ckpt_save(const char *dir, int64_t step, const ckpt_piece *pieces, int n,
     uint64_t token = ckpt_token();
     int rc = ckpt_save_begin(dir, step, token, err, errlen);
     if (rc) return rc;
-    if ((rc = ckpt_save_rank(dir, step, token, 0, pieces, n, err, errlen)) ||
+    if ((rc = ckpt_save_rank(dir, step, token, 0, meta ? meta->model : NULL, pieces, n, err, errlen)) ||
         (rc = ckpt_save_commit(dir, step, token, 1, meta, err, errlen)))
         ckpt_save_abort(dir, step, token);
     return rc;
 }
 
-/* ---- finding and opening -------------------------------------------------------- */
+/* ---- reading index.json ------------------------------------------------------------ */
+
+/* Reads DIR/index.json strictly: a regular file (not opened blocking), one
+ * JSON object and nothing after it but whitespace. */
+static cJSON *read_index(const char *dir, char *ixpath, size_t ixlen, char *err, size_t errlen, int *rc)
+{
+    snprintf(ixpath, ixlen, "%s/index.json", dir);
+    *rc = CKPT_E_CORRUPT;
+    int fd = open(ixpath, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        *rc = fail(err, errlen, errno == ENOENT ? CKPT_E_MISSING : CKPT_E_IO, "%s: cannot open: %s", ixpath,
+                   strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    char *text = NULL;
+    cJSON *ix = NULL;
+    size_t got = 0;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fail(err, errlen, CKPT_E_CORRUPT, "%s: not a regular file", ixpath);
+    } else if ((uint64_t)st.st_size > CKPT_MAX_INDEX) {
+        fail(err, errlen, CKPT_E_CORRUPT, "%s: %lld bytes, more than an index can be", ixpath, (long long)st.st_size);
+    } else if (!(text = malloc((size_t)st.st_size + 1))) {
+        *rc = fail(err, errlen, CKPT_E_IO, "%s: out of memory", ixpath);
+    } else {
+        while (got < (size_t)st.st_size) {
+            ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            got += (size_t)n;
+        }
+        text[got] = 0;
+        const char *end = NULL;
+        if (got != (size_t)st.st_size) {
+            *rc = fail(err, errlen, CKPT_E_IO, "%s: cannot read: %s", ixpath, strerror(errno));
+        } else if (strlen(text) != got) {
+            fail(err, errlen, CKPT_E_CORRUPT, "%s: a NUL byte at byte %zu", ixpath, strlen(text));
+        } else if (!(ix = cJSON_ParseWithLengthOpts(text, got, &end, 0)) || !cJSON_IsObject(ix)) {
+            const char *at = end ? end : cJSON_GetErrorPtr();
+            fail(err, errlen, CKPT_E_CORRUPT, "%s: not a JSON object (the error is at byte %td)", ixpath,
+                 at && at >= text && at <= text + got ? at - text : 0);
+            cJSON_Delete(ix);
+            ix = NULL;
+        } else {
+            end += strspn(end, " \t\r\n");
+            if (end != text + got) {
+                fail(err, errlen, CKPT_E_CORRUPT, "%s: %td bytes follow the JSON object (from byte %td)", ixpath,
+                     text + got - end, end - text);
+                cJSON_Delete(ix);
+                ix = NULL;
+            }
+        }
+    }
+    free(text);
+    close(fd);
+    if (ix) *rc = CKPT_OK;
+    return ix;
+}
+
+/* The top-level facts of an index, checked: format and version, the step
+ * (against the directory's name step-N and the state's step), the save. */
+static int index_facts(const cJSON *ix, const char *dir, const char *ixpath, int64_t *step, uint64_t *save,
+                       int64_t *saved_at, char *err, size_t errlen)
+{
+    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ix, "format"));
+    int64_t ver = json_uint(cJSON_GetObjectItemCaseSensitive(ix, "version"));
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
+        return fail(err, errlen, CKPT_E_CORRUPT, "%s: not a shardc checkpoint index (no \"format\": \"%s\")", ixpath,
+                    CKPT_FORMAT);
+    if (ver != CKPT_VERSION)
+        return fail(err, errlen, CKPT_E_CORRUPT,
+                    "%s: checkpoint format version %lld; this shardc reads version %d%s", ixpath, (long long)ver,
+                    CKPT_VERSION, ver == 1 ? " (version 1 has no checksums: it cannot be verified)" : "");
+    const cJSON *sj = cJSON_GetObjectItemCaseSensitive(ix, "step");
+    *step = json_uint(sj);
+    if (*step < 0) {
+        char *shown = cJSON_PrintUnformatted(sj);
+        fail(err, errlen, CKPT_E_CORRUPT, "%s: \"step\" is %s, not a step number", ixpath, shown ? shown : "missing");
+        free(shown);
+        return CKPT_E_CORRUPT;
+    }
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    char *end;
+    long long named = strncmp(base, "step-", 5) == 0 ? strtoll(base + 5, &end, 10) : -1;
+    if (named >= 0 && end != base + 5 && !*end && named != *step)
+        return fail(err, errlen, CKPT_E_CORRUPT, "%s: \"step\" is %lld but the checkpoint's directory is %s", ixpath,
+                    (long long)*step, base);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ix, "state"), "step");
+    if (st && json_uint(st) != *step)
+        return fail(err, errlen, CKPT_E_CORRUPT, "%s: \"step\" is %lld but state.step is not", ixpath, (long long)*step);
+    *saved_at = json_uint(cJSON_GetObjectItemCaseSensitive(ix, "saved_at_us"));
+    if (!unhex64(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ix, "save")), save) || *saved_at < 0)
+        return fail(err, errlen, CKPT_E_CORRUPT, "%s: no \"save\" token or \"saved_at_us\" time", ixpath);
+    return CKPT_OK;
+}
+
+/* ---- finding ---------------------------------------------------------------------------- */
 
 /* Whether dir/index.json exists. */
 static bool has_index(const char *dir)
@@ -714,41 +876,107 @@ static bool has_index(const char *dir)
     return exists(p);
 }
 
-/* The newest complete checkpoint under dir: latest, else the highest step-N. */
-int ckpt_find(const char *dir, char *path, size_t pathlen, char *err, size_t errlen)
+/* When the checkpoint in dir was committed (its index's saved_at_us), or -1
+ * when its index cannot be read; the reason in why. */
+static int64_t saved_at(const char *dir, char *why, size_t whylen)
 {
-    char p[PATH_MAX + 300], name[256] = "";
+    char ixpath[PATH_MAX + 16];
+    int rc;
+    cJSON *ix = read_index(dir, ixpath, sizeof ixpath, why, whylen, &rc);
+    int64_t step, at = -1;
+    uint64_t save;
+    if (ix && index_facts(ix, dir, ixpath, &step, &save, &at, why, whylen) != CKPT_OK) at = -1;
+    cJSON_Delete(ix);
+    return at;
+}
+
+/* The newest complete checkpoint under dir (see ckpt.h). */
+int ckpt_find(const char *dir, char *path, size_t pathlen, char *note, size_t notelen, char *err, size_t errlen)
+{
+    char p[PATH_MAX + 300], name[256] = "", why[1024];
+    if (note && notelen) note[0] = 0;
     if (has_index(dir)) {
         snprintf(path, pathlen, "%s", dir);
         return CKPT_OK;
     }
+    /* latest's choice, if it names a complete checkpoint */
+    long long lstep = -1;
     snprintf(p, sizeof p, "%s/latest", dir);
-    FILE *f = fopen(p, "r");
-    if (f) {
-        if (fgets(name, sizeof name, f)) name[strcspn(name, " \t\r\n")] = 0;
-        fclose(f);
+    int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        ssize_t n = read(fd, name, sizeof name - 1);
+        name[n > 0 ? n : 0] = 0;
+        name[strcspn(name, " \t\r\n")] = 0;
+        char *end;
         snprintf(p, sizeof p, "%s/%s", dir, name);
-        if (name[0] && !strchr(name, '/') && strcmp(name, "..") && has_index(p)) {
-            snprintf(path, pathlen, "%s", p);
-            return CKPT_OK;
-        }
+        if (strncmp(name, "step-", 5) == 0 && (lstep = strtoll(name + 5, &end, 10)) >= 0 &&
+            (end == name + 5 || *end || !has_index(p)))
+            lstep = -1;
     }
+    if (fd >= 0) close(fd);
+    /* the candidates: every step-N with an index, but none older than latest's */
     DIR *d = opendir(dir);
     if (!d) return fail(err, errlen, CKPT_E_MISSING, "%s: no checkpoint: %s", dir, strerror(errno));
-    long long best = -1;
+    long long *cand = NULL, top = -1;
+    int nc = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         char *end;
         if (strncmp(e->d_name, "step-", 5) != 0) continue;
         long long s = strtoll(e->d_name + 5, &end, 10);
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (end != e->d_name + 5 && !*end && s > best && has_index(p)) best = s;
+        snprintf(p, sizeof p, "%s/step-%lld", dir, s);
+        if (end == e->d_name + 5 || *end || s < 0 || (lstep >= 0 && s < lstep) || !has_index(p)) continue;
+        if (nc == cap) {
+            long long *nca = realloc(cand, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *cand);
+            if (!nca) break;
+            cand = nca;
+        }
+        cand[nc++] = s;
+        if (s > top) top = s;
     }
     closedir(d);
+    /* latest and nothing newer by number: latest (the common case, no index read) */
+    if (lstep >= 0 && top == lstep) {
+        free(cand);
+        snprintf(path, pathlen, "%s/step-%lld", dir, lstep);
+        return CKPT_OK;
+    }
+    /* else the one committed last; latest's wins a tie */
+    long long best = -1;
+    int64_t best_at = -1, latest_at = -1;
+    for (int i = 0; i < nc; i++) {
+        snprintf(p, sizeof p, "%s/step-%lld", dir, cand[i]);
+        int64_t at = saved_at(p, why, sizeof why);
+        if (cand[i] == lstep) latest_at = at;
+        else if (at < 0 && note && notelen)
+            snprintf(note + strlen(note), notelen - strlen(note), "%sstep-%lld is not considered: %s",
+                     *note ? "; " : "", cand[i], why);
+        if (at > best_at || (at == best_at && at >= 0 && cand[i] == lstep)) best_at = at, best = cand[i];
+    }
+    free(cand);
+    if (lstep >= 0 && (best < 0 || best == lstep || (latest_at >= 0 && latest_at >= best_at))) {
+        snprintf(path, pathlen, "%s/step-%lld", dir, lstep);
+        return CKPT_OK;
+    }
+    if (best < 0 && top >= 0)       /* only checkpoints whose index is unreadable: open says why */
+        best = top;
     if (best < 0) return fail(err, errlen, CKPT_E_MISSING, "%s: no checkpoint in this directory", dir);
     snprintf(path, pathlen, "%s/step-%lld", dir, best);
+    if (note && notelen) {
+        char first[1024];
+        snprintf(first, sizeof first, "%s", note);
+        if (lstep >= 0)
+            snprintf(note, notelen, "%s/latest names step-%lld, but step-%lld was saved after it and is complete: "
+                     "taking step-%lld%s%s", dir, lstep, best, best, *first ? "; " : "", first);
+        else
+            snprintf(note, notelen, "%s/latest %s: taking the newest complete checkpoint, step-%lld%s%s", dir,
+                     *name ? "names no complete checkpoint" : "is missing", best, *first ? "; " : "", first);
+    }
     return CKPT_OK;
 }
+
+/* ---- opening --------------------------------------------------------------------------- */
 
 /* One piece as the reader holds it, in internal geometry (a vector is one row). */
 typedef struct rpiece {
@@ -756,6 +984,8 @@ typedef struct rpiece {
     int64_t r0, r1, c0, c1, f0, f1;
     int dtype;
     const void *data;
+    uint64_t bytes, xxh3;       /* its bytes as stored and their recorded checksum */
+    bool verified;              /* the checksum was compared                        */
 } rpiece;
 
 typedef struct rkind { const char *kind; rpiece *p; int n; int last; } rkind;
@@ -768,40 +998,90 @@ typedef struct rtensor {
     int nk;
 } rtensor;
 
-typedef struct rfile { char *path; void *map; size_t bytes; } rfile;
+typedef struct rfile { char *path; st_file *st; } rfile;
 
 struct ckpt_reader {
     char *path;
+    char note[2048];            /* what ckpt_find said about its choice            */
     cJSON *ix;
     int64_t step;
+    uint64_t save;
     rtensor *t;
     int nt;
     strmap tmap;
     rfile *f;
     int nf;
+    ckpt_verify_stats stats;
 };
 
-/* Maps one rank file and points its pieces at their data, checking each entry. */
+/* Compares piece p's bytes with the checksum its rank file recorded. */
+static int verify_piece(ckpt_reader *r, const rtensor *t, const rkind *k, rpiece *p, char *err, size_t errlen)
+{
+    if (p->verified) return CKPT_OK;
+    uint64_t h = piece_hash(p->data, p->bytes);
+    r->stats.pieces++;
+    r->stats.bytes += p->bytes;
+    if (h != p->xxh3) {
+        char key[1024];
+        piece_key(key, sizeof key, k->kind, t->name, t->cols ? p->r0 : p->c0, t->cols ? p->r1 : p->c1,
+                  t->cols ? p->c0 : 0, t->cols ? p->c1 : 1, p->f0, p->f1);
+        return fail(err, errlen, CKPT_E_CORRUPT,
+                    "%s: tensor '%s' (%s, piece '%s'): its %llu bytes do not match their checksum (xxh3 %016llx, "
+                    "recorded %016llx): the file is damaged",
+                    r->f[p->file].path, t->name, k->kind, key, (unsigned long long)p->bytes, (unsigned long long)h,
+                    (unsigned long long)p->xxh3);
+    }
+    p->verified = true;
+    return CKPT_OK;
+}
+
+/* Checks rank file fi against the index (its identity, every piece listed
+ * and present, nothing else) and points the index's pieces at their data. */
 static int load_file(ckpt_reader *r, int fi, char *err, size_t errlen)
 {
     rfile *f = &r->f[fi];
-    uint64_t off, size;
-    int rc;
-    cJSON *h = read_st_header(f->path, &off, &size, err, errlen, &rc);
-    if (!h) return rc;
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    f->bytes = (size_t)size;
-    f->map = fd >= 0 && size ? mmap(NULL, f->bytes, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    if (fd >= 0) close(fd);
-    if (f->map == MAP_FAILED) f->map = NULL;
-    strmap entries = {0};       /* key -> index into ents: the header's members */
-    int nents = cJSON_GetArraySize(h), ei = 0;
-    const cJSON **ents = calloc((size_t)nents + 1, sizeof *ents);
-    for (const cJSON *e = h->child; e && ents; e = e->next, ei++) {
-        ents[ei] = e;
-        strmap_put(&entries, e->string, ei);
+    if (st_open(&f->st, f->path, err, errlen)) return exists(f->path) ? CKPT_E_CORRUPT : CKPT_E_MISSING;
+    rank_meta m;
+    int rc = rank_meta_parse(f->st, &m, err, errlen);
+    const char *model = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r->ix, "model"));
+    char tok[17];
+    hex64(tok, m.save);
+    if (rc) {
+    } else if (m.rank != fi) {
+        rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: the file of rank %lld in the place of rank %d's", f->path,
+                  (long long)m.rank, fi);
+    } else if (m.step != r->step) {
+        rc = fail(err, errlen, CKPT_E_CORRUPT,
+                  "%s: written at step %lld (its own metadata) into the checkpoint of step %lld: a rank file of "
+                  "another checkpoint", f->path, (long long)m.step, (long long)r->step);
+    } else if (!model || strcmp(m.model, model) != 0) {
+        rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: written for model '%s', the checkpoint is of '%s'", f->path,
+                  m.model, model ? model : "");
+    } else if (m.save != r->save) {
+        rc = fail(err, errlen, CKPT_E_CORRUPT,
+                  "%s: written by another save (%s) than the checkpoint's index: a rank file of another run", f->path,
+                  tok);
     }
-    rc = ents ? CKPT_OK : fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    /* the descriptors by key: each piece's dtype and checksum */
+    int nd = cJSON_GetArraySize(m.pieces), n = st_count(f->st), di = 0;
+    char **keys = calloc((size_t)nd + 1, sizeof *keys);
+    rank_desc *descs = calloc((size_t)nd + 1, sizeof *descs);
+    bool *used = calloc((size_t)n + 1, sizeof *used);
+    strmap dmap = {0};
+    if (!rc && (!keys || !descs || !used)) rc = fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    const cJSON *d, *list = rc ? NULL : m.pieces;
+    cJSON_ArrayForEach(d, list) {
+        rank_desc *pd = &descs[di];
+        rank_desc_parse(d, pd);
+        char key[1024];
+        piece_key(key, sizeof key, pd->kind, pd->tensor, pd->rect[0], pd->rect[1], pd->rect[2], pd->rect[3],
+                  pd->flat[0], pd->flat[1]);
+        if (!(keys[di] = strdup(key)) || !strmap_put(&dmap, keys[di], di)) {
+            rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: piece '%s' is described twice", f->path, key);
+            break;
+        }
+        di++;
+    }
     for (int ti = 0; ti < r->nt && rc == CKPT_OK; ti++) {
         rtensor *t = &r->t[ti];
         for (int ki = 0; ki < t->nk && rc == CKPT_OK; ki++) {
@@ -811,32 +1091,48 @@ static int load_file(ckpt_reader *r, int fi, char *err, size_t errlen)
                 char key[1024];
                 if (t->cols) piece_key(key, sizeof key, t->k[ki].kind, t->name, p->r0, p->r1, p->c0, p->c1, p->f0, p->f1);
                 else piece_key(key, sizeof key, t->k[ki].kind, t->name, p->c0, p->c1, 0, 1, p->f0, p->f1);
-                int at = strmap_get(&entries, key);
-                const cJSON *e = at >= 0 ? ents[at] : NULL;
-                const cJSON *o = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-                int dt = dtype_parse(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "dtype")));
-                uint64_t b = (uint64_t)num_at(o, 0), end = (uint64_t)num_at(o, 1);
+                const st_tensor *e = st_find(f->st, key);
+                int at = strmap_get(&dmap, key);
+                int dt = e ? (e->dtype == ST_F32 ? CKPT_F32 : e->dtype == ST_BF16 ? CKPT_BF16
+                              : e->dtype == ST_F16 ? CKPT_F16 : -1) : -1;
                 uint64_t want = (uint64_t)(p->f1 - p->f0) * (uint64_t)(dt < 0 ? 4 : dtype_size(dt));
-                if (!e || dt < 0 || end < b || end - b != want || off + end > size || !f->map) {
-                    rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: piece '%s' is missing or damaged",
-                              f->path, key);
+                const char *why = !e ? "is not in the file" : at < 0 ? "has no descriptor in the file's metadata"
+                                  : used[e - st_tensor_at(f->st, 0)] ? "is listed twice by the index"
+                                  : dt < 0 || dt != descs[at].dtype ? "has another dtype than its descriptor's"
+                                  : e->end - e->begin != want ? "has another size than its geometry's" : NULL;
+                if (why) {
+                    rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: tensor '%s' (%s): piece '%s' %s", f->path, t->name,
+                              t->k[ki].kind, key, why);
                     break;
                 }
+                used[e - st_tensor_at(f->st, 0)] = true;
                 p->dtype = dt;
-                p->data = (const char *)f->map + off + b;
+                p->data = st_data(f->st, e);
+                p->bytes = e->end - e->begin;
+                p->xxh3 = descs[at].xxh3;
             }
         }
     }
-    strmap_free(&entries);
-    free(ents);
-    cJSON_Delete(h);
+    for (int i = 0; i < n && rc == CKPT_OK; i++)
+        if (!used[i])
+            rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: holds piece '%s', which the index does not list", f->path,
+                      st_tensor_at(f->st, i)->name);
+    if (rc == CKPT_OK && di != n)
+        rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: its metadata describes %d pieces, it holds %d", f->path, di, n);
+    for (int i = 0; keys && i < nd; i++) free(keys[i]);
+    free(keys);
+    free(descs);
+    free(used);
+    strmap_free(&dmap);
+    cJSON_Delete(m.root);
     return rc;
 }
 
-/* Reads the index's tensor list into the reader. */
+/* Reads the index's tensor list into the reader, checking every value. */
 static int load_tensors(ckpt_reader *r, const char *ixpath, char *err, size_t errlen)
 {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(r->ix, "tensors");
+    if (!cJSON_IsArray(ts)) return fail(err, errlen, CKPT_E_CORRUPT, "%s: no \"tensors\" list", ixpath);
     r->nt = cJSON_GetArraySize(ts);
     r->t = calloc((size_t)r->nt + 1, sizeof *r->t);
     if (!r->t) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
@@ -848,10 +1144,17 @@ static int load_tensors(ckpt_reader *r, const char *ixpath, char *err, size_t er
         const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(tj, "pieces");
         t->name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tj, "name"));
         int ns = cJSON_GetArraySize(shape);
-        if (!t->name || ns < 1 || ns > 2 || !cJSON_IsObject(kinds) || !strmap_put(&r->tmap, t->name, i))
-            return fail(err, errlen, CKPT_E_CORRUPT, "%s: a malformed or repeated tensor entry", ixpath);
-        t->rows = (int64_t)num_at(shape, 0);
-        t->cols = ns == 2 ? (int64_t)num_at(shape, 1) : 0;
+        int64_t dims[2] = {0, 0};
+        bool shape_ok = cJSON_IsArray(shape) && (ns == 1 || ns == 2) && json_uints(tj, "shape", ns, dims) &&
+                        dims[0] > 0 && (ns == 1 || dims[1] > 0);
+        if (!t->name || !*t->name)
+            return fail(err, errlen, CKPT_E_CORRUPT, "%s: tensor entry %d has no name", ixpath, i);
+        if (!shape_ok || !cJSON_IsObject(kinds))
+            return fail(err, errlen, CKPT_E_CORRUPT, "%s: tensor '%s': a malformed shape or piece list", ixpath, t->name);
+        if (!strmap_put(&r->tmap, t->name, i))
+            return fail(err, errlen, CKPT_E_CORRUPT, "%s: tensor '%s' is listed twice", ixpath, t->name);
+        t->rows = dims[0];
+        t->cols = ns == 2 ? dims[1] : 0;
         t->irows = t->cols ? t->rows : 1;
         t->icols = t->cols ? t->cols : t->rows;
         t->nk = cJSON_GetArraySize(kinds);
@@ -863,22 +1166,31 @@ static int load_tensors(ckpt_reader *r, const char *ixpath, char *err, size_t er
             rkind *k = &t->k[ki++];
             k->kind = kj->string;
             k->n = cJSON_GetArraySize(kj);
+            for (int j = 0; j < ki - 1; j++)
+                if (strcmp(t->k[j].kind, k->kind) == 0)
+                    return fail(err, errlen, CKPT_E_CORRUPT, "%s: tensor '%s': state '%s' is listed twice", ixpath,
+                                t->name, k->kind);
+            if (!cJSON_IsArray(kj) || !*k->kind)
+                return fail(err, errlen, CKPT_E_CORRUPT, "%s: tensor '%s': a malformed list of '%s' pieces", ixpath,
+                            t->name, k->kind);
             k->p = calloc((size_t)k->n + 1, sizeof *k->p);
             if (!k->p) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
             for (int pi = 0; pi < k->n; pi++) {
                 const cJSON *a = cJSON_GetArrayItem(kj, pi);
                 rpiece *p = &k->p[pi];
-                p->file = (int)num_at(a, 0);
-                int64_t g[6];
-                for (int j = 0; j < 6; j++) g[j] = (int64_t)num_at(a, j + 1);
-                if (t->cols) p->r0 = g[0], p->r1 = g[1], p->c0 = g[2], p->c1 = g[3];
-                else p->r0 = 0, p->r1 = 1, p->c0 = g[0], p->c1 = g[1];
-                p->f0 = g[4], p->f1 = g[5];
-                if (cJSON_GetArraySize(a) != 7 || p->file < 0 || p->file >= r->nf || p->r1 <= p->r0 ||
-                    p->c1 <= p->c0 || p->f0 < 0 || p->f1 <= p->f0 ||
-                    p->f1 > (p->r1 - p->r0) * (p->c1 - p->c0))
-                    return fail(err, errlen, CKPT_E_CORRUPT, "%s: a malformed piece of '%s'", ixpath,
-                                t->name);
+                int64_t g[7] = {-1, -1, -1, -1, -1, -1, -1}, area = 0;
+                bool ok = cJSON_IsArray(a) && cJSON_GetArraySize(a) == 7;
+                for (int j = 0; ok && j < 7; j++) ok = (g[j] = json_uint(cJSON_GetArrayItem(a, j))) >= 0;
+                p->file = (int)g[0];
+                if (t->cols) p->r0 = g[1], p->r1 = g[2], p->c0 = g[3], p->c1 = g[4];
+                else p->r0 = 0, p->r1 = 1, p->c0 = g[1], p->c1 = g[2];
+                p->f0 = g[5], p->f1 = g[6];
+                ok = ok && g[0] < r->nf && p->r1 > p->r0 && p->c1 > p->c0 && p->c1 <= t->icols &&
+                     (t->cols || (g[3] == 0 && g[4] == 1)) &&
+                     !__builtin_mul_overflow(p->r1 - p->r0, p->c1 - p->c0, &area) && p->f1 > p->f0 && p->f1 <= area;
+                if (!ok)
+                    return fail(err, errlen, CKPT_E_CORRUPT, "%s: tensor '%s': '%s' piece %d is malformed", ixpath,
+                                t->name, k->kind, pi);
             }
         }
         i++;
@@ -886,49 +1198,59 @@ static int load_tensors(ckpt_reader *r, const char *ixpath, char *err, size_t er
     return CKPT_OK;
 }
 
-/* Opens a checkpoint: parses the index, maps every rank file, resolves every piece. */
+/* The index's list of rank files: rank-00000.safetensors, ... in rank order. */
+static int load_files(ckpt_reader *r, const char *dir, const char *ixpath, char *err, size_t errlen)
+{
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(r->ix, "files");
+    r->nf = cJSON_GetArraySize(files);
+    if (!cJSON_IsArray(files) || r->nf < 1)
+        return fail(err, errlen, CKPT_E_CORRUPT, "%s: no \"files\" list", ixpath);
+    r->f = calloc((size_t)r->nf + 1, sizeof *r->f);
+    if (!r->f) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    for (int i = 0; i < r->nf; i++) {
+        const char *n = cJSON_GetStringValue(cJSON_GetArrayItem(files, i));
+        char want[32], p[PATH_MAX + 300];
+        snprintf(want, sizeof want, "rank-%05d.safetensors", i);
+        if (!n || strcmp(n, want) != 0)
+            return fail(err, errlen, CKPT_E_CORRUPT, "%s: file %d of the list is not %s", ixpath, i, want);
+        snprintf(p, sizeof p, "%s/%s", dir, n);
+        if (!(r->f[i].path = strdup(p))) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    }
+    return CKPT_OK;
+}
+
+/* Opens a checkpoint: the index (strictly), every rank file (strictly, its
+ * identity against the index), every piece resolved. */
 int ckpt_open(ckpt_reader **out, const char *path, char *err, size_t errlen)
 {
     *out = NULL;
     char dir[PATH_MAX], ixpath[PATH_MAX + 16];
-    int rc = ckpt_find(path, dir, sizeof dir, err, errlen);
-    if (rc) return rc;
-    snprintf(ixpath, sizeof ixpath, "%s/index.json", dir);
-    FILE *f = fopen(ixpath, "rb");
-    if (!f) return fail(err, errlen, CKPT_E_MISSING, "%s: cannot open: %s", ixpath, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)len, f) : 0;
-    fclose(f);
-    if (text) text[got] = 0;
     ckpt_reader *r = calloc(1, sizeof *r);
-    if (!r || !text) {
-        free(text), free(r);
-        return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    if (!r) return fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    int rc = ckpt_find(path, dir, sizeof dir, r->note, sizeof r->note, err, errlen);
+    if (rc) {
+        free(r);
+        return rc;
     }
-    r->ix = cJSON_Parse(text);
-    free(text);
     r->path = strdup(dir);
-    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r->ix, "format"));
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(r->ix, "files");
-    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0 || !cJSON_IsArray(files) ||
-        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r->ix, "version")) != CKPT_VERSION) {
-        ckpt_close(r);
-        return fail(err, errlen, CKPT_E_CORRUPT, "%s: not a shardc checkpoint index (format %s version %d)",
-                    ixpath, CKPT_FORMAT, CKPT_VERSION);
+    r->ix = read_index(dir, ixpath, sizeof ixpath, err, errlen, &rc);
+    int64_t at;
+    if (!r->path) rc = fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    if (rc == CKPT_OK) rc = index_facts(r->ix, dir, ixpath, &r->step, &r->save, &at, err, errlen);
+    if (rc == CKPT_OK && (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r->ix, "model")) ||
+                          !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r->ix, "family")) ||
+                          !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r->ix, "spec"))))
+        rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: \"model\", \"family\" or \"spec\" is not a string", ixpath);
+    static const char *const kvs[] = {"layout", "state"};
+    for (int i = 0; i < 2 && rc == CKPT_OK; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(r->ix, kvs[i]), *x;
+        if (!cJSON_IsObject(o)) rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: no \"%s\" object", ixpath, kvs[i]);
+        for (x = rc ? NULL : o->child; x && rc == CKPT_OK; x = x->next)
+            if (!cJSON_IsNumber(x))
+                rc = fail(err, errlen, CKPT_E_CORRUPT, "%s: %s.%s is not a number", ixpath, kvs[i], x->string);
     }
-    r->step = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r->ix, "step"));
-    r->nf = cJSON_GetArraySize(files);
-    r->f = calloc((size_t)r->nf + 1, sizeof *r->f);
-    for (int i = 0; r->f && i < r->nf; i++) {
-        const char *n = cJSON_GetStringValue(cJSON_GetArrayItem(files, i));
-        char p[PATH_MAX + 300];
-        snprintf(p, sizeof p, "%s/%s", dir, n && !strchr(n, '/') ? n : "?");
-        r->f[i].path = strdup(p);
-    }
-    rc = r->f ? load_tensors(r, ixpath, err, errlen) : fail(err, errlen, CKPT_E_IO, "out of memory");
+    if (rc == CKPT_OK) rc = load_files(r, dir, ixpath, err, errlen);
+    if (rc == CKPT_OK) rc = load_tensors(r, ixpath, err, errlen);
     for (int i = 0; i < r->nf && rc == CKPT_OK; i++) rc = load_file(r, i, err, errlen);
     if (rc) {
         ckpt_close(r);
@@ -942,11 +1264,11 @@ int ckpt_open(ckpt_reader **out, const char *path, char *err, size_t errlen)
 void ckpt_close(ckpt_reader *r)
 {
     if (!r) return;
-    for (int i = 0; i < r->nf; i++) {
-        if (r->f[i].map) munmap(r->f[i].map, r->f[i].bytes);
+    for (int i = 0; r->f && i < r->nf; i++) {
+        st_close(r->f[i].st);
         free(r->f[i].path);
     }
-    for (int i = 0; i < r->nt; i++) {
+    for (int i = 0; r->t && i < r->nt; i++) {
         for (int k = 0; k < r->t[i].nk; k++) free(r->t[i].k[k].p);
         free(r->t[i].k);
     }
@@ -1053,7 +1375,7 @@ int ckpt_check_model(const ckpt_reader *r, const ckpt_tensor_desc *t, int n, cha
 }
 
 /* Fills out[0, b - a) with columns [a, b) of row `row` from the pieces that hold them. */
-static int read_row(rtensor *t, rkind *k, int64_t row, int64_t a, int64_t b, float *out, char *err,
+static int read_row(ckpt_reader *r, rtensor *t, rkind *k, int64_t row, int64_t a, int64_t b, float *out, char *err,
                     size_t errlen)
 {
     for (int64_t c = a; c < b;) {
@@ -1072,6 +1394,8 @@ static int read_row(rtensor *t, rkind *k, int64_t row, int64_t a, int64_t b, flo
             return fail(err, errlen, CKPT_E_COVER,
                         "checkpoint: no rank file holds %s of '%s' at element (%lld, %lld)", k->kind,
                         t->name, (long long)(t->cols ? row : c), (long long)(t->cols ? c : 0));
+        int rc = verify_piece(r, t, k, hit, err, errlen);     /* once per piece, before its first use */
+        if (rc) return rc;
         int64_t n = b - c;
         if (hit->c1 - c < n) n = hit->c1 - c;
         if (hit->f1 - fi < n) n = hit->f1 - fi;
@@ -1102,11 +1426,82 @@ int ckpt_read(ckpt_reader *r, const char *kind, const char *name, int64_t r0, in
         float *o = out + (e - f0);
         int64_t in = row < t->irows ? (end < t->icols ? end : t->icols) : col;   /* logical part */
         if (in > col) {
-            int rc = read_row(t, k, row, col, in, o, err, errlen);
+            int rc = read_row(r, t, k, row, col, in, o, err, errlen);
             if (rc) return rc;
         }
         for (int64_t c = in > col ? in : col; c < end; c++) o[c - col] = 0.0f;   /* padding */
         e += end - col;
     }
+    return CKPT_OK;
+}
+
+/* Every piece against its checksum, then every state of every tensor read
+ * whole (each element held by some rank file). */
+int ckpt_verify(ckpt_reader *r, ckpt_verify_stats *stats, char *err, size_t errlen)
+{
+    int rc = CKPT_OK;
+    int64_t most = 0;
+    for (int ti = 0; ti < r->nt && rc == CKPT_OK; ti++) {
+        rtensor *t = &r->t[ti], *same;
+        if (t->irows * t->icols > most) most = t->irows * t->icols;
+        if (!find_kind(r, CKPT_PARAM, t->name, &same))
+            rc = fail(err, errlen, CKPT_E_COVER, "%s: tensor '%s' has no %s pieces", r->path, t->name, CKPT_PARAM);
+        for (int ki = 0; ki < t->nk && rc == CKPT_OK; ki++)
+            for (int pi = 0; pi < t->k[ki].n && rc == CKPT_OK; pi++)
+                rc = verify_piece(r, t, &t->k[ki], &t->k[ki].p[pi], err, errlen);
+    }
+    float *buf = rc == CKPT_OK ? malloc((size_t)most * sizeof *buf + 1) : NULL;
+    if (rc == CKPT_OK && !buf) rc = fail(err, errlen, CKPT_E_IO, "checkpoint: out of memory");
+    for (int ti = 0; ti < r->nt && rc == CKPT_OK; ti++) {
+        rtensor *t = &r->t[ti];
+        for (int ki = 0; ki < t->nk && rc == CKPT_OK; ki++)
+            rc = ckpt_read(r, t->k[ki].kind, t->name, 0, t->rows, 0, t->cols ? t->cols : 1, 0, 0,
+                           buf, err, errlen);
+    }
+    free(buf);
+    r->stats.files = r->nf;
+    r->stats.tensors = r->nt;
+    if (stats) *stats = r->stats;
+    return rc;
+}
+
+/* What ckpt_find said about the checkpoint it chose ("" when nothing). */
+const char *ckpt_note(const ckpt_reader *r) { return r->note; }
+
+/* One writer per directory: an exclusive flock on DIR/.lock, which the kernel
+ * drops when the process ends however it ends. */
+int ckpt_lock(const char *dir, int *fd_out, char *err, size_t errlen)
+{
+    *fd_out = -1;
+    char path[PATH_MAX + 16];
+    if (!mkdir_p(dir))
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0) return fail(err, errlen, CKPT_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fail(err, errlen, CKPT_E_IO, "%s: not a regular file", path);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char who[256] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = 0;
+        who[strcspn(who, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return fail(err, errlen, CKPT_E_BUSY,
+                        "%s: another trainer is writing checkpoints here (%s): one trainer per checkpoint directory; "
+                        "wait for it to end, or give another --ckpt-dir", dir, *who ? who : "its lock is held");
+        return fail(err, errlen, CKPT_E_IO, "%s: cannot lock: %s", path, strerror(e));
+    }
+    char host[128] = "?", line[256];
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(line, sizeof line, "pid %ld on %s\n", (long)getpid(), host);
+    /* who holds it, for the next trainer's message (the lock works without it) */
+    if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, line, (size_t)len, 0);
+    *fd_out = fd;
     return CKPT_OK;
 }

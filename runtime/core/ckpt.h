@@ -33,7 +33,17 @@
  * A crash at any point leaves DIR/latest naming a complete checkpoint (the
  * previous one until the final rename); leftovers of a crashed save are
  * removed by the next ckpt_save_begin, or by ckpt_save_abort on an error.
- * One trainer writes into a checkpoint directory at a time.
+ * One trainer writes into a checkpoint directory at a time: ckpt_lock.
+ *
+ * Integrity.  Every piece's bytes carry a checksum (XXH3-64, in the rank
+ * file's __metadata__.shardc beside the piece's geometry), and every rank
+ * file says which rank, step, model and save (a random token, also in the
+ * index) wrote it.  The reader parses the index and the rank files strictly
+ * (runtime/core/safetensors.c for the files: exact sizes, contiguous data,
+ * no trailing bytes), checks each rank file's identity against the index,
+ * and compares a piece's checksum before its first use; ckpt_verify checks
+ * every piece and that every state of every tensor is whole.  Every refusal
+ * names the file, and the tensor where one is at fault.
  *
  * Kinds of state: "param" (fp32 master weights; the working copy when
  * training in fp32), "adam_m", "adam_v".  Scalars (the data position, the
@@ -63,6 +73,7 @@ typedef enum ckpt_err {
     CKPT_E_MODEL,       /* the checkpoint holds another model                 */
     CKPT_E_COVER,       /* no rank file holds a requested element             */
     CKPT_E_ARGS,        /* a bad piece or request (a caller bug)              */
+    CKPT_E_BUSY,        /* another process holds the directory's lock         */
 } ckpt_err;
 
 /* One slice of one tensor's state, as a rank holds it. */
@@ -104,9 +115,10 @@ uint64_t ckpt_token(void);
 /* Rank 0: creates DIR (if needed) and DIR/step-N.tmp-TOKEN/, removing what
  * crashed saves left behind. */
 int ckpt_save_begin(const char *dir, int64_t step, uint64_t token, char *err, size_t errlen);
-/* Every rank: writes rank-RRRRR.safetensors with its n pieces into the
- * temporary directory and fsyncs it. */
-int ckpt_save_rank(const char *dir, int64_t step, uint64_t token, int rank,
+/* Every rank: writes rank-RRRRR.safetensors with its n pieces (and their
+ * checksums, and its identity: rank, step, model, token) into the temporary
+ * directory and fsyncs it. */
+int ckpt_save_rank(const char *dir, int64_t step, uint64_t token, int rank, const char *model,
                    const ckpt_piece *pieces, int n, char *err, size_t errlen);
 /* Rank 0, after every rank wrote: index, fsync, rename, DIR/latest. */
 int ckpt_save_commit(const char *dir, int64_t step, uint64_t token, int nranks,
@@ -121,12 +133,21 @@ int ckpt_save(const char *dir, int64_t step, const ckpt_piece *pieces, int n,
 
 typedef struct ckpt_reader ckpt_reader;
 
-/* The newest complete checkpoint under dir (DIR/latest, or the highest
- * step-N with an index when latest is missing or stale) into path.
+/* The newest complete checkpoint under dir into path: the step-N with an
+ * index that was committed last (its index's saved_at_us).  DIR/latest
+ * names it unless its own update failed, so latest is taken when no
+ * checkpoint with a higher number exists; otherwise the indexes of latest's
+ * and the higher ones are read, and the one saved last is taken (a higher
+ * number saved before latest belongs to a run that was resumed from an
+ * earlier step).  When the choice is not latest's, or a candidate's index is
+ * unreadable, note says so (else it is "").  dir itself may be a step-N.
  * CKPT_E_MISSING when there is none (--resume auto then starts afresh). */
-int ckpt_find(const char *dir, char *path, size_t pathlen, char *err, size_t errlen);
-/* Opens a checkpoint: a step-N directory, or a DIR whose newest one is taken. */
+int ckpt_find(const char *dir, char *path, size_t pathlen, char *note, size_t notelen, char *err, size_t errlen);
+/* Opens a checkpoint: a step-N directory, or a DIR whose newest one is taken
+ * (ckpt_find; ckpt_note says what it said).  Checks the index and every
+ * rank file as the top of this file says; maps the files. */
 int ckpt_open(ckpt_reader **out, const char *path, char *err, size_t errlen);
+const char *ckpt_note(const ckpt_reader *r);
 void ckpt_close(ckpt_reader *r);
 int64_t ckpt_step(const ckpt_reader *r);
 const char *ckpt_path(const ckpt_reader *r);       /* the step-N directory     */
@@ -148,10 +169,23 @@ int ckpt_check_model(const ckpt_reader *r, const ckpt_tensor_desc *t, int n, cha
                      size_t errlen);
 /* Reads elements [f0, f1) (f1 <= f0: all) of the rectangle [r0, r1) x [c0, c1)
  * of state `kind` of tensor `name` as fp32 into out, from whichever rank
- * files hold them; elements outside the logical shape read as 0. */
+ * files hold them; elements outside the logical shape read as 0.  A piece
+ * is compared with its checksum before its first use (CKPT_E_CORRUPT). */
 int ckpt_read(ckpt_reader *r, const char *kind, const char *name, int64_t r0, int64_t r1,
               int64_t c0, int64_t c1, int64_t f0, int64_t f1, float *out, char *err,
               size_t errlen);
+
+/* What ckpt_verify checked (pieces and bytes: those hashed so far). */
+typedef struct ckpt_verify_stats { int files, tensors; int64_t pieces, bytes; } ckpt_verify_stats;
+/* The whole checkpoint: every piece against its checksum, and every state of
+ * every tensor readable whole (a "param" state for each). */
+int ckpt_verify(ckpt_reader *r, ckpt_verify_stats *stats, char *err, size_t errlen);
+
+/* One writer per checkpoint directory: creates DIR if needed and takes an
+ * exclusive flock(2) on DIR/.lock (noting "pid P on HOST" in it), held until
+ * *fd is closed or the process ends.  CKPT_E_BUSY, naming the holder, when
+ * another process holds it. */
+int ckpt_lock(const char *dir, int *fd, char *err, size_t errlen);
 
 /* fp32 -> bf16 / fp16 (round to nearest even; NaN stays NaN) and back. */
 uint16_t ckpt_bf16_from_f32(float f);

@@ -32,6 +32,10 @@
       "continue from a checkpoint: DIR (a checkpoint directory or one step-N in it), or auto: "  \
       "the newest in --ckpt-dir if there is one (the default value); any layout can resume "    \
       "any checkpoint of the same model")                                                       \
+    X(init, "--init", "PATH", CLI_STRING, 0, 0,                                                 \
+      "start from Hugging Face weights: a model.safetensors file, or a directory with it or "   \
+      "with model.safetensors.index.json and its shards (F32, BF16, F16); the optimizer "       \
+      "starts fresh at step 1; a checkpoint that --resume finds is taken instead")             \
     X(log, "--log", "FILE.jsonl", CLI_STRING, 0, 0,                                             \
       "write one JSON object per step (step, loss, lr, grad_norm, tokens_per_s, mfu, "          \
       "arena_bytes) to FILE.jsonl; a resumed run appends")                                      \
@@ -41,7 +45,14 @@
     X(eval_every, "--eval-every", "N", CLI_INT, 0, 1e12,                                        \
       "evaluate on the validation data every N steps, 0: never; default: the spec's "           \
       "train.eval_every")                                                                       \
-    X(sample, "--sample", "N", CLI_INT, 0, 1e6, "print N generated tokens at the end")          \
+    X(eval_batches, "--eval-batches", "N", CLI_INT, 1, 1e9,                                     \
+      "validation batches (of global_batch sequences) per evaluation; default 4")               \
+    X(sample, "--sample", "N", CLI_INT, 0, 1e6,                                                 \
+      "print N generated tokens at the end: text with --tokenizer or for a byte-level model "  \
+      "(data.format = text), else token ids")                                                   \
+    X(tokenizer, "--tokenizer", "FILE", CLI_STRING, 0, 0,                                       \
+      "a Hugging Face tokenizer.json (byte-level BPE as GPT-2's, or SentencePiece-style as "    \
+      "Llama's) that --sample decodes with")                                                    \
     X(seed, "--seed", "N", CLI_INT, 0, 4294967295.0,                                            \
       "seed of the initialisation; default: the spec's train.seed")                            \
     X(help, "--help", "", CLI_FLAG, 0, 0, "print this help and exit")

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "lrsched.h"
+#include "watchdog.h"
 
 /* The (tp, dp, pp) coordinates of world rank r: tp is always fastest; then dp
  * and pp (rank_order 0, Megatron's) or pp and dp (rank_order 1). */
@@ -200,6 +201,7 @@ srt_ctx *ctx_create(const srt_program *p, const ctx_options *o)
         c->dev_guard = g && *g && strcmp(g, "0") != 0;
     }
     c->bounce = ctx_alloc(c, CTX_BOUNCE, "the bounce buffer of the device arena");
+    wd_init(c);
     c->be->init(c);
     if (c->opt.check) chk_create(c);
     c->sealed = true;
@@ -213,6 +215,7 @@ void ctx_destroy(srt_ctx *c)
     if (!c) return;
     ctx_dev_guard(c, false);
     c->be->fini(c);
+    wd_fini(c);
     free(c->chk);
     free(c->bounce);
     if (c->be->arena_free) {

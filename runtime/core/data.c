@@ -107,7 +107,8 @@ static int open_file(data_file *f, const char *path, int format, char *err, size
 {
     f->path = strdup(path);
     if (!f->path) return fail(err, errlen, DATA_E_IO, "%s: out of memory", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return fail(err, errlen, DATA_E_MISSING, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -117,7 +118,9 @@ static int open_file(data_file *f, const char *path, int format, char *err, size
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, DATA_E_MISSING, "%s: not a regular file", path);
+        return fail(err, errlen, DATA_E_MISSING, "%s: not a regular file (%s)", path,
+                    S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                    : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
     }
     f->bytes = (size_t)st.st_size;
     if (f->bytes == 0) {
@@ -244,6 +247,39 @@ int data_open(data_loader **out, const data_opts *o, char *err, size_t errlen)
     return DATA_OK;
 }
 
+/* A loader over tokens in memory (see data.h). */
+int data_open_tokens(data_loader **out, const int32_t *tokens, int64_t n, const char *name, const data_opts *o,
+                     char *err, size_t errlen)
+{
+    *out = NULL;
+    if (o->seq_len < 1 || o->vocab < 1 || o->global_batch < 1 || n < o->seq_len + 1)
+        return fail(err, errlen, DATA_E_ARGS, "%s: bad loader options", name);
+    data_loader *d = calloc(1, sizeof *d);
+    if (d) d->f = calloc(1, sizeof *d->f);
+    if (d && d->f) d->f->path = strdup(name);
+    if (!d || !d->f || !d->f->path) {
+        data_close(d);
+        return fail(err, errlen, DATA_E_IO, "%s: out of memory", name);
+    }
+    d->o = *o;
+    d->o.pattern = d->f->path;
+    d->checked = -1;
+    d->nf = 1;
+    data_file *f = d->f;
+    f->tok = (const unsigned char *)tokens;     /* borrowed: read at each data_batch */
+    f->width = 4;
+    f->ntok = d->ntok = n;
+    f->nwin = (n - 1) / o->seq_len;
+    int rc = o->check == DATA_CHECK_OPEN ? scan_tokens(f, o->vocab, 0, n, err, errlen) : DATA_OK;
+    if (rc == DATA_OK) rc = choose_part(d, f->nwin, err, errlen);
+    if (rc) {
+        data_close(d);
+        return rc;
+    }
+    *out = d;
+    return DATA_OK;
+}
+
 /* The file holding window w and the window's first token in it. */
 static const data_file *locate(const data_loader *d, int64_t w, int64_t *start)
 {
@@ -319,7 +355,7 @@ const char *data_error(const data_loader *d) { return d->err; }
 void data_close(data_loader *d)
 {
     if (!d) return;
-    for (int i = 0; i < d->nf; i++) {
+    for (int i = 0; d->f && i < d->nf; i++) {
         if (d->f[i].map) munmap(d->f[i].map, d->f[i].bytes);
         free(d->f[i].path);
     }

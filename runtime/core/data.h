@@ -85,6 +85,11 @@ typedef struct data_loader data_loader;
 /* Opens, validates and maps the files; on failure returns a DATA_E_* code and
  * writes a message naming the file into err (errlen bytes). */
 int data_open(data_loader **out, const data_opts *o, char *err, size_t errlen);
+/* A loader over n tokens in memory, as one file called name (the trainer's
+ * --sample: the window it extends).  The tokens are borrowed, not copied:
+ * data_batch reads them as they are at the call. */
+int data_open_tokens(data_loader **out, const int32_t *tokens, int64_t n, const char *name, const data_opts *o,
+                     char *err, size_t errlen);
 /* Rows 0..micro_batch-1 of microbatch mb of step `step` (from 0) for dp rank
  * dp_rank of dp: tokens and targets (micro_batch, seq_len).  Returns DATA_OK
  * or a DATA_E_* code; the message is then data_error(d). */

@@ -33,6 +33,8 @@ typedef enum srt_op_id {
 const char *ops_name(int op);
 /* "compute", "tp_comm", ... for a stream. */
 const char *ops_stream_name(srt_stream s);
+/* "world", "tp", "dp", ... for a group. */
+const char *ops_group_name(srt_group g);
 /* The bytes of one element of dt. */
 int64_t ops_dtype_size(srt_dtype dt);
 
@@ -171,6 +173,10 @@ struct srt_ctx {
     char nvme_path[512];        /* the rank's NVMe swap file (unlinked once open)     */
     bool nvme_untimed;          /* srt_main's own NVMe transfers (start-up, checkpoints):
                                  * not counted in the steps' NVMe statistics        */
+    /* the collective watchdog (watchdog.c): seconds before a wait ends the job,
+     * and the arrival counts */
+    double comm_timeout;
+    struct wd_state *wd;
     /* step state (srt_main sets step and lr through ctx_begin_step) */
     int64_t step;               /* from 1                                             */
     double lr;

@@ -11,8 +11,9 @@
  * optimizer.master, the moments) and what it checkpoints; whole copies
  * (params for ZeRO 0-2, params.persistent for ZeRO 3) are filled from the
  * same values.  Values come from the tensor's srt_param (RNG keyed by seed,
- * name and element, ones or zeros) or from a checkpoint's slices, so both
- * are layout-independent.
+ * name and element, ones or zeros), from a checkpoint's slices, or from
+ * Hugging Face weights (--init, hf.c: the slices read out of the mapped
+ * files), so all three are layout-independent.
  *
  * Errors before the loop (data, checkpoint) are agreed on with one
  * all-reduce so that every rank prints its own message and exits 1 without
@@ -23,6 +24,7 @@
 
 #include <mpi.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +33,12 @@
 #include "ckpt.h"
 #include "cli.h"
 #include "data.h"
+#include "hf.h"
 #include "lrsched.h"
 #include "metrics.h"
 #include "rng.h"
+#include "tok.h"
+#include "watchdog.h"
 
 /* One tensor's part of a flat range this rank holds: tensor elements
  * [e0, e1) (row-major in its tp shard) at flat index f and shard index j. */
@@ -61,6 +66,7 @@ typedef struct loop_run {
     int64_t sdev, shost, hmaster, hmom1, hmom2, nvme;
     int nstates, pshard_space;
     int64_t *save_nvme;         /* per checkpoint piece: its NVMe file offset, or -1 */
+    int lock_fd;                /* rank 0: the --ckpt-dir's lock (ckpt_lock), or -1  */
 } loop_run;
 
 /* The offset of the class's buffer called name in space sp, or -1. */
@@ -172,10 +178,14 @@ static void loop_store(srt_ctx *c, void *dst, const float *v, int64_t n, srt_dty
 
 enum { LOOP_CHUNK = 8192 };
 
-/* Elements [e0, e1) of parameter t's shard, as fp32, from the initialisation
- * (r NULL) or from state `kind` of checkpoint r. */
-static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t e1, float *out,
-                        char *err, size_t errlen)
+/* Where the starting state comes from: a checkpoint (every state), Hugging
+ * Face weights (the parameters; fresh moments), else the initialisation. */
+typedef struct loop_src { ckpt_reader *ck; hf_reader *hf; } loop_src;
+
+/* Elements [e0, e1) of parameter t's shard, as fp32, from state `kind` of
+ * the source (see loop_src). */
+static bool loop_values(loop_run *R, const loop_src *src, const char *kind, int ti, int64_t e0, int64_t e1,
+                        float *out, char *err, size_t errlen)
 {
     const srt_param *t = &R->c->cls->params[ti];
     loop_part parts[3];
@@ -188,8 +198,10 @@ static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, i
         if (a >= b) continue;
         float *o = out + (a - e0);
         int64_t f0 = a - q->s0, f1 = b - q->s0;
-        if (r) {
-            if (ckpt_read(r, kind, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != CKPT_OK) return false;
+        if (src->ck) {
+            if (ckpt_read(src->ck, kind, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != CKPT_OK) return false;
+        } else if (src->hf && strcmp(kind, CKPT_PARAM) == 0) {
+            if (hf_read(src->hf, t->name, r0, r1, c0, c1, f0, f1, o, err, errlen) != 0) return false;
         } else if (strcmp(kind, CKPT_PARAM) != 0 || (!t->init_one && !(t->init_std > 0))) {
             memset(o, 0, sizeof(float) * (size_t)(f1 - f0));
         } else if (t->init_std > 0) {
@@ -202,7 +214,7 @@ static bool loop_values(loop_run *R, ckpt_reader *r, const char *kind, int ti, i
 }
 
 /* Fills n elements at dst (dtype dt) with elements [e0, e0 + n) of tensor ti, in chunks. */
-static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, void *dst,
+static bool loop_fill(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, void *dst,
                       srt_dtype dt, char *err, size_t errlen)
 {
     static float tmp[LOOP_CHUNK];
@@ -218,7 +230,7 @@ static bool loop_fill(loop_run *R, ckpt_reader *r, const char *kind, int ti, int
 /* loop_fill into the device arena at byte offset off: chunks converted in
  * the bounce buffer, each written with ctx_dev_write (the host never
  * addresses the device arena: on the CUDA backend it is device memory). */
-static bool loop_fill_dev(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int64_t off,
+static bool loop_fill_dev(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, int64_t off,
                           srt_dtype dt, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
@@ -259,7 +271,7 @@ static int64_t loop_state_at(const loop_run *R, const loop_piece *pc, int st, in
 
 /* loop_fill into space sp at offset off; NVMe through a host buffer and the
  * backend's write (start-up: no step is running, nothing to order). */
-static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, int64_t e0, int64_t n, int sp,
+static bool loop_fill_at(loop_run *R, const loop_src *r, const char *kind, int ti, int64_t e0, int64_t n, int sp,
                          int64_t off, srt_dtype dt, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
@@ -276,9 +288,9 @@ static bool loop_fill_at(loop_run *R, ckpt_reader *r, const char *kind, int ti, 
     return ok;
 }
 
-/* Sets every persistent buffer from the initialisation (r NULL) or from
- * checkpoint r: the whole copies, the owned shards, the moments. */
-static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errlen)
+/* Sets every persistent buffer from the source r (see loop_src): the whole
+ * copies, the owned shards, the moments (zero unless from a checkpoint). */
+static bool loop_load_state(loop_run *R, const loop_src *r, char *err, size_t errlen)
 {
     srt_ctx *c = R->c;
     const srt_class *k = c->cls;
@@ -311,7 +323,7 @@ static bool loop_load_state(loop_run *R, ckpt_reader *r, char *err, size_t errle
         int64_t at = loop_state_at(R, pc, 0, &sp);
         bool master = pc->j >= R->sdev || R->master >= 0;   /* else state 0 is the working copy, filled */
         if (master && !loop_fill_at(R, r, CKPT_PARAM, pc->t, pc->e0, n, sp, at, SRT_F32, err, errlen)) return false;
-        if (!r) continue;   /* fresh moments: the arena (and the NVMe file) starts zeroed */
+        if (!r->ck) continue;   /* fresh moments: the arena (and the NVMe file) starts zeroed */
         for (int st = 1; st <= 2; st++) {
             at = loop_state_at(R, pc, st, &sp);
             if (at >= 0 && !loop_fill_at(R, r, st == 1 ? CKPT_ADAM_M : CKPT_ADAM_V, pc->t, pc->e0, n, sp, at, SRT_F32,
@@ -388,11 +400,11 @@ static void loop_save_pieces(loop_run *R)
 
 /* Whether every rank is fine: ok is this rank's verdict; a failing rank
  * has printed its message, the others say which rank failed. */
-static bool loop_agree(const srt_ctx *c, bool ok)
+static bool loop_agree(srt_ctx *c, bool ok)
 {
-    int mine = ok ? 0 : 1, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    (void)c;
+    int any = ok ? 0 : 1;
+    if (c) wd_allreduce(c, &any, 1, MPI_INT, MPI_MAX, "the ranks' agreement (an all-reduce)");
+    else MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);   /* start-up: no context yet */
     return any == 0;
 }
 
@@ -456,12 +468,12 @@ static bool loop_checkpoint(loop_run *R, int64_t step)
     const char *dir = R->o.ckpt_dir;
     char err[1024] = "";
     uint64_t token = c->rank == 0 ? ckpt_token() : 0;
-    MPI_Bcast(&token, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    wd_bcast(c, &token, 1, MPI_UINT64_T, 0, "the checkpoint's token (a broadcast)");
     bool ok = c->rank != 0 || ckpt_save_begin(dir, step, token, err, sizeof err) == CKPT_OK;
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) return false;
     uint8_t *mirror = loop_nvme_mirror(R), *staged = loop_stage(R);
-    ok = ckpt_save_rank(dir, step, token, (int)c->rank, R->save, R->nsave, err, sizeof err) == CKPT_OK;
+    ok = ckpt_save_rank(dir, step, token, (int)c->rank, p->name, R->save, R->nsave, err, sizeof err) == CKPT_OK;
     free(mirror);
     free(staged);
     if (!ok) loop_error(c, 0, err);
@@ -515,12 +527,13 @@ static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t err
             snprintf(err, errlen, "--resume auto needs --ckpt-dir (or name a checkpoint: --resume DIR)");
             return false;
         }
-        int e = ckpt_find(R->o.ckpt_dir, path, sizeof path, err, errlen);
+        int e = ckpt_find(R->o.ckpt_dir, path, sizeof path, NULL, 0, err, errlen);
         if (e == CKPT_E_MISSING) return true;
         if (e != CKPT_OK) return false;
-        what = path;
+        what = R->o.ckpt_dir;       /* ckpt_open finds it again and keeps what it said */
     }
     if (ckpt_open(r, what, err, errlen) != CKPT_OK) return false;
+    if (R->c->rank == 0 && *ckpt_note(*r)) printf("shardrt: note: %s\n", ckpt_note(*r));
     if (ckpt_check_model(*r, R->desc, R->ndesc, err, errlen) != CKPT_OK) {
         ckpt_close(*r);
         *r = NULL;
@@ -529,25 +542,58 @@ static bool loop_open_resume(loop_run *R, ckpt_reader **r, char *err, size_t err
     return true;
 }
 
+/* Opens the Hugging Face weights --init names (when nothing was resumed) and
+ * binds them to the model: every stage's tensors, so that every rank reports
+ * the same mismatch.  *r stays NULL without --init. */
+static bool loop_open_init(loop_run *R, hf_reader **r, char *err, size_t errlen)
+{
+    *r = NULL;
+    if (!R->o.init) return true;
+    if (hf_open(r, R->o.init, err, errlen) != 0) return false;
+    if (hf_bind(*r, R->p->family, R->desc, R->ndesc, err, errlen) != 0) {
+        hf_close(*r);
+        *r = NULL;
+        return false;
+    }
+    return true;
+}
+
 /* The loss of the step, the mean over the global batch: the last stage's
  * sums, once per dp rank (tp ranks hold the same). */
-static double loop_reduce_loss(const srt_ctx *c, double local)
+static double loop_reduce_loss(srt_ctx *c, double local)
 {
-    double sum = 0;
-    MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double sum = local;
+    wd_allreduce(c, &sum, 1, MPI_DOUBLE, MPI_SUM, "the step's loss (an all-reduce)");
     return sum / (double)(c->prog->dp * c->prog->tp);
 }
 
-/* Whether a launcher (mpirun, mpiexec, srun) started this process: its
- * stdout is then a pseudo-terminal or pipe of the launcher's, a terminal to
- * isatty even when the user redirected the launcher's output to a file, so
- * the progress line is written as plain lines. */
+/* This process's rank as its launcher (mpirun, mpiexec, srun) numbers it,
+ * known before MPI_Init; -1 when no launcher started it. */
+static long loop_launch_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return strtol(getenv(vars[i]), NULL, 10);
+    return -1;
+}
+
+/* Whether a launcher started this process: its stdout is then a
+ * pseudo-terminal or pipe of the launcher's, a terminal to isatty even when
+ * the user redirected the launcher's output to a file, so the progress line
+ * is written as plain lines. */
 static bool loop_launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i])) return true;
-    return false;
+    return loop_launch_rank() >= 0;
+}
+
+/* Test seam: SRT_TEST_SIGSTOP=R:S stops rank R with SIGSTOP at the start of
+ * step S, before the step's first collective, as a suspended or hung process
+ * would stop (tests/e2e/train_watchdog.test.sh: the others' watchdog). */
+static void loop_test_stop(const srt_ctx *c, int64_t step)
+{
+    const char *e = getenv("SRT_TEST_SIGSTOP");
+    long long r = -1, s = -1;
+    if (e && sscanf(e, "%lld:%lld", &r, &s) == 2 && r == c->rank && s == step) raise(SIGSTOP);
 }
 
 /* Syncs every stream: the end of a step (the checker forgets settled history). */
@@ -589,102 +635,147 @@ static double loop_evaluate(loop_run *R, data_loader *val, data_loader *train, i
  * own; greedy repeats "the the" on a model this small). */
 #define LOOP_TEMPERATURE 0.8
 
-/* Sampling of n bytes (a byte-level model): each token is a forward
- * (the eval function) over a window of the last seq_len bytes written to a
- * one-sequence text file, and the next byte the argmax of the softmax at the
- * last position, recovered from the cross-entropy's gradient in the logits
- * (dloss·(softmax − onehot), with a known target), drawn at LOOP_TEMPERATURE.
- * Slow (a whole forward per byte) but it needs nothing beyond the eval
- * function the emitter provides.  Under pp the eval runs the window through
- * the pipeline; the last stage's ranks (the ones with logits) draw the byte
- * and a max over the world gives it to every rank. */
-static void loop_sample(loop_run *R, int64_t n, int64_t step)
+/* The token a sample starts from: the tokenizer's (its BOS), '\n' for a
+ * byte-level model, else the training data's first token (llm.c's shards
+ * begin each document with <|endoftext|>). */
+static int32_t loop_sample_start(loop_run *R, const tok *tk)
+{
+    const srt_program *p = R->p;
+    if (tk && tok_bos(tk) >= 0) return (int32_t)tok_bos(tk);
+    if (p->data_format == DATA_FMT_TEXT) return '\n';
+    int64_t n = p->micro_batch * p->seq_len;
+    int32_t *rows = malloc(sizeof *rows * (size_t)(2 * n));
+    int32_t first = 0;
+    if (rows && data_batch(R->c->data, 0, 0, p->dp, 0, p->micro_batch, rows, rows + n) == DATA_OK) first = rows[0];
+    free(rows);
+    return first;
+}
+
+/* Prints token id of a sample (rank 0): decoded by the tokenizer, as a byte
+ * (a byte-level model; '?' for a control character), else as its id. */
+static void loop_sample_print(const srt_program *p, tok_stream *ts, int32_t id, int64_t g)
+{
+    if (ts->t) {
+        size_t len;
+        const char *b = tok_stream_next(ts, id, &len);
+        fwrite(b, 1, len, stdout);
+    } else if (p->data_format == DATA_FMT_TEXT && id < 256) {
+        putchar(id >= 32 || id == '\n' ? id : '?');
+    } else if (p->data_format == DATA_FMT_TEXT) {
+        printf("<%d>", id);     /* past the bytes: a token the data never has */
+    } else {
+        printf(g ? " %d" : "%d", id);
+    }
+    fflush(stdout);
+}
+
+/* This rank's share of the distribution of the next token (the last stage's
+ * tp ranks each hold their vocabulary columns; others contribute nothing):
+ * q[v] = p(v)^(1/temperature) over [0, vocab), p recovered from the logits'
+ * gradient dloss·(p − onehot(target)) at row pos of microbatch 0. */
+static void loop_sample_share(loop_run *R, int64_t logits, int64_t pos, int32_t target, double *q)
+{
+    srt_ctx *c = R->c;
+    const srt_program *p = R->p;
+    int64_t V = p->vocab, VP = p->vocab_pad / p->tp, v0 = c->tp_idx * VP, lb = ops_dtype_size(p->dtype);
+    /* the generated code's DLOSS (a float): 1 / (tokens of a microbatch · microbatches · dp), times the scale */
+    double dl = (double)(float)(1.0 / ((double)p->micro_batch * (double)p->seq_len * (double)p->microbatches *
+                                       (double)p->dp)) * c->loss_scale;
+    memset(q, 0, sizeof *q * (size_t)V);
+    if (logits < 0) return;
+    for (int64_t at = 0; at < VP; at += CTX_BOUNCE / lb) {
+        int64_t m = VP - at < CTX_BOUNCE / lb ? VP - at : CTX_BOUNCE / lb;
+        ctx_dev_read(c, c->bounce, logits + (pos * VP + at) * lb, m * lb);
+        for (int64_t i = 0; i < m && v0 + at + i < V; i++) {
+            double g = p->dtype == SRT_F32 ? ((const float *)c->bounce)[i]
+                       : p->dtype == SRT_F16 ? ckpt_f32_from_f16(((const uint16_t *)c->bounce)[i])
+                       : ckpt_f32_from_bf16(((const uint16_t *)c->bounce)[i]);
+            int64_t v = v0 + at + i;
+            double pv = g / dl + (v == target ? 1.0 : 0.0);
+            q[v] = pv > 0 ? pow(pv, 1.0 / LOOP_TEMPERATURE) : 0.0;
+        }
+    }
+}
+
+/* Sampling of n tokens: each is a forward (the eval function) over a window
+ * of the last seq_len tokens, held in memory by a data loader of its own;
+ * the next token is drawn at LOOP_TEMPERATURE from the softmax at the last
+ * position, recovered from the cross-entropy's gradient in the logits (a
+ * known target: the padding).  The ranks holding logits (the last stage; its
+ * tp ranks each their vocabulary columns, dp replicas the same) give their
+ * shares, a max over the world (shares are disjoint, replicas equal) makes
+ * the whole distribution every rank's, and every rank draws the same token
+ * with the counter-based RNG.  So any size, tp, pp and dp samples, and a
+ * layout with the same arithmetic samples the same tokens.  Slow (a whole
+ * forward per token) but it needs nothing beyond the eval function the
+ * emitter provides.  In bf16 the padding token's own probability is known to
+ * bf16's absolute precision only (p − 1 is what the gradient holds). */
+static void loop_sample(loop_run *R, int64_t n, int64_t step, const tok *tk, metrics *m)
 {
     srt_ctx *c = R->c;
     const srt_program *p = R->p;
     const srt_class *k = c->cls;
-    int64_t T = p->seq_len;
-    int64_t logits = -1;
-    for (int i = 0; i < k->nbuffers; i++)
-        if (strcmp(k->buffers[i].name, "logits.mb0") == 0) logits = k->buffers[i].offset;
-    int mine = logits >= 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (!k->eval || !any || p->vocab != 256 || p->tp != 1) {
-        if (c->rank == 0) printf("(--sample needs a byte-level model without tensor parallelism; skipped)\n");
+    int64_t T = p->seq_len, V = p->vocab;
+    int64_t logits = loop_buffer(k, "LOGITS");
+    int any = logits >= 0;
+    wd_allreduce(c, &any, 1, MPI_INT, MPI_MAX, "the sample's all-reduce");
+    if (!k->eval || !any) {
+        if (c->rank == 0) printf("(--sample needs the evaluation function; skipped)\n");
         return;
     }
-    char *ctxt = calloc((size_t)(T + n + 2), 1);
-    char path[256];
-    snprintf(path, sizeof path, "%s/shardrt-sample-%d-%lld.txt", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid(), (long long)c->rank);
+    int32_t *ctxt = malloc(sizeof *ctxt * (size_t)(n + 1)), *win = malloc(sizeof *win * (size_t)(T + 1));
+    double *q = malloc(sizeof *q * (size_t)V);
+    if (!ctxt || !win || !q) ctx_fatal(c, 1, "out of host memory for the sample");
+    int32_t pad = 0;
     int64_t len = 1;
-    ctxt[0] = '\n';
-    if (c->rank == 0) printf("--- sample (%lld bytes, temperature %.1f) ---\n", (long long)n, LOOP_TEMPERATURE);
-    /* the generated code's DLOSS: 1 / (tokens of a microbatch · microbatches · dp) */
-    double dl = 1.0 / ((double)p->micro_batch * (double)T * (double)p->microbatches * (double)p->dp);
+    ctxt[0] = loop_sample_start(R, tk);
+    for (int64_t i = 0; i <= T; i++) win[i] = pad;
+    data_opts o = {.format = DATA_FMT_LLMC, .seq_len = T, .vocab = V, .global_batch = p->global_batch,
+                   .part = DATA_PART_ALL, .check = DATA_CHECK_STEP};
+    data_loader *d = NULL;
+    char err[512];
+    if (data_open_tokens(&d, win, T + 1, "the sample's window", &o, err, sizeof err) != DATA_OK)
+        ctx_fatal(c, 3, "%s", err);
+    tok_stream ts = {0};
+    if (tk) tok_stream_begin(&ts, tk);
+    if (c->rank == 0)
+        printf("--- sample (%lld tokens from token %d, temperature %.1f, %s) ---\n", (long long)n, (int)ctxt[0],
+               LOOP_TEMPERATURE, tk ? "decoded by --tokenizer" : p->data_format == DATA_FMT_TEXT ? "as bytes"
+               : "token ids: give --tokenizer for text");
+    data_loader *keep = c->data;
     for (int64_t g = 0; g < n; g++) {
+        /* the window: the last T tokens, left-aligned, then the padding */
         int64_t w0 = len > T ? len - T : 0, wl = len - w0;
-        FILE *f = fopen(path, "wb");
-        if (!f) break;
-        /* the window, left-aligned, padded with the target byte 'a' */
-        char win[4096];
-        if (T + 1 > (int64_t)sizeof win) break;
-        memset(win, 'a', (size_t)(T + 1));
-        memcpy(win, ctxt + w0, (size_t)wl);
-        fwrite(win, 1, (size_t)(T + 1), f);
-        fclose(f);
-        data_opts o = {.pattern = path, .format = DATA_FMT_TEXT, .seq_len = T, .vocab = p->vocab,
-                       .global_batch = p->global_batch, .part = DATA_PART_ALL, .check = DATA_CHECK_OPEN};
-        data_loader *d = NULL;
-        char err[512];
-        if (data_open(&d, &o, err, sizeof err) != DATA_OK) break;
-        data_loader *keep = c->data;
+        memcpy(win, ctxt + w0, sizeof *win * (size_t)wl);
+        for (int64_t i = wl; i <= T; i++) win[i] = pad;
         ctx_begin_step(c, step);
         c->data = d;
         c->data_step = 0;
+        c->data_mb = 0;
         ctx_dev_guard(c, false);
         k->eval(c);
         loop_sync(c);
         ctx_dev_guard(c, true);
-        c->data = keep;
-        data_close(d);
-        /* row wl - 1 of microbatch 0's logits, this rank's (every rank has the same window) */
-        int64_t pos = wl - 1;
-        int target = pos + 1 < wl ? (unsigned char)win[pos + 1] : 'a';
-        /* the softmax p from the gradient, then a draw from p^(1/temperature)
-         * with the counter-based RNG (the same on every rank) */
-        double q[256], qsum = 0;
-        int64_t lb = ops_dtype_size(p->dtype);
-        if (mine) ctx_dev_read(c, c->bounce, logits + pos * p->vocab_pad * lb, 256 * lb);
-        for (int v = 0; v < 256 && mine; v++) {
-            double gv;
-            if (p->dtype == SRT_F32) gv = ((const float *)c->bounce)[v];
-            else if (p->dtype == SRT_F16) gv = ckpt_f32_from_f16(((const uint16_t *)c->bounce)[v]);
-            else gv = ckpt_f32_from_bf16(((const uint16_t *)c->bounce)[v]);
-            double pv = gv / (dl * c->loss_scale) + (v == target ? 1.0 : 0.0);
-            q[v] = pv > 0 ? pow(pv, 1.0 / LOOP_TEMPERATURE) : 0.0;
-            qsum += q[v];
-        }
+        loop_sample_share(R, logits, wl - 1, pad, q);
+        wd_allreduce(c, q, (int)V, MPI_DOUBLE, MPI_MAX, "the sample's all-reduce");
+        double qsum = 0;
+        for (int64_t v = 0; v < V; v++) qsum += q[v];
         double u = rng_uniform_at(R->seed, rng_tensor_id("sample"), g) * qsum;
-        int best = mine ? 255 : -1, drawn = -1;
-        for (int v = 0; v < 256 && mine; v++) {
-            if (u < q[v]) {
-                best = v;
-                break;
-            }
+        int32_t next = -1;
+        for (int64_t v = 0; v < V && (next < 0 || u >= 0); v++) {
+            if (q[v] > 0) next = (int32_t)v;     /* the last possible one, should rounding leave u over */
             u -= q[v];
         }
-        MPI_Allreduce(&best, &drawn, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);   /* pp: from the last stage */
-        best = drawn;
-        ctxt[len++] = (char)best;
-        if (c->rank == 0) {
-            putchar(best >= 32 || best == '\n' ? best : '?');
-            fflush(stdout);
-        }
+        ctxt[len++] = next;
+        if (c->rank == 0) loop_sample_print(p, &ts, next, g);
     }
+    c->data = keep;
     if (c->rank == 0) printf("\n--- end of sample ---\n");
-    unlink(path);
+    if (m) metrics_sample(m, step, ctxt + 1, n);
+    data_close(d);
     free(ctxt);
+    free(win);
+    free(q);
 }
 
 /* Runs the trainer (see shardrt.h). */
@@ -693,13 +784,17 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     loop_run R = {.p = prog};
     char err[2048] = "";
     int cr = cli_parse(argc, argv, &R.o, err, sizeof err);
+    /* before MPI: every rank parses the same line; the launcher's rank 0 speaks */
+    bool speak = loop_launch_rank() <= 0;
     if (cr == CLI_HELP) {
-        cli_help(stdout, argv[0]);
+        if (speak) cli_help(stdout, argv[0]);
         return 0;
     }
     if (cr != CLI_OK) {
-        fprintf(stderr, "%s: %s\n", argv[0], err);
-        cli_help(stderr, argv[0]);
+        if (speak) {
+            fprintf(stderr, "%s: %s\n", argv[0], err);
+            cli_help(stderr, argv[0]);
+        }
         return 2;
     }
     MPI_Init(&argc, &argv);
@@ -719,6 +814,14 @@ int srt_main(int argc, char **argv, const srt_program *prog)
         if (wr == 0) fprintf(stderr, "%s: --ckpt-every needs --ckpt-dir\n", argv[0]);
         MPI_Finalize();
         return 2;
+    }
+    /* one trainer per checkpoint directory: rank 0 holds DIR/.lock until it exits */
+    R.lock_fd = -1;
+    bool locked = !R.o.ckpt_dir || wr != 0 || ckpt_lock(R.o.ckpt_dir, &R.lock_fd, err, sizeof err) == CKPT_OK;
+    if (!locked) loop_error(NULL, wr, err);
+    if (!loop_agree(NULL, locked)) {
+        MPI_Finalize();
+        return 1;
     }
     ctx_options copt = {0};
     srt_ctx *c = ctx_create(prog, &copt);
@@ -790,16 +893,33 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     }
     c->data = train;
 
-    /* the weights: a checkpoint, or the initialisation */
-    ckpt_reader *rd = NULL;
-    ok = loop_open_resume(&R, &rd, err, sizeof err);
-    if (ok) ok = loop_load_state(&R, rd, err, sizeof err);
+    /* the tokenizer --sample decodes with: read now, so that a bad one stops the run before it trains */
+    tok *tk = NULL;
+    ok = !R.o.tokenizer || tok_open(&tk, R.o.tokenizer, prog->vocab, err, sizeof err) == 0;
+    if (!ok) loop_error(c, 0, err);
+    if (!loop_agree(c, ok)) {
+        MPI_Finalize();
+        return 1;
+    }
+
+    /* the weights: a checkpoint, Hugging Face weights (--init), or the initialisation */
+    loop_src src = {0};
+    ok = loop_open_resume(&R, &src.ck, err, sizeof err);
+    if (ok && !src.ck) ok = loop_open_init(&R, &src.hf, err, sizeof err);
+    if (ok) ok = loop_load_state(&R, &src, err, sizeof err);
     if (!ok) loop_error(c, 0, err);
     if (!loop_agree(c, ok)) {
         MPI_Finalize();
         return 1;
     }
     int64_t first = 1;
+    ckpt_reader *rd = src.ck;
+    if (src.hf) {
+        if (c->rank == 0)
+            printf("initialised from %s (%d safetensors file%s, %s; fresh optimizer state)\n", hf_path(src.hf),
+                   hf_nfiles(src.hf), hf_nfiles(src.hf) == 1 ? "" : "s", hf_dtypes(src.hf));
+        hf_close(src.hf);
+    }
     if (rd) {
         first = ckpt_step(rd) + 1;
         loop_resume_scale(c, rd);
@@ -827,10 +947,10 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     if (R.o.trace) {
         char tp[4096];
         metrics_trace_path(tp, sizeof tp, R.o.trace, (int)c->rank, (int)c->world);
-        /* room for every op of every step: a dry count is not available, so
-         * a generous bound from the program's buffers; events past it are
+        /* room for every op of every step: a generous bound from the
+         * schedule's ops (each a few runtime ops); events past it are
          * counted as dropped, never allocated */
-        int64_t per_step = 64 * (int64_t)(k->nbuffers + k->nparams + 16);
+        int64_t per_step = 64 * (int64_t)(k->nops + k->nparams + 16);
         tr = metrics_trace_open(tp, (int)c->rank, per_step * (steps - first + 1) + 1024, err, sizeof err);
         if (!tr) loop_error(c, 0, err);
         for (int s = 0; tr && s < SRT_NSTREAMS; s++) metrics_trace_thread(tr, s, ops_stream_name((srt_stream)s));
@@ -852,8 +972,9 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     }
 
     /* the loop: nothing in it allocates (ctx_alloc dies once the context is sealed) */
-    int64_t nval = 4;
+    int64_t nval = R.o.given[CLI_OPT_eval_batches] ? R.o.eval_batches : 4;
     for (int64_t s = first; s <= steps; s++) {
+        loop_test_stop(c, s);
         double t0 = metrics_now_us();
         ctx_begin_step(c, s);
         ctx_dev_guard(c, false);
@@ -888,11 +1009,11 @@ int srt_main(int argc, char **argv, const srt_program *prog)
             if (tr) metrics_trace_event(tr, "checkpoint", SRT_NSTREAMS, t2, metrics_now_us());
         }
     }
-    if (m) metrics_close(m);
     if (c->nallocs != allocs0) ctx_die(c, "the loop allocated: %lld arena allocations, %lld at start-up",
                                        (long long)c->nallocs, (long long)allocs0);
     c->trace = NULL;   /* the trace covers the training, not the sampling */
-    if (R.o.given[CLI_OPT_sample] && R.o.sample > 0) loop_sample(&R, R.o.sample, steps);
+    if (R.o.given[CLI_OPT_sample] && R.o.sample > 0) loop_sample(&R, R.o.sample, steps, tk, m);
+    if (m) metrics_close(m);
     if (tr && metrics_trace_dropped(tr) > 0 && c->rank == 0)
         fprintf(stderr, "shardrt: the trace dropped %lld events (its buffer was full)\n",
                 (long long)metrics_trace_dropped(tr));
@@ -901,11 +1022,13 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     fflush(stdout);
     data_close(train);
     if (val) data_close(val);
+    tok_close(tk);
     free(R.own);
     free(R.save);
     free(R.save_nvme);
     free(R.save_dev);
     free(R.desc);
+    if (R.lock_fd >= 0) close(R.lock_fd);
     ctx_destroy(c);
     MPI_Finalize();
     return 0;

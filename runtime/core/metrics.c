@@ -2,6 +2,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,18 @@ double metrics_now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
+/* The log for appending or from scratch; opened without blocking, so that a
+ * FIFO nobody reads is an error (ENXIO), not a trainer that never starts. */
+static FILE *metrics_open_log(const char *path, bool append)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0) return NULL;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, append ? "a" : "w");
+    if (!f) close(fd);
+    return f;
+}
+
 /* Opens the JSONL log and decides whether the progress line is a terminal's. */
 metrics *metrics_open(const metrics_cfg *cfg, char *err, size_t errlen)
 {
@@ -37,8 +50,9 @@ metrics *metrics_open(const metrics_cfg *cfg, char *err, size_t errlen)
     m->out = cfg->out ? cfg->out : stdout;
     m->tty = cfg->tty == METRICS_TTY_AUTO ? isatty(fileno(m->out)) : cfg->tty == METRICS_TTY_ON;
     if (m->cfg.log_every < 1) m->cfg.log_every = 1;
-    if (cfg->jsonl && *cfg->jsonl && !(m->log = fopen(cfg->jsonl, cfg->append ? "a" : "w"))) {
-        snprintf(err, errlen, "%s: cannot create the log: %s", cfg->jsonl, strerror(errno));
+    if (cfg->jsonl && *cfg->jsonl && !(m->log = metrics_open_log(cfg->jsonl, cfg->append))) {
+        snprintf(err, errlen, "%s: cannot create the log: %s", cfg->jsonl,
+                 errno == ENXIO ? "a FIFO that no process reads" : strerror(errno));
         free(m);
         return NULL;
     }
@@ -127,6 +141,16 @@ void metrics_eval(metrics *m, int64_t step, double val_loss)
         fputs("}\n", m->log);
         fflush(m->log);
     }
+}
+
+/* The sample's token ids into the log. */
+void metrics_sample(metrics *m, int64_t step, const int32_t *ids, int64_t n)
+{
+    if (!m->log) return;
+    fprintf(m->log, "{\"step\":%lld,\"sample\":[", (long long)step);
+    for (int64_t i = 0; i < n; i++) fprintf(m->log, "%s%d", i ? "," : "", (int)ids[i]);
+    fputs("]}\n", m->log);
+    fflush(m->log);
 }
 
 /* Ends an open terminal line and closes the log (NULL is fine). */

@@ -8,8 +8,9 @@
  * step, flushed at once so a crash leaves whole lines:
  *   {"step":12,"loss":3.4521,"lr":0.0006,"grad_norm":1.23,"tokens_per_s":12345.6,
  *    "mfu":0.123,"arena_bytes":1234567,"step_ms":41.5}
- * and one per evaluation: {"step":100,"val_loss":3.21}.  Non-finite numbers
- * are written as null (JSON has no NaN).
+ * one per evaluation: {"step":100,"val_loss":3.21}, and one for --sample's
+ * tokens: {"step":100,"sample":[198,464,...]}.  Non-finite numbers are
+ * written as null (JSON has no NaN).
  *
  * The trace: per op begin/end timestamps recorded by the runtime into a
  * buffer allocated at open (recording never allocates; events past the
@@ -52,6 +53,8 @@ void metrics_step(metrics *m, int64_t step, double loss, double lr, double grad_
 void metrics_note_scale(metrics *m, double scale, bool skipped);
 /* Reports an evaluation's loss. */
 void metrics_eval(metrics *m, int64_t step, double val_loss);
+/* Logs the n token ids of a sample (the JSONL log only). */
+void metrics_sample(metrics *m, int64_t step, const int32_t *ids, int64_t n);
 /* Ends the progress line and closes the log. */
 void metrics_close(metrics *m);
 /* Monotonic wall clock in microseconds. */

@@ -42,6 +42,13 @@ const char *ops_stream_name(srt_stream s)
     return (unsigned)s < SRT_NSTREAMS ? names[s] : "?";
 }
 
+/* A group's name in messages. */
+const char *ops_group_name(srt_group g)
+{
+    static const char *const names[SRT_NGROUPS] = {"world", "tp", "dp", "pp", "embed", "tp_kv"};
+    return (unsigned)g < SRT_NGROUPS ? names[g] : "?";
+}
+
 /* Bytes per element. */
 int64_t ops_dtype_size(srt_dtype dt)
 {

@@ -15,8 +15,14 @@
  * MPI directly: it is exact.  Sends and receives are non-blocking: a
  * stream's requests wait in issue order until something orders a later op
  * after them (backend.c says where).
+ *
+ * No silent hang: every MPI operation here is non-blocking and waited for by
+ * the watchdog (runtime/core/watchdog.c): tests with a sleeping backoff, so
+ * a waiting rank does not spin, and past train.comm_timeout a message naming
+ * the op, the group and the ranks that did not arrive, then every rank ends.
  */
 #include "cpu.h"
+#include "watchdog.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -51,6 +57,14 @@ static MPI_Comm cpu_comm(srt_ctx *c, srt_group g)
     MPI_Comm m = cpu_st(c)->comm[g];
     if (m == MPI_COMM_NULL) ctx_die(c, "no communicator for group %d", (int)g);
     return m;
+}
+
+/* A collective of group g just posted (rc, its request q; wd_arrive came
+ * before the post): waited for under the watchdog. */
+static void cpu_coll_wait(srt_ctx *c, srt_group g, int rc, MPI_Request *q, const char *op)
+{
+    cpu_mpi_ok(c, rc, op);
+    wd_wait(c, 1, q, &(wd_what){op, g, cpu_comm(c, g), NULL});
 }
 
 /* Counts beyond int are beyond the CPU backend (tiny models, a few ranks). */
@@ -159,11 +173,14 @@ void cpu_all_reduce(srt_ctx *c, srt_stream s, srt_group g, srt_t x, srt_redop op
         }
         for (int64_t j = 0; j < S; j++) rcnt[j] = cnt[r], rdsp[j] = (int)(j * cnt[r]);
         uint8_t *base = (uint8_t *)x.p + o * es;
-        cpu_mpi_ok(c, MPI_Alltoallv(base, cnt, dsp, T, st->comm_buf, rcnt, rdsp, T, comm),
-                   "MPI_Alltoallv");
+        MPI_Request q;
+        wd_arrive(c, g);
+        cpu_coll_wait(c, g, MPI_Ialltoallv(base, cnt, dsp, T, st->comm_buf, rcnt, rdsp, T, comm, &q), &q,
+                      "all_reduce (MPI_Ialltoallv)");
         cpu_reduce_rows(base + (int64_t)dsp[r] * es, st->comm_buf, x.dt, S, cnt[r], op);
-        cpu_mpi_ok(c, MPI_Allgatherv(MPI_IN_PLACE, 0, T, base, cnt, dsp, T, comm),
-                   "MPI_Allgatherv");
+        wd_arrive(c, g);
+        cpu_coll_wait(c, g, MPI_Iallgatherv(MPI_IN_PLACE, 0, T, base, cnt, dsp, T, comm, &q), &q,
+                      "all_reduce (MPI_Iallgatherv)");
     }
 }
 
@@ -189,13 +206,15 @@ void cpu_reduce_scatter(srt_ctx *c, srt_stream s, srt_group g, srt_t out, srt_t 
             cnt[j] = (int)L, dsp[j] = (int)(j * n + o);
             rcnt[j] = (int)L, rdsp[j] = (int)(j * L);
         }
-        cpu_mpi_ok(c, MPI_Alltoallv(in.p, cnt, dsp, T, st->comm_buf, rcnt, rdsp, T, comm),
-                   "MPI_Alltoallv");
+        MPI_Request q;
+        wd_arrive(c, g);
+        cpu_coll_wait(c, g, MPI_Ialltoallv(in.p, cnt, dsp, T, st->comm_buf, rcnt, rdsp, T, comm, &q), &q,
+                      "reduce_scatter (MPI_Ialltoallv)");
         cpu_reduce_rows((uint8_t *)out.p + o * es, st->comm_buf, out.dt, S, L, SRT_SUM);
     }
 }
 
-/* MPI_Allgather, in place when in is this member's slice of out. */
+/* MPI_Iallgather, in place when in is this member's slice of out. */
 void cpu_all_gather(srt_ctx *c, srt_stream s, srt_group g, srt_t out, srt_t in)
 {
     int64_t S = c->gsize[g], r = c->grank[g], n = in.n, es = ops_dtype_size(in.dt);
@@ -212,10 +231,13 @@ void cpu_all_gather(srt_ctx *c, srt_stream s, srt_group g, srt_t out, srt_t in)
     uint8_t *ilo = in.p, *ihi = ilo + n * es, *olo = out.p, *ohi = olo + S * n * es;
     if (src != MPI_IN_PLACE && ilo < ohi && olo < ihi)
         ctx_die(c, "all_gather: in overlaps out but is not this member's slice of it");
-    cpu_mpi_ok(c, MPI_Allgather(src, cnt, T, out.p, cnt, T, cpu_comm(c, g)), "MPI_Allgather");
+    MPI_Request q;
+    wd_arrive(c, g);
+    cpu_coll_wait(c, g, MPI_Iallgather(src, cnt, T, out.p, cnt, T, cpu_comm(c, g), &q), &q,
+                  "all_gather (MPI_Iallgather)");
 }
 
-/* MPI_Bcast in pieces that fit an int count. */
+/* MPI_Ibcast in pieces that fit an int count. */
 void cpu_broadcast(srt_ctx *c, srt_stream s, srt_group g, srt_t x, int64_t root)
 {
     if (c->gsize[g] == 1 || x.n == 0) return;
@@ -223,8 +245,10 @@ void cpu_broadcast(srt_ctx *c, srt_stream s, srt_group g, srt_t x, int64_t root)
     int64_t step = INT_MAX / 2;
     for (int64_t o = 0; o < x.n; o += step) {
         int64_t len = x.n - o < step ? x.n - o : step;
-        cpu_mpi_ok(c, MPI_Bcast((uint8_t *)x.p + o * es, (int)len, cpu_mpi_type(x.dt), (int)root,
-                                cpu_comm(c, g)), "MPI_Bcast");
+        MPI_Request q;
+        wd_arrive(c, g);
+        cpu_coll_wait(c, g, MPI_Ibcast((uint8_t *)x.p + o * es, (int)len, cpu_mpi_type(x.dt), (int)root,
+                                       cpu_comm(c, g), &q), &q, "broadcast (MPI_Ibcast)");
     }
 }
 
@@ -241,6 +265,7 @@ static void cpu_p2p_trim(cpu_state *st, srt_stream s)
     memmove(&st->p2p_lo[s][0], &st->p2p_lo[s][k], (size_t)rest * sizeof st->p2p_lo[s][0]);
     memmove(&st->p2p_hi[s][0], &st->p2p_hi[s][k], (size_t)rest * sizeof st->p2p_hi[s][0]);
     memmove(&st->p2p_recv[s][0], &st->p2p_recv[s][k], (size_t)rest * sizeof st->p2p_recv[s][0]);
+    memmove(&st->p2p_peer[s][0], &st->p2p_peer[s][k], (size_t)rest * sizeof st->p2p_peer[s][0]);
     st->np2p[s] = rest;
     st->np2p_all -= k;
     st->p2p_base[s] += k;
@@ -252,6 +277,14 @@ int64_t cpu_p2p_issued(srt_ctx *c, srt_stream s)
     return st->p2p_base[s] + st->np2p[s];
 }
 
+/* Waits for entries [k, k + n) of stream s's requests under the watchdog,
+ * which names the peers of those that never complete. */
+static void cpu_p2p_wait(srt_ctx *c, srt_stream s, int k, int n)
+{
+    cpu_state *st = cpu_st(c);
+    wd_wait(c, n, &st->p2p_req[s][k], &(wd_what){"send/recv", SRT_PP, cpu_comm(c, SRT_PP), &st->p2p_peer[s][k]});
+}
+
 /* Waits for stream s's requests numbered below seq (a prefix: in issue order,
  * as the stream would run them). */
 void cpu_p2p_complete(srt_ctx *c, srt_stream s, int64_t seq)
@@ -260,7 +293,7 @@ void cpu_p2p_complete(srt_ctx *c, srt_stream s, int64_t seq)
     int64_t n = seq - st->p2p_base[s];
     if (n <= 0) return;
     if (n > st->np2p[s]) n = st->np2p[s];
-    cpu_mpi_ok(c, MPI_Waitall((int)n, st->p2p_req[s], MPI_STATUSES_IGNORE), "MPI_Waitall (send/recv)");
+    cpu_p2p_wait(c, s, 0, (int)n);
     cpu_p2p_trim(st, s);
 }
 
@@ -281,9 +314,8 @@ void cpu_p2p_progress(srt_ctx *c)
 /* Waits for entry k of stream s alone (MPI needs no order among them). */
 static void cpu_p2p_wait_one(srt_ctx *c, srt_stream s, int k)
 {
-    cpu_state *st = cpu_st(c);
-    cpu_mpi_ok(c, MPI_Wait(&st->p2p_req[s][k], MPI_STATUS_IGNORE), "MPI_Wait (send/recv)");
-    cpu_p2p_trim(st, s);
+    cpu_p2p_wait(c, s, k, 1);
+    cpu_p2p_trim(cpu_st(c), s);
 }
 
 /* Before a transfer of [lo, hi) (a receive writes it): completes each
@@ -318,7 +350,7 @@ static void cpu_p2p_post(srt_ctx *c, srt_stream s, srt_t x, int64_t peer, bool r
     else
         cpu_mpi_ok(c, MPI_Isend(x.p, n, cpu_mpi_type(x.dt), (int)peer, 0, cpu_comm(c, SRT_PP), r),
                    "MPI_Isend");
-    st->p2p_lo[s][k] = lo, st->p2p_hi[s][k] = hi, st->p2p_recv[s][k] = recv;
+    st->p2p_lo[s][k] = lo, st->p2p_hi[s][k] = hi, st->p2p_recv[s][k] = recv, st->p2p_peer[s][k] = (int)peer;
     st->np2p[s]++;
     st->np2p_all++;
 }
@@ -341,14 +373,18 @@ void cpu_allgather_f32(srt_ctx *c, srt_group g, float *out, const float *in, int
 {
     if (c->gsize[g] == 1) { memmove(out, in, (size_t)n * 4); return; }
     int cnt = cpu_count(c, n, "all_gather");
-    cpu_mpi_ok(c, MPI_Allgather(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, cpu_comm(c, g)),
-               "MPI_Allgather");
+    MPI_Request q;
+    wd_arrive(c, g);
+    cpu_coll_wait(c, g, MPI_Iallgather(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, cpu_comm(c, g), &q), &q,
+                  "all_gather (MPI_Iallgather)");
 }
 
 /* Integer sum (exact) of the norm's bins. */
 void cpu_allreduce_u64(srt_ctx *c, srt_group g, uint64_t *x, int64_t n)
 {
     if (c->gsize[g] == 1) return;
-    cpu_mpi_ok(c, MPI_Allreduce(MPI_IN_PLACE, x, cpu_count(c, n, "all_reduce"), MPI_UINT64_T,
-                                MPI_SUM, cpu_comm(c, g)), "MPI_Allreduce");
+    MPI_Request q;
+    wd_arrive(c, g);
+    cpu_coll_wait(c, g, MPI_Iallreduce(MPI_IN_PLACE, x, cpu_count(c, n, "all_reduce"), MPI_UINT64_T, MPI_SUM,
+                                       cpu_comm(c, g), &q), &q, "all_reduce (MPI_Iallreduce)");
 }

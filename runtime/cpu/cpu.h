@@ -64,6 +64,7 @@ typedef struct cpu_state {
     MPI_Request p2p_req[SRT_NSTREAMS][CPU_MAX_PENDING];
     const uint8_t *p2p_lo[SRT_NSTREAMS][CPU_MAX_PENDING], *p2p_hi[SRT_NSTREAMS][CPU_MAX_PENDING];
     bool p2p_recv[SRT_NSTREAMS][CPU_MAX_PENDING];   /* a receive: it writes [lo, hi) */
+    int p2p_peer[SRT_NSTREAMS][CPU_MAX_PENDING];    /* its peer's rank in the pp group */
     int np2p[SRT_NSTREAMS];
     int64_t p2p_base[SRT_NSTREAMS];
     int np2p_all;                       /* pending on all streams together         */

@@ -16,7 +16,8 @@
  * The watchdog: every collective records an event on its stream after it;
  * a thread polls those events and every communicator's
  * ncclCommGetAsyncError every 100 ms.  A collective not finished after
- * SRT_NCCL_TIMEOUT seconds (default 600), or an asynchronous NCCL error,
+ * train.comm_timeout seconds (SRT_COMM_TIMEOUT or, for NCCL alone,
+ * SRT_NCCL_TIMEOUT overriding it), or an asynchronous NCCL error,
  * aborts the communicators (ncclCommAbort) and ends every rank with a
  * message naming the op and the group, instead of a silent hang.
  */
@@ -28,19 +29,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The group's name in messages. */
-static const char *cu_group_name(srt_group g)
-{
-    static const char *const names[SRT_NGROUPS] = { "world", "tp", "dp", "pp", "embed", "tp_kv" };
-    return (unsigned)g < SRT_NGROUPS ? names[g] : "?";
-}
-
 /* Ends the job when an NCCL call failed, naming the op and the group. */
 static void cu_nccl(srt_ctx *c, ncclResult_t r, const char *what, srt_group g)
 {
     if (r == ncclSuccess) return;
     const char *last = ncclGetLastError(NULL);   /* NCCL's own buffer: never NULL, "" when it has nothing */
-    ctx_fatal(c, 1, "%s on the %s group: NCCL error %d (%s)%s%s", what, cu_group_name(g), (int)r,
+    ctx_fatal(c, 1, "%s on the %s group: NCCL error %d (%s)%s%s", what, ops_group_name(g), (int)r,
               ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
@@ -82,7 +76,7 @@ static bool cu_comm_check(srt_ctx *c, char *msg, size_t len)
             for (int s = 0; s < SRT_NSTREAMS && !op; s++)
                 if (st->inflight[s].op && st->inflight[s].g == (srt_group)g) op = st->inflight[s].op;
             pthread_mutex_unlock(&st->mu);
-            snprintf(msg, len, "NCCL reported an asynchronous error on the %s group (%s)%s%s", cu_group_name((srt_group)g),
+            snprintf(msg, len, "NCCL reported an asynchronous error on the %s group (%s)%s%s", ops_group_name((srt_group)g),
                      ncclGetErrorString(ae), op ? " during " : "", op ? op : "");
             return true;
         }
@@ -99,8 +93,8 @@ static bool cu_comm_check(srt_ctx *c, char *msg, size_t len)
             if (st->inflight[s].t0 == f.t0) st->inflight[s].op = NULL;
             pthread_mutex_unlock(&st->mu);
         } else if (q == cudaErrorNotReady && now - f.t0 > st->timeout_s) {
-            snprintf(msg, len, "%s on the %s group (stream %s) did not finish within %.0f s (SRT_NCCL_TIMEOUT): "
-                     "a rank is stuck or gone", f.op, cu_group_name(f.g), ops_stream_name((srt_stream)s),
+            snprintf(msg, len, "%s on the %s group (stream %s) did not finish within %.0f s (train.comm_timeout): "
+                     "a rank is stuck or gone", f.op, ops_group_name(f.g), ops_stream_name((srt_stream)s),
                      st->timeout_s);
             return true;
         }
@@ -136,8 +130,9 @@ void cu_comm_init(srt_ctx *c)
     pthread_mutex_init(&st->mu, NULL);
     for (int s = 0; s < SRT_NSTREAMS; s++)
         CU_CHECK(c, cudaEventCreateWithFlags(&st->coll_done[s], cudaEventDisableTiming), "cudaEventCreate");
+    /* train.comm_timeout (SRT_COMM_TIMEOUT overrides it: watchdog.c); SRT_NCCL_TIMEOUT, for NCCL alone */
     const char *to = getenv("SRT_NCCL_TIMEOUT");
-    st->timeout_s = to && atof(to) > 0 ? atof(to) : 600.0;
+    st->timeout_s = to && atof(to) > 0 ? atof(to) : c->comm_timeout;
     if (c->world == 1) return;
     if (!c->mpi) ctx_die(c, "a %lld-rank program without MPI", (long long)c->world);
     ncclUniqueId id;
@@ -184,7 +179,7 @@ void cu_comm_fini(srt_ctx *c)
 static ncclComm_t cu_comm(srt_ctx *c, srt_group g, const char *what)
 {
     ncclComm_t m = cu_st(c)->comm[g];
-    if (!m) ctx_die(c, "%s: no NCCL communicator for the %s group", what, cu_group_name(g));
+    if (!m) ctx_die(c, "%s: no NCCL communicator for the %s group", what, ops_group_name(g));
     return m;
 }
 

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRT_ABI_VERSION 1
+#define SRT_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,6 +126,7 @@ typedef struct srt_class {
     void (*eval)(srt_ctx *c);   /* forward only, loss into srt_loss (may be NULL) */
     const srt_segment *segs;    /* the flat segments, in flat order (who owns what) */
     int nsegs;
+    int nops;                   /* the schedule's ops in one step (a trace's room)  */
 } srt_class;
 
 /* One GEMM shape the generated code calls, declared so that a backend can
@@ -175,6 +176,9 @@ typedef struct srt_program {
      * backend's defaults) */
     int64_t aio_block_size, aio_queue_depth;
     const char *nvme_path;      /* the spec's offload path: the swap file's folder (NULL: none) */
+    /* the collective watchdog (train.comm_timeout): seconds a collective or a
+     * send/receive may take before the job ends (0: the runtime's default) */
+    double comm_timeout;
     /* fp16 loss scaling (SRT_LOSS_SCALE_NONE for fp32 and bf16) */
     int loss_scaling;
     double ls_scale, ls_min;    /* the initial (dynamic) or fixed (static) scale; the floor */

@@ -27,36 +27,43 @@ def hf_grad(name, g):
     return "transformer." + name, g
 
 
+def logits(P, H, tok, eps=1e-5, pre="transformer."):
+    """GPT-2's logits (B, T, V) for tokens tok (B, T): P holds Hugging Face
+    GPT-2's tensors (Conv1D weights [in, out]) under the prefix pre; the layer
+    count follows from the names, the width from the embedding."""
+    L = max(int(k[len(pre):].split(".")[1]) for k in P if k.startswith(pre + "h.")) + 1
+    B, T = tok.shape
+    x = P[pre + "wte.weight"][tok] + P[pre + "wpe.weight"][:T]
+    C = x.shape[-1]
+    for l in range(L):
+        p = lambda n: P["%sh.%d.%s" % (pre, l, n)]
+        h = F.layer_norm(x, (C,), p("ln_1.weight"), p("ln_1.bias"), eps)
+        qkv = h @ p("attn.c_attn.weight") + p("attn.c_attn.bias")   # Conv1D: [in, out]
+        q, k, v = qkv.split(C, dim=-1)
+        q, k, v = (z.view(B, T, H, C // H).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
+        att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
+        h = F.layer_norm(x, (C,), p("ln_2.weight"), p("ln_2.bias"), eps)
+        h = F.gelu(h @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias"), approximate="tanh")
+        x = x + h @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
+    x = F.layer_norm(x, (C,), P[pre + "ln_f.weight"], P[pre + "ln_f.bias"], eps)
+    return x @ P.get("lm_head.weight", P[pre + "wte.weight"]).t()
+
+
 def main():
     init_torch()
     a = Args(sys.argv)
-    H, T = a.heads, a.seq
     W = read_st(a.init)
-    L = max(int(k.split(".")[2]) for k in W if k.startswith("transformer.h.")) + 1
     P = {k: v.clone().requires_grad_(True) for k, v in W.items()}
 
     def forward(tok, tgt):
-        B = tok.shape[0]
-        x = P["transformer.wte.weight"][tok] + P["transformer.wpe.weight"][:T]
-        C = x.shape[-1]
-        for l in range(L):
-            p = lambda n: P["transformer.h.%d.%s" % (l, n)]
-            h = F.layer_norm(x, (C,), p("ln_1.weight"), p("ln_1.bias"), 1e-5)
-            qkv = h @ p("attn.c_attn.weight") + p("attn.c_attn.bias")   # Conv1D: [in, out]
-            q, k, v = qkv.split(C, dim=-1)
-            q, k, v = (z.view(B, T, H, C // H).transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
-            att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-            y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
-            x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
-            h = F.layer_norm(x, (C,), p("ln_2.weight"), p("ln_2.bias"), 1e-5)
-            h = F.gelu(h @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias"), approximate="tanh")
-            x = x + h @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
-        x = F.layer_norm(x, (C,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], 1e-5)
-        logits = x @ P["transformer.wte.weight"].t()
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+        z = logits(P, a.heads, tok)
+        return F.cross_entropy(z.reshape(-1, z.shape[-1]), tgt.reshape(-1))
 
     train_compare(a, P, forward, hf_grad, 1e-4)
 
 
-main()
+if __name__ == "__main__":
+    main()

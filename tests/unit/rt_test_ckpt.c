@@ -9,8 +9,16 @@
  *  - bf16 and fp16 pieces convert exactly;
  *  - atomicity: a writer that dies at each point of a save (a fork that
  *    _exits there), or is SIGKILLed at a random moment while saving in a
- *    loop, leaves DIR/latest naming a complete checkpoint with the right
- *    values; the next save removes the leftovers. */
+ *    loop, leaves the newest complete checkpoint findable with the right
+ *    values (latest's, or a checkpoint published after it whose latest
+ *    update never happened); the next save removes the leftovers;
+ *  - integrity: a flipped byte, a rank file of another step, rank, or run, a
+ *    truncated or extended rank file, an edited, non-numeric, negative or
+ *    trailing-garbage step in index.json — each refused naming the file (and
+ *    the tensor); ckpt_verify checks every piece;
+ *  - the newest checkpoint: latest unless one was committed after it (and a
+ *    higher-numbered one committed before it is not taken);
+ *  - one writer per directory: a second process's ckpt_lock is refused. */
 #include "ckpt.h"
 #include "check.h"
 
@@ -40,6 +48,8 @@ enum { NT = sizeof model / sizeof *model, TP = 2, DP = 2, WORLD = TP * DP };
 static const char *const kinds[3] = {CKPT_PARAM, CKPT_ADAM_M, CKPT_ADAM_V};
 
 static char root[64];
+
+static void rm_tree(const char *dir);
 
 /* The value of element (r, c) of state kind k of tensor ti in checkpoint
  * version ver; padding rows hold garbage the reader must not return. */
@@ -121,7 +131,7 @@ static int save_a(const char *dir, int64_t step, int ver, char *err, size_t errl
     for (int r = 0; r < WORLD && rc == CKPT_OK; r++) {
         Pieces ps;
         layout_a(&ps, r, ver);
-        rc = ckpt_save_rank(dir, step, token, r, ps.p, ps.n, err, errlen);
+        rc = ckpt_save_rank(dir, step, token, r, meta.model, ps.p, ps.n, err, errlen);
         free_pieces(&ps);
     }
     if (rc == CKPT_OK) rc = ckpt_save_commit(dir, step, token, WORLD, &meta, err, errlen);
@@ -296,7 +306,7 @@ static void test_errors(const char *dir, const char *dir2)
     CHECK_EQ(ckpt_open(&r, dir2, err, sizeof err), CKPT_E_MISSING);
     CHECK_HAS(err, dir2);
     char found[512];
-    CHECK_EQ(ckpt_find(dir2, found, sizeof found, err, sizeof err), CKPT_E_MISSING);
+    CHECK_EQ(ckpt_find(dir2, found, sizeof found, NULL, 0, err, sizeof err), CKPT_E_MISSING);
 
     /* a commit that misses a rank file fails and leaves the previous checkpoint */
     CHECK_EQ(save_a(dir2, 1, 1, err, sizeof err), CKPT_OK);
@@ -304,13 +314,13 @@ static void test_errors(const char *dir, const char *dir2)
     CHECK_EQ(ckpt_save_begin(dir2, 2, tok, err, sizeof err), CKPT_OK);
     Pieces ps;
     layout_a(&ps, 0, 2);
-    CHECK_EQ(ckpt_save_rank(dir2, 2, tok, 0, ps.p, ps.n, err, sizeof err), CKPT_OK);
+    CHECK_EQ(ckpt_save_rank(dir2, 2, tok, 0, NULL, ps.p, ps.n, err, sizeof err), CKPT_OK);
     /* a piece twice in one rank, and a piece past its rectangle */
     ps.p[1] = ps.p[0];
-    CHECK_EQ(ckpt_save_rank(dir2, 2, tok, 1, ps.p, 2, err, sizeof err), CKPT_E_ARGS);
+    CHECK_EQ(ckpt_save_rank(dir2, 2, tok, 1, NULL, ps.p, 2, err, sizeof err), CKPT_E_ARGS);
     CHECK_HAS(err, "twice");
     ps.p[1].f1 = 1 << 20;
-    CHECK_EQ(ckpt_save_rank(dir2, 2, tok, 1, ps.p + 1, 1, err, sizeof err), CKPT_E_ARGS);
+    CHECK_EQ(ckpt_save_rank(dir2, 2, tok, 1, NULL, ps.p + 1, 1, err, sizeof err), CKPT_E_ARGS);
     free_pieces(&ps);
     CHECK_EQ(ckpt_save_commit(dir2, 2, tok, WORLD, NULL, err, sizeof err), CKPT_E_MISSING);
     CHECK_HAS(err, "rank-00001.safetensors");
@@ -330,8 +340,10 @@ static void test_errors(const char *dir, const char *dir2)
     FILE *f = fopen(p, "w");
     fputs("step-999\n", f);
     fclose(f);
-    CHECK_EQ(ckpt_find(dir2, found, sizeof found, err, sizeof err), CKPT_OK);
+    char note[1024];
+    CHECK_EQ(ckpt_find(dir2, found, sizeof found, note, sizeof note, err, sizeof err), CKPT_OK);
     CHECK_HAS(found, "/step-4");
+    CHECK_HAS(note, "latest names no complete checkpoint: taking the newest complete checkpoint, step-4");
 }
 
 static const char *crash_target;
@@ -372,11 +384,15 @@ static void test_crash_points(const char *dir)
         int status = 0;
         waitpid(pid, &status, 0);
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        /* before "renamed" step-6 is not published: latest's step-5; after
+         * it, step-6 is complete and newer than latest's, and is taken */
         ckpt_reader *r = NULL;
         CHECK_EQ(ckpt_open(&r, dir, err, sizeof err), CKPT_OK);
         if (r) {
-            CHECK_EQ(ckpt_step(r), 5);          /* latest is replaced last */
-            verify(r, 1);
+            CHECK_EQ(ckpt_step(r), i >= 3 ? 6 : 5);
+            verify(r, i >= 3 ? 2 : 1);
+            if (i >= 3) CHECK_HAS(ckpt_note(r), "latest names step-5, but step-6 was saved after it and is complete");
+            else CHECK_STR(ckpt_note(r), "");
             ckpt_close(r);
         }
         char p[512];
@@ -385,6 +401,8 @@ static void test_crash_points(const char *dir)
             CHECK_EQ(ckpt_open(&r, p, err, sizeof err), CKPT_OK);
             if (r) verify(r, 2);
             ckpt_close(r);
+            snprintf(p, sizeof p, "%s/step-6", dir);
+            rm_tree(p);                         /* the next round starts from step-5 again */
         }
     }
     CHECK(count_entries(dir, ".tmp-") > 0);
@@ -469,6 +487,253 @@ static void test_f16_from_f32(void)
     CHECK((n & 0x7c00) == 0x7c00 && (n & 0x3ff));
 }
 
+/* The whole content of a file ("" if unreadable; static, one at a time). */
+static char *slurp(const char *path, size_t *len)
+{
+    static char buf[1 << 20];
+    FILE *f = fopen(path, "rb");
+    *len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[*len] = 0;
+    return buf;
+}
+
+/* Writes len bytes to path. */
+static void spill(const char *path, const char *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(data, 1, len, f) == len);
+    if (f) fclose(f);
+}
+
+/* Replaces the first `from` in path's text by `to`. */
+static void edit(const char *path, const char *from, const char *to)
+{
+    size_t len;
+    char *t = slurp(path, &len), *at = strstr(t, from);
+    CHECK(at != NULL);
+    if (!at) return;
+    static char out[1 << 20];
+    size_t a = (size_t)(at - t), nf = strlen(from), nt = strlen(to);
+    memcpy(out, t, a);
+    memcpy(out + a, to, nt);
+    memcpy(out + a + nt, at + nf, len - a - nf);
+    spill(path, out, len - nf + nt);
+}
+
+/* ckpt_open of dir must fail with code, its message holding want (and the
+ * file, when given). */
+static void refused(const char *dir, int code, const char *file, const char *want)
+{
+    char err[1024] = "";
+    ckpt_reader *r = NULL;
+    int rc = ckpt_open(&r, dir, err, sizeof err);
+    if (rc == CKPT_OK) {       /* the damage may sit in a piece: reading everything finds it */
+        rc = ckpt_verify(r, NULL, err, sizeof err);
+        ckpt_close(r);
+    }
+    CHECK_EQ(rc, code);
+    if (file) CHECK_HAS(err, file);
+    CHECK_HAS(err, want);
+}
+
+/* Checksums, the rank files' identity, the index's strictness (the rows of
+ * the fault review's table, each on a fresh copy of a good checkpoint). */
+static void test_integrity(const char *dir)
+{
+    char err[1024], p[1024], q[2048], cmd[4096];
+    CHECK_EQ(save_a(dir, 19, 1, err, sizeof err), CKPT_OK);
+    CHECK_EQ(save_a(dir, 20, 2, err, sizeof err), CKPT_OK);
+    ckpt_reader *r = NULL;
+    ckpt_verify_stats vs = {0};
+    CHECK_EQ(ckpt_open(&r, dir, err, sizeof err), CKPT_OK);
+    if (r) {
+        CHECK_EQ(ckpt_verify(r, &vs, err, sizeof err), CKPT_OK);
+        CHECK_EQ(vs.files, WORLD);
+        CHECK_EQ(vs.tensors, NT);
+        CHECK(vs.pieces > 3 * NT && vs.bytes > 4 * vs.pieces);
+        ckpt_close(r);
+    }
+    char s20[256], work[256];
+    snprintf(s20, sizeof s20, "%s/step-20", dir);
+    snprintf(work, sizeof work, "%s/work", dir);
+    /* a fresh copy of step-20 as work/step-20 (latest naming it) */
+#define FRESH()                                                                                   \
+    do {                                                                                          \
+        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp -r %s %s/ && echo step-20 > %s/latest", work, \
+                 work, s20, work, work);                                                          \
+        CHECK_EQ(system(cmd), 0);                                                                 \
+    } while (0)
+    /* a flipped byte in a tensor's data: refused naming the file and the tensor */
+    FRESH();
+    snprintf(p, sizeof p, "%s/step-20/rank-00001.safetensors", work);
+    size_t len;
+    char *t = slurp(p, &len);
+    t[len - 5] ^= 0x10;                 /* in the last piece's data */
+    spill(p, t, len);
+    refused(work, CKPT_E_CORRUPT,
+            "rank-00001.safetensors: tensor 'wte.weight' (adam_v, piece 'adam_v/wte.weight/160:320,0:16/",
+            "do not match their checksum");
+    /* and when reading: the first read of the damaged piece fails */
+    CHECK_EQ(ckpt_open(&r, work, err, sizeof err), CKPT_OK);
+    if (r) {
+        static float out[300 * 16];
+        CHECK_EQ(ckpt_read(r, CKPT_ADAM_V, "wte.weight", 0, 300, 0, 16, 0, 0, out, err, sizeof err), CKPT_E_CORRUPT);
+        CHECK_HAS(err, "the file is damaged");
+        ckpt_close(r);
+    }
+    /* a rank file of step 19 copied into step 20 */
+    FRESH();
+    snprintf(q, sizeof q, "cp %s/step-19/rank-00002.safetensors %s/step-20/", dir, work);
+    CHECK_EQ(system(q), 0);
+    refused(work, CKPT_E_CORRUPT, "rank-00002.safetensors",
+            "written at step 19 (its own metadata) into the checkpoint of step 20");
+    /* rank 0's file in rank 1's place */
+    FRESH();
+    snprintf(q, sizeof q, "cp %s/step-20/rank-00000.safetensors %s/step-20/rank-00001.safetensors", work, work);
+    CHECK_EQ(system(q), 0);
+    refused(work, CKPT_E_CORRUPT, "rank-00001.safetensors", "the file of rank 0 in the place of rank 1's");
+    /* the same rank and step from another run (another save token) */
+    char other[256];
+    snprintf(other, sizeof other, "%s/other", dir);
+    CHECK_EQ(save_a(other, 20, 2, err, sizeof err), CKPT_OK);
+    FRESH();
+    snprintf(q, sizeof q, "cp %s/step-20/rank-00003.safetensors %s/step-20/", other, work);
+    CHECK_EQ(system(q), 0);
+    refused(work, CKPT_E_CORRUPT, "rank-00003.safetensors", "written by another save");
+    /* 4 KiB appended to a rank file */
+    FRESH();
+    snprintf(q, sizeof q, "head -c 4096 /dev/zero >> %s/step-20/rank-00000.safetensors", work);
+    CHECK_EQ(system(q), 0);
+    refused(work, CKPT_E_CORRUPT, "rank-00000.safetensors", "4096 bytes follow the last tensor's data");
+    /* a truncated rank file */
+    FRESH();
+    snprintf(p, sizeof p, "%s/step-20/rank-00003.safetensors", work);
+    slurp(p, &len);
+    CHECK_EQ(truncate(p, (off_t)len - 4), 0);
+    refused(work, CKPT_E_CORRUPT, "rank-00003.safetensors", "past the file's");
+    /* index.json: the step edited, a string or negative step, trailing garbage, a NUL */
+    snprintf(p, sizeof p, "%s/step-20/index.json", work);
+    static const struct { const char *from, *to, *want; } edits[] = {
+        {"\"step\":\t20", "\"step\":\t15", "\"step\" is 15 but the checkpoint's directory is step-20"},
+        {"\"step\":\t20", "\"step\":\t\"20\"", "\"step\" is \"20\", not a step number"},
+        {"\"step\":\t20", "\"step\":\t-9", "\"step\" is -9, not a step number"},
+        {"\"version\":\t2", "\"version\":\t1", "version 1 has no checksums"},
+        {"\"rank-00001.safetensors\"", "\"../rank-00001.safetensors\"", "file 1 of the list is not rank-00001.safetensors"},
+        {"\"shape\":\t[300, 16]", "\"shape\":\t[300.5, 16]", "tensor 'wte.weight': a malformed shape"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        FRESH();
+        edit(p, edits[i].from, edits[i].to);
+        refused(work, CKPT_E_CORRUPT, "step-20/index.json", edits[i].want);
+    }
+    FRESH();
+    edit(p, "\"step\":\t20", "\"step\":\t2e1");     /* the same number, written otherwise: fine */
+    CHECK_EQ(ckpt_open(&r, work, err, sizeof err), CKPT_OK);
+    ckpt_close(r);
+    FRESH();
+    t = slurp(p, &len);
+    memcpy(t + len, "\n}garbage", 9);
+    spill(p, t, len + 9);
+    refused(work, CKPT_E_CORRUPT, "step-20/index.json", "8 bytes follow the JSON object");
+    FRESH();
+    t = slurp(p, &len);
+    t[len - 2] = 0;
+    spill(p, t, len);
+    refused(work, CKPT_E_CORRUPT, "step-20/index.json", "a NUL byte");
+    /* the index's step and the directory's name both edited: the rank files still say 20 */
+    FRESH();
+    edit(p, "\"step\":\t20", "\"step\":\t15");
+    snprintf(q, sizeof q, "mv %s/step-20 %s/step-15 && echo step-15 > %s/latest", work, work, work);
+    CHECK_EQ(system(q), 0);
+    refused(work, CKPT_E_CORRUPT, "rank-00000.safetensors",
+            "written at step 20 (its own metadata) into the checkpoint of step 15");
+    rm_tree(work);
+    rm_tree(other);
+#undef FRESH
+}
+
+/* Which checkpoint is the newest: latest, unless one was committed after it. */
+static void test_find_newest(const char *dir)
+{
+    char err[512], found[512], note[1024], p[1024];
+    CHECK_EQ(save_a(dir, 10, 1, err, sizeof err), CKPT_OK);
+    CHECK_EQ(save_a(dir, 100, 2, err, sizeof err), CKPT_OK);
+    /* resumed from step-10 and saved step-70: latest names it, and although
+     * step-100 has a higher number it is older: step-70 */
+    CHECK_EQ(save_a(dir, 70, 3, err, sizeof err), CKPT_OK);
+    CHECK_EQ(ckpt_find(dir, found, sizeof found, note, sizeof note, err, sizeof err), CKPT_OK);
+    CHECK_HAS(found, "/step-70");
+    CHECK_STR(note, "");
+    /* step-80's save then failed to replace latest: step-80 is taken, with a note */
+    CHECK_EQ(save_a(dir, 80, 1, err, sizeof err), CKPT_OK);
+    snprintf(p, sizeof p, "%s/latest", dir);
+    spill(p, "step-70\n", 8);
+    CHECK_EQ(ckpt_find(dir, found, sizeof found, note, sizeof note, err, sizeof err), CKPT_OK);
+    CHECK_HAS(found, "/step-80");
+    CHECK_HAS(note, "latest names step-70, but step-80 was saved after it and is complete: taking step-80");
+    ckpt_reader *r = NULL;
+    CHECK_EQ(ckpt_open(&r, dir, err, sizeof err), CKPT_OK);
+    if (r) {
+        CHECK_EQ(ckpt_step(r), 80);
+        CHECK_HAS(ckpt_note(r), "taking step-80");
+        ckpt_close(r);
+    }
+    /* no latest at all: the one saved last */
+    unlink(p);
+    CHECK_EQ(ckpt_find(dir, found, sizeof found, note, sizeof note, err, sizeof err), CKPT_OK);
+    CHECK_HAS(found, "/step-80");
+    CHECK_HAS(note, "latest is missing: taking the newest complete checkpoint, step-80");
+    /* a newer-numbered checkpoint whose index is damaged is not taken, and said so */
+    spill(p, "step-80\n", 8);
+    CHECK_EQ(save_a(dir, 90, 1, err, sizeof err), CKPT_OK);
+    spill(p, "step-80\n", 8);
+    snprintf(p, sizeof p, "%s/step-90/index.json", dir);
+    spill(p, "{", 1);
+    CHECK_EQ(ckpt_find(dir, found, sizeof found, note, sizeof note, err, sizeof err), CKPT_OK);
+    CHECK_HAS(found, "/step-80");
+    CHECK_HAS(note, "step-90 is not considered: ");
+    CHECK_HAS(note, "step-90/index.json: not a JSON object");
+}
+
+/* One writer per directory: a second process's lock is refused, naming the
+ * holder; the lock goes with the holder, however it ends. */
+static void test_lock(const char *dir)
+{
+    char err[512];
+    int fd = -1, pipefd[2];
+    CHECK_EQ(pipe(pipefd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int cfd;
+        char e[512];
+        if (ckpt_lock(dir, &cfd, e, sizeof e) != CKPT_OK) _exit(2);
+        if (write(pipefd[1], "x", 1) != 1) _exit(3);
+        pause();                        /* killed by the parent */
+        _exit(0);
+    }
+    char x;
+    CHECK_EQ(read(pipefd[0], &x, 1), 1);
+    CHECK_EQ(ckpt_lock(dir, &fd, err, sizeof err), CKPT_E_BUSY);
+    CHECK_HAS(err, "another trainer is writing checkpoints here (pid ");
+    CHECK_HAS(err, "one trainer per checkpoint directory");
+    CHECK_EQ(fd, -1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CHECK_EQ(ckpt_lock(dir, &fd, err, sizeof err), CKPT_OK);
+    CHECK(fd >= 0);
+    /* a save does not remove the lock file; the lock is still this process's */
+    CHECK_EQ(save_a(dir, 1, 1, err, sizeof err), CKPT_OK);
+    char p[512];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    struct stat st;
+    CHECK_EQ(stat(p, &st), 0);
+    close(fd);
+    close(pipefd[0]);
+    close(pipefd[1]);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/rt_test_ckpt.XXXXXX");
@@ -489,6 +754,13 @@ int main(void)
     test_errors(c, d);
     test_crash_points(e);
     test_sigkill(f);
+    char g[128], h[128], i[128];
+    snprintf(g, sizeof g, "%s/g", root);
+    snprintf(h, sizeof h, "%s/h", root);
+    snprintf(i, sizeof i, "%s/i", root);
+    test_integrity(g);
+    test_find_newest(h);
+    test_lock(i);
     rm_tree(root);
     if (!failures) printf("rt_test_ckpt: ok\n");
     return failures != 0;

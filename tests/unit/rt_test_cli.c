@@ -26,7 +26,8 @@ static void test_ok(void)
     char err[512] = "";
     int rc = PARSE(&o, err, "--data", "d/train_*.bin", "--val=d/val.bin", "--steps", "100", "--ckpt-dir", "ck",
                    "--ckpt-every=10", "--resume", "ck/step-50", "--log", "run.jsonl", "--trace", "t.json",
-                   "--eval-every", "25", "--sample", "64", "--seed", "4294967295");
+                   "--eval-every", "25", "--sample", "64", "--seed", "4294967295", "--init", "hf/gpt2",
+                   "--tokenizer=tok.json", "--eval-batches", "1");
     CHECK_EQ(rc, CLI_OK);
     if (rc) fprintf(stderr, "%s\n", err);
     CHECK(!strcmp(o.data, "d/train_*.bin") && !strcmp(o.val, "d/val.bin"));
@@ -34,6 +35,7 @@ static void test_ok(void)
     CHECK(o.seed == 4294967295LL);
     CHECK(!strcmp(o.ckpt_dir, "ck") && !strcmp(o.resume, "ck/step-50"));
     CHECK(!strcmp(o.log, "run.jsonl") && !strcmp(o.trace, "t.json"));
+    CHECK(!strcmp(o.init, "hf/gpt2") && !strcmp(o.tokenizer, "tok.json") && o.eval_batches == 1);
     CHECK(o.given[CLI_OPT_steps] && o.given[CLI_OPT_seed] && !o.given[CLI_OPT_help]);
 
     /* nothing given: nothing set */

@@ -5,7 +5,9 @@
  *  - uint16 and uint32 llm.c shards, a glob of shards, raw text as bytes;
  *  - the holdout split and the deterministic validation batches;
  *  - every bad input gives its code and a message naming the file; with
- *    per-step checking every dp rank fails on the same step. */
+ *    per-step checking every dp rank fails on the same step;
+ *  - a loader over tokens in memory (--sample's window) reads them as they
+ *    are at each batch. */
 #include "data.h"
 #include "check.h"
 
@@ -234,6 +236,29 @@ static void test_errors(void)
 }
 
 /* Removes the temporary directory's files. */
+/* data_open_tokens: one window of T + 1 tokens, borrowed: every row of every
+ * dp rank reads it, as it is when data_batch runs. */
+static void test_tokens(void)
+{
+    enum { T = 4 };
+    int32_t win[T + 1] = {7, 8, 9, 10, 11}, tok[2 * T], tgt[2 * T];
+    data_opts o = {.format = DATA_FMT_LLMC, .seq_len = T, .vocab = 300, .global_batch = 4, .part = DATA_PART_ALL};
+    data_loader *d;
+    char err[256];
+    CHECK_EQ(data_open_tokens(&d, win, T + 1, "window", &o, err, sizeof err), DATA_OK);
+    CHECK_EQ(data_num_sequences(d), 1);
+    CHECK_EQ(data_batch(d, 0, 1, 2, 0, 2, tok, tgt), DATA_OK);
+    CHECK(tok[0] == 7 && tok[3] == 10 && tgt[3] == 11 && tok[T] == 7 && tgt[2 * T - 1] == 11);
+    win[4] = 299;
+    CHECK_EQ(data_batch(d, 0, 0, 2, 0, 2, tok, tgt), DATA_OK);
+    CHECK_EQ(tgt[T - 1], 299);
+    data_close(d);
+    win[0] = 300;
+    CHECK_EQ(data_open_tokens(&d, win, T + 1, "window", &o, err, sizeof err), DATA_E_TOKEN);
+    CHECK_HAS(err, "window: token 300 at position 0 is outside the model's vocabulary of 300");
+    CHECK_EQ(data_open_tokens(&d, win, T, "window", &o, err, sizeof err), DATA_E_ARGS);
+}
+
 static void cleanup(void)
 {
     const char *names[] = {"train_000.bin", "train_001.bin", "big.bin", "input.txt", "empty.bin",
@@ -254,6 +279,7 @@ int main(void)
     test_uint32();
     test_text_holdout();
     test_errors();
+    test_tokens();
     cleanup();
     if (!failures) printf("rt_test_data: ok\n");
     return failures != 0;

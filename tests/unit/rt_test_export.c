@@ -35,6 +35,12 @@ static void add(const char *name, int64_t rows, int64_t cols, int split)
     tensors[ntensors++] = (TT){arena_strdup(&g_arena, name), rows, cols, split};
 }
 
+/* The specs of the two tiny models, recorded in their checkpoints (the
+ * directory form's config.json is written from them). */
+#define GPT_SPEC "model gpt { layers = 2  hidden = 8  heads = 2  vocab = 50  seq_len = 4  ffn_hidden = 32 }\n"
+#define LLAMA_SPEC "model llama { layers = 1  hidden = 8  heads = 4  kv_heads = 2  vocab = 50  seq_len = 4  " \
+                   "ffn_hidden = 16 }\n"
+
 /* The tiny GPT (as compiler/model.c names it): l 2, h 8, V 50, s 4, ffn 32, tied. */
 static void gpt_model(void)
 {
@@ -76,7 +82,7 @@ static void llama_model(void)
 
 /* Saves the model as 2 tp ranks would: each its shard (vocabulary padded to
  * 64 rows, the padding garbage), replicated tensors from both, plus moments. */
-static int save_tp2(const char *dir, const char *family)
+static int save_tp2(const char *dir, const char *family, const char *spec)
 {
     char err[512];
     uint64_t tok = ckpt_token();
@@ -100,11 +106,11 @@ static int save_tp2(const char *dir, const char *family)
             bufs[n] = NULL;         /* a moment the export must ignore */
             p[n++] = (ckpt_piece){CKPT_ADAM_M, m->name, m->rows, m->cols, r0, r1, c0, c1, 0, 0, CKPT_F32, b};
         }
-        rc = ckpt_save_rank(dir, 10, tok, t, p, n, err, sizeof err);
+        rc = ckpt_save_rank(dir, 10, tok, t, "tiny.tspec", p, n, err, sizeof err);
         for (int i = 0; i < n; i++) free(bufs[i]);
     }
     ckpt_kv layout[] = {{"tp", 2}, {"dp", 1}, {"pp", 1}};
-    ckpt_meta meta = {"tiny.tspec", family, "", layout, 3, NULL, 0};
+    ckpt_meta meta = {"tiny.tspec", family, spec, layout, 3, NULL, 0};
     if (rc == CKPT_OK) rc = ckpt_save_commit(dir, 10, tok, 2, &meta, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
     return rc;
@@ -165,14 +171,31 @@ int main(void)
 
     const char *gdir = at(dir, "gpt"), *ldir = at(dir, "llama");
     gpt_model();
-    CHECK_EQ(save_tp2(gdir, "gpt"), CKPT_OK);
+    CHECK_EQ(save_tp2(gdir, "gpt", GPT_SPEC), CKPT_OK);
     CHECK_EQ(EXPORT(gdir, "-o", at(dir, "gpt.safetensors")), EXIT_OK);
     CHECK_EQ(EXPORT(at(gdir, "step-10"), "-o", at(dir, "gpt-bf16.safetensors"), "--dtype", "bf16"), EXIT_OK);
     llama_model();
-    CHECK_EQ(save_tp2(ldir, "llama"), CKPT_OK);
+    CHECK_EQ(save_tp2(ldir, "llama", LLAMA_SPEC), CKPT_OK);
     CHECK_EQ(EXPORT(ldir, "-o", at(dir, "llama.safetensors")), EXIT_OK);
     CHECK_EQ(EXPORT(ldir, "--dtype", "bf16", "-o", at(dir, "llama-bf16.safetensors")), EXIT_OK);
     CHECK(!has_entry(dir, ".tmp-"));
+
+    /* the directory form: shards above the limit (transformers' split), one file below it */
+    CHECK_EQ(EXPORT(gdir, "-o", at(dir, "gpt-dir"), "--max-shard-size", "2KiB"), EXIT_OK);
+    CHECK(has_entry(at(dir, "gpt-dir"), "config.json") && has_entry(at(dir, "gpt-dir"), "generation_config.json"));
+    CHECK(has_entry(at(dir, "gpt-dir"), "model.safetensors.index.json"));
+    CHECK(has_entry(at(dir, "gpt-dir"), "model-00001-of-") && !has_entry(at(dir, "gpt-dir"), ".tmp-"));
+    CHECK_EQ(EXPORT(ldir, "-o", at(dir, "llama-dir"), "--dtype", "bf16"), EXIT_OK);
+    CHECK(has_entry(at(dir, "llama-dir"), "config.json") && has_entry(at(dir, "llama-dir"), "model.safetensors"));
+    CHECK(!has_entry(at(dir, "llama-dir"), "index.json"));
+    /* a directory that is there already, a checkpoint without a spec: nothing written */
+    CHECK_EQ(EXPORT(gdir, "-o", at(dir, "gpt-dir")), EXIT_USER);
+    gpt_model();
+    CHECK_EQ(save_tp2(at(dir, "nospec"), "gpt", ""), CKPT_OK);
+    CHECK_EQ(EXPORT(at(dir, "nospec"), "-o", at(dir, "nospec-dir")), EXIT_USER);
+    CHECK(!has_entry(dir, "nospec-dir"));
+    CHECK_EQ(EXPORT(gdir, "-o", at(dir, "x-dir"), "--max-shard-size", "5XB"), EXIT_USAGE);
+    CHECK_EQ(EXPORT(gdir, "-o", at(dir, "x.safetensors"), "--max-shard-size", "5GB"), EXIT_USAGE);
 
     /* usage and user errors; nothing written for them */
     CHECK_EQ(EXPORT(gdir), EXIT_USAGE);
@@ -182,7 +205,11 @@ int main(void)
     CHECK_EQ(EXPORT(at(dir, "missing"), "-o", at(dir, "x.safetensors")), EXIT_USER);
     CHECK_EQ(EXPORT(gdir, "-o", at(dir, "no/such/dir/x.safetensors")), EXIT_USER);
     fflush(diag_stream);
-    CHECK_HAS(msgs, "shardc: export: -o FILE is required\n\nusage: shardc export CKPT_DIR -o");
+    CHECK_HAS(msgs, "shardc: export: -o OUT_DIR (or -o FILE.safetensors) is required\n\nusage: shardc export CKPT_DIR -o");
+    CHECK_HAS(msgs, "gpt-dir: the directory exists and is not empty");
+    CHECK_HAS(msgs, "the checkpoint's spec does not resolve, so config.json cannot be written");
+    CHECK_HAS(msgs, "--max-shard-size takes a size such as 5GB");
+    CHECK_HAS(msgs, "--max-shard-size applies to a directory");
     CHECK_HAS(msgs, "shardc: export: which checkpoint directory?");
     CHECK_HAS(msgs, "shardc: export: --dtype is fp32 or bf16");
     CHECK_HAS(msgs, "shardc: export: unexpected argument '--bogus'");

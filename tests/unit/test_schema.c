@@ -35,7 +35,7 @@ static const struct { const char *name; size_t offset, size; } fields[] = {
     F(train.global_batch), F(train.micro_batch), F(train.grad_accum), F(train.steps), F(train.seed),
     F(train.grad_clip), F(train.optimizer), F(train.lr), F(train.beta1), F(train.beta2), F(train.eps),
     F(train.weight_decay), F(train.momentum), F(train.lr_schedule), F(train.warmup), F(train.decay_steps),
-    F(train.min_lr), F(train.eval_every), F(train.log_every),
+    F(train.min_lr), F(train.eval_every), F(train.log_every), F(train.comm_timeout),
     F(data.train), F(data.val), F(data.format),
     F(cluster.nodes), F(cluster.gpus_per_node), F(cluster.gpu), F(cluster.gpu_memory),
     F(cluster.bf16_tflops), F(cluster.fp32_tflops), F(cluster.hbm_bandwidth), F(cluster.intra_node),
