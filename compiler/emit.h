@@ -21,4 +21,8 @@ bool emit_supported(const Spec *s, bool report);
  * of ops into loops (off only for the tests that compare both forms). */
 char *emit_c(MemPlan *mp, const char *name, bool loops);
 
+/* A file of the runtime (shardrt_calibrate, a library): under dir when
+ * given, else in the build tree this shardc runs from; NULL when absent. */
+const char *emit_runtime_file(const char *dir, const char *name);
+
 #endif

@@ -6,6 +6,7 @@
  *   shardc import hf config.json [--nodes N --gpus-per-node G] [-D ...] [-o OUT]
  *   shardc export CKPT_DIR -o OUT_DIR|FILE.safetensors [...]
  *   shardc docs   spec-reference
+ *   shardc calibrate -o PROFILE.json [--quick] ...
  */
 #include "shardc.h"
 #include "plan.h"
@@ -32,6 +33,8 @@ static const char usage_text[] =
     "  export CKPT_DIR -o OUT_DIR|FILE.safetensors [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
     "                                   a checkpoint as a Hugging Face model directory (or one file)\n"
     "  ckpt verify CKPT_DIR             check a checkpoint (checksums, structure) without training\n"
+    "  calibrate -o PROFILE.json [--quick]\n"
+    "                                   measure this machine for cluster.profile (see `shardc calibrate --help`)\n"
     "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n"
     "  ops [FILE]                       every runtime op (and FILE's user-defined ops): signature, doc\n"
     "\n"
@@ -235,6 +238,7 @@ int main(int argc, char **argv)
     else if (strcmp(cmd, "export") == 0) rc = export_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "ckpt") == 0) rc = export_ckpt_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "ops") == 0) rc = catalog_ops_main(argc - 2, argv + 2);
+    else if (strcmp(cmd, "calibrate") == 0) rc = calibrate_main(argc - 2, argv + 2);
     else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
         rc = EXIT_OK;
