@@ -10,7 +10,8 @@
  * (bytes: srt_add_fwd's 3·n·w), launch, optimizer (elements), copy (op h2d or
  * d2h, bytes), nvme (op read or write, bytes), collective (op, span intra or
  * inter, ranks_per_node, group, bytes), sharing (ranks_per_node, threads,
- * gemm_seconds, elementwise_seconds).
+ * gemm_seconds, elementwise_seconds: every rank at once; alone_gemm_seconds,
+ * alone_elementwise_seconds: rank 0 alone).
  *
  * What the model reads is derived here, once, at load:
  *  - rates on full grids, interpolated multilinearly in the logarithms of the
@@ -383,7 +384,9 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
         default: {   /* sharing */
             ProfShare sh = {(int)num(r, row, i, name, "ranks_per_node", false),
                             (int)num(r, row, i, name, "threads", false), num(r, row, i, name, "gemm_seconds", false),
-                            num(r, row, i, name, "elementwise_seconds", false)};
+                            num(r, row, i, name, "elementwise_seconds", false),
+                            num(r, row, i, name, "alone_gemm_seconds", false),
+                            num(r, row, i, name, "alone_elementwise_seconds", false)};
             int scap = pf->nshare;
             PUSH(pf->share, pf->nshare, scap, sh);
             p.key = -1;
@@ -577,20 +580,18 @@ const ProfFit *profile_coll(const Profile *pf, int op, bool inter, int64_t w, in
 
 /* How much slower a rank's GEMMs (gemm) or streaming kernels run when w
  * ranks share the node's cores, each with `threads` threads: the sharing
- * test's time with w ranks at once over one rank's alone at that thread
- * count; where w was not measured, the cores' share: w·threads / cores when
- * above 1. */
+ * test's time with the w ranks at once over rank 0's alone in the same
+ * launch, never below the cores' share (w·threads / cores; a measurement
+ * under it means the ranks took turns) nor 1; the share alone where w was
+ * not measured. */
 double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm)
 {
-    const ProfShare *alone = NULL, *all = NULL;
+    double share = (double)w * threads / (double)pf->cores, f = share;
     for (int i = 0; i < pf->nshare; i++) {
         const ProfShare *s = &pf->share[i];
-        if (s->ranks_per_node == 1 && s->threads == threads) alone = s;
-        if (s->ranks_per_node == w && s->threads == threads) all = s;
+        if (s->ranks_per_node == w && s->threads == threads) f = gemm ? s->gemm_s / s->alone_gemm_s : s->ew_s / s->alone_ew_s;
     }
-    double share = (double)w * threads / (double)pf->cores;
-    if (!alone || !all || w == 1) return share > 1 ? share : 1;
-    double f = gemm ? all->gemm_s / alone->gemm_s : all->ew_s / alone->ew_s;
+    if (f < share) f = share;
     return f > 1 ? f : 1;
 }
 

@@ -21,8 +21,9 @@
  * comm (under mpirun, W ranks): all-reduce, all-gather and reduce-scatter
  * in groups of every size n dividing the ranks of a node (W/n groups at once,
  * as a layout's tp or dp groups run), send/receive between pairs, across
- * nodes too when --ranks-per-node is below W; then the sharing test: every
- * rank runs the reference GEMM and elementwise op at once.
+ * nodes too when --ranks-per-node is below W; then the sharing test: a
+ * reference GEMM and elementwise op run by rank 0 alone (the others waiting
+ * in MPI), then by every rank at once.
  *
  * Each benchmark repeats its op in batches long enough to time (the batch
  * ends with srt_stream_sync, so a GPU's queue is drained) and keeps the
@@ -116,25 +117,31 @@ static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
     return b[nb / 2];
 }
 
-/* Seconds of one call of fn when every rank runs it at once: a fixed number
- * of calls (about 50 ms of one rank's work alone, 20 ms --quick) between two
- * barriers, so that time slices shorter than the run cannot hide the sharing
- * (each rank timing its own short batch could run while the others wait). */
-static double bench_shared(srt_ctx *c, bench_fn fn, void *ud)
+/* Seconds of one call of fn when every rank runs it at once (all) or rank 0
+ * alone while the others wait in a barrier, as MPI's waiting ranks do: a
+ * fixed number of calls (about 50 ms of one rank's work, 20 ms --quick)
+ * between two barriers, so that time slices longer than a short batch cannot
+ * hide the sharing (each rank timing its own batch could run while the
+ * others wait).  Rank 0's time, broadcast. */
+static double bench_shared(srt_ctx *c, bench_fn fn, void *ud, bool all)
 {
     fn(c, ud);
     srt_stream_sync(c, SRT_COMPUTE);
     double t0 = now();
     fn(c, ud);
     srt_stream_sync(c, SRT_COMPUTE);
-    int k = (int)((R.quick ? 20e-3 : 50e-3) / (now() - t0 + 1e-9)) + 1;
+    int k = (int)((R.quick ? 50e-3 : 300e-3) / (now() - t0 + 1e-9)) + 1;
     MPI_Bcast(&k, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = now();
-    for (int i = 0; i < k; i++) fn(c, ud);
-    srt_stream_sync(c, SRT_COMPUTE);
+    if (all || R.rank == 0) {
+        for (int i = 0; i < k; i++) fn(c, ud);
+        srt_stream_sync(c, SRT_COMPUTE);
+    }
+    double t = (now() - t0) / k;
     MPI_Barrier(MPI_COMM_WORLD);
-    return (now() - t0) / k;
+    MPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return t;
 }
 
 /* Records a row (rank 0) and prints its progress line. */
@@ -214,14 +221,30 @@ static void declare_gemm(int kind, int N, int C, int OC, srt_dtype dt)
 
 /* ---- compute benchmarks ------------------------------------------------------------- */
 
-typedef struct Gemm { srt_dtype dt; bool bwd; int m, n, k; } Gemm;
+/* Bytes a benchmark's operands cycle through: each call takes the next copy
+ * of its operands, so that they come from memory as a trainer's weights and
+ * activations do (a trainer touches tens of megabytes a step), not from a
+ * cache that a repeated call on the same bytes would keep warm. */
+enum { COLD_BYTES = 48 << 20 };
+
+/* The offset of call i's copy of a set of `set` bytes (the arena holds
+ * COLD_BYTES + the set, at the least). */
+static int64_t cold_copy(int64_t *i, int64_t set)
+{
+    int64_t copies = set < COLD_BYTES ? COLD_BYTES / set : 1, at = (*i % copies) * ((set + 4095) & ~(int64_t)4095);
+    ++*i;
+    return at;
+}
+
+typedef struct Gemm { srt_dtype dt; bool bwd; int m, n, k; int64_t call; } Gemm;
 
 static void gemm_run(srt_ctx *c, void *ud)
 {
-    const Gemm *g = ud;
+    Gemm *g = ud;
     int64_t w = ops_dtype_size(g->dt), mk = (int64_t)g->m * g->k, nk = (int64_t)g->n * g->k;
     int64_t mn = (int64_t)g->m * g->n;
-    int64_t a = 0, b = a + mk * w, o = b + nk * w, d = o + mn * w, dw = d + mk * w;
+    int64_t a = cold_copy(&g->call, (2 * mk + 2 * nk + mn) * w), b = a + mk * w, o = b + nk * w, d = o + mn * w,
+            dw = d + mk * w;
     srt_t inp = srt_dview(c, a, mk, g->dt), wt = srt_dview(c, b, nk, g->dt), out = srt_dview(c, o, mn, g->dt);
     srt_t none = {NULL, 0, g->dt};
     if (!g->bwd) srt_matmul_fwd(c, SRT_COMPUTE, out, inp, wt, none, g->m, g->k, g->n);
@@ -230,9 +253,9 @@ static void gemm_run(srt_ctx *c, void *ud)
 }
 
 /* The GEMM rows: forward out(m,n) = inp(m,k)·w(n,k)^T, backward dinp and dw. */
-static void bench_gemm(srt_ctx *c, const Gemm *g)
+static void bench_gemm(srt_ctx *c, Gemm *g)
 {
-    double s = bench(c, gemm_run, (void *)g, false);
+    double s = bench(c, gemm_run, g, false);
     cJSON *r = row_of("gemm");
     cJSON_AddStringToObject(r, "dtype", dt_name(g->dt));
     cJSON_AddStringToObject(r, "pass", g->bwd ? "bwd" : "fwd");
@@ -247,14 +270,15 @@ static void bench_gemm(srt_ctx *c, const Gemm *g)
     record(r, what, res);
 }
 
-typedef struct Attn { srt_dtype dt; bool bwd; int B, T, NH, HS; } Attn;
+typedef struct Attn { srt_dtype dt; bool bwd; int B, T, NH, HS; int64_t call; } Attn;
 
 static void attn_run(srt_ctx *c, void *ud)
 {
-    const Attn *a = ud;
+    Attn *a = ud;
     int64_t w = ops_dtype_size(a->dt), N = (int64_t)a->B * a->T, ld = 3 * (int64_t)a->NH * a->HS;
-    int64_t qkv = 0, out = qkv + N * ld * w, lse = out + N * a->NH * a->HS * w, dout = lse + N * a->NH * 4;
-    int64_t dqkv = dout + N * a->NH * a->HS * w;
+    int64_t set = 2 * N * ld * w + 2 * N * a->NH * a->HS * w + N * a->NH * 4;
+    int64_t qkv = cold_copy(&a->call, set), out = qkv + N * ld * w, lse = out + N * a->NH * a->HS * w;
+    int64_t dout = lse + N * a->NH * 4, dqkv = dout + N * a->NH * a->HS * w;
     srt_t q = srt_dview(c, qkv, N * ld, a->dt), k = srt_dview(c, qkv + a->NH * a->HS * w, N * ld - a->NH * a->HS, a->dt);
     srt_t v = srt_dview(c, qkv + 2 * a->NH * a->HS * w, N * ld - 2 * a->NH * a->HS, a->dt);
     srt_t o = srt_dview(c, out, N * a->NH * a->HS, a->dt), l = srt_dview(c, lse, N * a->NH, SRT_F32);
@@ -274,7 +298,7 @@ static void bench_attn(srt_ctx *c, Attn *a)
 {
     bool bwd = a->bwd;
     a->bwd = false;
-    attn_run(c, a);   /* the backward reads the forward's output and lse */
+    for (int i = 0; i < COLD_BYTES / (4 << 20) + 1; i++) attn_run(c, a);   /* the backward reads out and lse */
     a->bwd = bwd;
     double s = bench(c, attn_run, a, false);
     cJSON *r = row_of("attention");
@@ -365,7 +389,7 @@ static void record_bytes(const char *table, const char *op, int64_t bytes, doubl
 }
 
 /* The reference shapes of the sharing test (compute and comm phases alike). */
-static const Gemm SHARE_GEMM = {SRT_F32, false, 256, 256, 256};
+static Gemm SHARE_GEMM = {SRT_F32, false, 256, 256, 256, 0};
 static const Ew SHARE_EW = {SRT_F32, 1 << 18};
 
 /* The grids, full and --quick. */
@@ -390,11 +414,11 @@ static void run_compute(void)
     int64_t dmax = gd[ngd - 1], tokens = 1024, opt_n = R.quick ? 1 << 18 : 1 << 20;
     if (tokens < dmax) tokens = dmax;
     int64_t gemm_bytes = 5 * dmax * dmax * 4, attn_bytes = 16 * tokens * 4 * 128 * 4;
-    int64_t arena = gemm_bytes > attn_bytes ? gemm_bytes : attn_bytes;
+    int64_t arena = COLD_BYTES + (gemm_bytes > attn_bytes ? gemm_bytes : attn_bytes);
     if (arena < 4 * opt_n * 4) arena = 4 * opt_n * 4;
     if (arena < cb[ncb - 1]) arena = cb[ncb - 1];
     int64_t host = cb[ncb - 1] > nb[nnb - 1] ? cb[ncb - 1] : nb[nnb - 1];
-    R.total = 2 * 2 * ngd * ngd * ngd + 2 * 2 * nas * nah + 2 * neb + 1 + 1 + 2 * ncb + 2 * nnb + 1;
+    R.total = 2 * 2 * ngd * ngd * ngd + 2 * 2 * nas * nah + 2 * neb + 1 + 1 + 2 * ncb + 2 * nnb;
     /* the CUDA backend plans its GEMMs at start-up: declare the grid */
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < ngd; i++)
@@ -412,14 +436,14 @@ static void run_compute(void)
             for (int i = 0; i < ngd; i++)
                 for (int j = 0; j < ngd; j++)
                     for (int l = 0; l < ngd; l++) {
-                        Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l]};
+                        Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0};
                         bench_gemm(c, &g);
                     }
     for (int d = 0; d < 2; d++)
         for (int bwd = 0; bwd < 2; bwd++)
             for (int i = 0; i < nas; i++)
                 for (int j = 0; j < nah; j++) {
-                    Attn a = {d ? SRT_BF16 : SRT_F32, bwd, (int)(tokens / as[i] > 0 ? tokens / as[i] : 1), as[i], 4, ah[j]};
+                    Attn a = {d ? SRT_BF16 : SRT_F32, bwd, (int)(tokens / as[i] > 0 ? tokens / as[i] : 1), as[i], 4, ah[j], 0};
                     bench_attn(c, &a);
                 }
     for (int d = 0; d < 2; d++)
@@ -454,15 +478,6 @@ static void run_compute(void)
             Nvme k = {nb[i], w == 1};
             record_bytes("nvme", w ? "write" : "read", nb[i], bench(c, nvme_run, &k, false));
         }
-    /* the sharing test's reference, alone */
-    double sg = bench(c, gemm_run, (void *)&SHARE_GEMM, false), se = bench(c, ew_run, (void *)&SHARE_EW, false);
-    r = row_of("sharing");
-    cJSON_AddNumberToObject(r, "ranks_per_node", 1);
-    cJSON_AddNumberToObject(r, "threads", threads());
-    cJSON_AddNumberToObject(r, "gemm_seconds", sg);
-    cJSON_AddNumberToObject(r, "elementwise_seconds", se);
-    snprintf(res, sizeof res, "gemm %.3f ms, elementwise %.3f ms", sg * 1e3, se * 1e3);
-    record(r, "sharing reference, one rank", res);
     ctx_destroy(c);
 }
 
@@ -554,17 +569,19 @@ static void run_comm(void)
         ctx_destroy(c);
     }
     /* every rank runs the reference kernels at once */
-    srt_ctx *c = make_ctx(1, W, 1, 0, 5 * 256 * 256 * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
-    double sum[2] = {bench_shared(c, gemm_run, (void *)&SHARE_GEMM) * W,
-                     bench_shared(c, ew_run, (void *)&SHARE_EW) * W};
+    srt_ctx *c = make_ctx(1, W, 1, 0, COLD_BYTES + 5 * 256 * 256 * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
+    double ag = bench_shared(c, gemm_run, &SHARE_GEMM, false), ae = bench_shared(c, ew_run, (void *)&SHARE_EW, false);
+    double sg = bench_shared(c, gemm_run, &SHARE_GEMM, true), se = bench_shared(c, ew_run, (void *)&SHARE_EW, true);
     cJSON *r = row_of("sharing");
     cJSON_AddNumberToObject(r, "ranks_per_node", (double)L);
     cJSON_AddNumberToObject(r, "threads", threads());
-    cJSON_AddNumberToObject(r, "gemm_seconds", sum[0] / W);
-    cJSON_AddNumberToObject(r, "elementwise_seconds", sum[1] / W);
-    char what[96], res[64];
-    snprintf(what, sizeof what, "sharing, %lld ranks at once", (long long)W);
-    snprintf(res, sizeof res, "gemm %.3f ms, elementwise %.3f ms", sum[0] / W * 1e3, sum[1] / W * 1e3);
+    cJSON_AddNumberToObject(r, "gemm_seconds", sg);
+    cJSON_AddNumberToObject(r, "elementwise_seconds", se);
+    cJSON_AddNumberToObject(r, "alone_gemm_seconds", ag);
+    cJSON_AddNumberToObject(r, "alone_elementwise_seconds", ae);
+    char what[96], res[96];
+    snprintf(what, sizeof what, "sharing, %lld ranks at once against one alone", (long long)W);
+    snprintf(res, sizeof res, "gemm %.3f / %.3f ms, elementwise %.3f / %.3f ms", sg * 1e3, ag * 1e3, se * 1e3, ae * 1e3);
     record(r, what, res);
     ctx_destroy(c);
 }
