@@ -36,7 +36,9 @@ static const char calib_usage[] =
     "\n"
     "options:\n"
     "  -o PROFILE.json        the profile to write (atomically; nothing on failure)\n"
-    "  --quick                a small grid and few repetitions: seconds, for tests\n"
+    "  --quick                a small grid and few repetitions: seconds on a CPU\n"
+    "  --smoke                one shape per benchmark, timed once: the least that makes a\n"
+    "                         profile (the tests' run on the emulated CUDA stack), not for planning\n"
     "  --backend cpu|cuda     the runtime to measure (default cpu)\n"
     "  --runtime DIR          where shardrt_calibrate is (default: shardc's build tree)\n"
     "  --ranks N[,N...]       ranks per node to measure the communication at\n"
@@ -50,7 +52,7 @@ static const char calib_usage[] =
 
 typedef struct CalibOpts {
     const char *out, *backend, *runtime, *mpirun, *nvme_dir;
-    bool quick;
+    const char *grid;           /* "", " --quick" or " --smoke": shardrt_calibrate's   */
     int64_t ranks[16];
     int nranks;
     int64_t nodes;
@@ -78,6 +80,7 @@ static int calib_cores(void)
 static void calib_args(int argc, char **argv, CalibOpts *o)
 {
     memset(o, 0, sizeof *o);
+    o->grid = "";
     o->backend = "cpu";
     o->mpirun = "mpirun --oversubscribe --bind-to none";
     o->nodes = 1;
@@ -86,8 +89,8 @@ static void calib_args(int argc, char **argv, CalibOpts *o)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(calib_usage, stdout);
             exit(EXIT_OK);
-        } else if (strcmp(a, "--quick") == 0) {
-            o->quick = true;
+        } else if (strcmp(a, "--quick") == 0 || strcmp(a, "--smoke") == 0) {
+            o->grid = a[2] == 'q' ? " --quick" : " --smoke";
             continue;
         } else if (strcmp(a, "-o") != 0 && strcmp(a, "--backend") != 0 && strcmp(a, "--runtime") != 0 &&
                    strcmp(a, "--ranks") != 0 && strcmp(a, "--nodes") != 0 && strcmp(a, "--mpirun") != 0 &&
@@ -242,7 +245,7 @@ int calibrate_main(int argc, char **argv)
     }
     const char *tmp = arena_strdup(&g_arena, tmpl);
     const char *root = getuid() == 0 ? " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" : "";
-    const char *q = o.quick ? " --quick" : "";
+    const char *q = o.grid;
     const char *nvme = o.nvme_dir ? arena_printf(&g_arena, " --nvme-dir %s", sh_quote(o.nvme_dir)) : "";
     int threads[2] = {1, cores}, nthr = cores > 1 ? 2 : 1;
     Progress pg = {0, nthr + o.nranks + (o.nodes > 1 ? 1 : 0), isatty(2) && !getenv("NO_COLOR")};
@@ -296,7 +299,7 @@ int calibrate_main(int argc, char **argv)
     cJSON_AddStringToObject(doc, "shardc", SHARDC_VERSION);
     cJSON_AddNumberToObject(doc, "cores", cores);
     cJSON_AddNumberToObject(doc, "nodes", (double)o.nodes);
-    cJSON_AddBoolToObject(doc, "quick", o.quick);
+    cJSON_AddStringToObject(doc, "grid", *o.grid ? o.grid + 3 : "full");
     cJSON_AddItemToObject(doc, "rows", rows);
     char *text = cJSON_Print(doc);
     cJSON_Delete(doc);

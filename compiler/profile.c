@@ -4,7 +4,7 @@
  *
  * The file is the measurements themselves, one row per benchmark:
  *   {"shardc_profile": 1, "backend": "cpu", "device": "...", "cores": 2, "nodes": 1,
- *    "quick": false, "rows": [{"table": "gemm", "dtype": "fp32", "pass": "fwd",
+ *    "grid": "full", "rows": [{"table": "gemm", "dtype": "fp32", "pass": "fwd",
  *    "threads": 1, "m": 64, "n": 64, "k": 64, "seconds": 1.2e-5}, ...]}
  * Tables: gemm (m, n, k), attention (batch, seq, heads, head_dim), elementwise
  * (bytes: srt_add_fwd's 3·n·w), launch, optimizer (elements), copy (op h2d or
@@ -210,12 +210,15 @@ static bool grid_build(Reader *r, ProfGrid *g, const Pt *p, int n, int key, int 
         seen[at] = true;
         g->v[at] = log(p[i].v);
     }
+    const char *first = NULL;   /* the table's first row, where a missing point is reported */
+    for (int i = 0; i < n && !first; i++)
+        if (p[i].key == key && p[i].row < r->nrows) first = r->row_at[p[i].row];
     for (int i = 0; i < size; i++)
         if (!seen[i]) {
             int rest = i;
             double c[3] = {0};
             for (int d = nd - 1; d >= 0; d--) c[d] = exp(g->ax[d][rest % g->n[d]]), rest /= g->n[d];
-            prof_error(r, NULL, "shardc calibrate measures full grids; a hand-made profile must too",
+            prof_error(r, first, "shardc calibrate measures full grids; a hand-made profile must too",
                        "%s: the grid misses the point (%g%s%g%s%g): every combination of the measured values is needed",
                        what, c[0], nd > 1 ? ", " : "", nd > 1 ? c[1] : 0, nd > 2 ? ", " : "", nd > 2 ? c[2] : 0);
             return false;
@@ -408,13 +411,13 @@ static bool build_tables(Reader *r, Profile *pf, const Pt *p, int n)
             for (int ps = 0; ps < PASSES; ps++) {
                 int k = rate_key(dt, ps, ti);
                 char what[96];
-                snprintf(what, sizeof what, "gemm %s %s at %d threads", dts[dt], passes[ps], pf->threads[ti]);
+                snprintf(what, sizeof what, "gemm %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                 if (!grid_build(r, &pf->gemm[k], p, n, k, 3, what)) return false;
-                snprintf(what, sizeof what, "attention %s %s at %d threads", dts[dt], passes[ps], pf->threads[ti]);
+                snprintf(what, sizeof what, "attention %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                 if (!grid_build(r, &pf->attn[k], p, n, 1000 + k, 2, what)) return false;
             }
             char what[96];
-            snprintf(what, sizeof what, "elementwise %s at %d threads", dts[dt], pf->threads[ti]);
+            snprintf(what, sizeof what, "elementwise %s at %d thread%s", dts[dt], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
             if (!grid_build(r, &pf->ew[rate_key(dt, 0, ti)], p, n, 2000 + rate_key(dt, 0, ti), 1, what)) return false;
         }
     for (int ti = 0; ti < pf->nthreads; ti++)
@@ -480,8 +483,8 @@ const Profile *profile_load(const char *path, Loc spec_loc)
     pf->device = arena_strdup(&g_arena, cJSON_IsString(dev) ? dev->valuestring : "");
     pf->cores = (int)num(&r, doc, 1 << 30, "the profile's", "cores", false);
     pf->nodes = (int)num(&r, doc, 1 << 30, "the profile's", "nodes", false);
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(doc, "quick");
-    pf->quick = cJSON_IsTrue(q);
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(doc, "grid");
+    pf->grid = arena_strdup(&g_arena, cJSON_IsString(q) ? q->valuestring : "full");
     locate_rows(&r, cJSON_GetArraySize(rows));
     Pt *pts = NULL;
     int npts = 0;

@@ -356,7 +356,7 @@ typedef struct Profile {
     const char *path, *device;
     int backend;                /* PROFILE_CPU, PROFILE_CUDA                    */
     int cores, nodes;           /* the cores a node's ranks share; nodes measured */
-    bool quick;                 /* calibrated with --quick                      */
+    const char *grid;           /* "full", "quick" or "smoke" (shardc calibrate) */
     int threads[PROFILE_MAX_THREADS], nthreads;   /* thread counts measured     */
     /* by (thread index · 2 + dtype) · 2 + pass (fp32 0, bf16 1; fwd 0, bwd 1):
      * FLOP/s (gemm, attention), bytes/s (ew, pass 0) */

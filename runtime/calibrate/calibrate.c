@@ -1,8 +1,8 @@
 /* calibrate.c — shardrt_calibrate, the microbenchmarks behind `shardc calibrate`
  * (docs/cost-model.md, "Calibrating a machine").
  *
- *   shardrt_calibrate compute --out FILE [--quick] [--nvme-dir DIR]
- *   mpirun -np W shardrt_calibrate comm --out FILE [--quick] [--ranks-per-node R]
+ *   shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR]
+ *   mpirun -np W shardrt_calibrate comm --out FILE [--quick|--smoke] [--ranks-per-node R]
  *
  * Every measurement goes through the runtime's own ops (srt_matmul_fwd,
  * srt_attention_bwd, srt_all_reduce, srt_nvme_write, ...) on the backend this
@@ -46,7 +46,6 @@
 /* ---- options and the run's state --------------------------------------------------- */
 
 typedef struct Run {
-    bool quick;
     const char *out, *nvme_dir;
     int64_t ranks_per_node;     /* comm: ranks on one node (W when not given)      */
     int rank, world;
@@ -55,6 +54,28 @@ typedef struct Run {
 } Run;
 
 static Run R;
+
+/* What a run measures: the grids and sizes, and how long it times each
+ * benchmark.  full: the default; quick (--quick): seconds on a CPU; smoke
+ * (--smoke): one point per table and one batch, the least that makes a
+ * profile, for the emulated CUDA stack of the tests (docs/cuda-emulation.md). */
+typedef struct Sizes {
+    int gemm[4], ngemm, seq[3], nseq, hs[3], nhs;
+    int64_t ew[4], copy[4], nvme[2], coll[4];
+    int new, ncopy, nnvme, ncoll;
+    int64_t tokens, opt_n;
+    double target, window;      /* seconds: a timed batch; the sharing test   */
+    int batches;
+} Sizes;
+static const Sizes FULL = {{32, 128, 512, 2048}, 4, {64, 256, 1024}, 3, {16, 64, 128}, 3,
+                           {12 << 10, 192 << 10, 3 << 20, 48 << 20}, {64 << 10, 1 << 20, 16 << 20, 64 << 20},
+                           {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
+                           1024, 1 << 20, 10e-3, 300e-3, 5};
+static const Sizes QUICK = {{64, 512}, 2, {64, 256}, 2, {32, 64}, 2, {48 << 10, 12 << 20}, {64 << 10, 8 << 20},
+                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 2e-3, 50e-3, 3};
+static const Sizes SMOKE = {{64}, 1, {32}, 1, {16}, 1, {48 << 10}, {64 << 10}, {1 << 20}, {4 << 10}, 1, 1, 1, 1,
+                            64, 1 << 12, 0, 0, 1};
+static const Sizes *Z = &FULL;
 
 /* Monotonic seconds. */
 static double now(void)
@@ -68,8 +89,8 @@ static double now(void)
 static _Noreturn void usage(const char *msg)
 {
     if (msg) fprintf(stderr, "shardrt_calibrate: %s\n", msg);
-    fprintf(stderr, "usage: shardrt_calibrate compute --out FILE [--quick] [--nvme-dir DIR]\n"
-                    "       mpirun -np W shardrt_calibrate comm --out FILE [--quick] [--ranks-per-node R]\n");
+    fprintf(stderr, "usage: shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR]\n"
+                    "       mpirun -np W shardrt_calibrate comm --out FILE [--quick|--smoke] [--ranks-per-node R]\n");
     exit(2);
 }
 
@@ -88,8 +109,8 @@ static int dbl_cmp(const void *a, const void *b)
  * collective) so that a batch takes about `target`; the median batch / k. */
 static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
 {
-    double target = R.quick ? 2e-3 : 10e-3;
-    int nb = R.quick ? 3 : 5;
+    double target = Z->target;
+    int nb = Z->batches;
     fn(c, ud);   /* warm-up: first-touch, plans, communicators' buffers */
     srt_stream_sync(c, SRT_COMPUTE);
     int k = 1;
@@ -130,7 +151,7 @@ static double bench_shared(srt_ctx *c, bench_fn fn, void *ud, bool all)
     double t0 = now();
     fn(c, ud);
     srt_stream_sync(c, SRT_COMPUTE);
-    int k = (int)((R.quick ? 50e-3 : 300e-3) / (now() - t0 + 1e-9)) + 1;
+    int k = (int)(Z->window / (now() - t0 + 1e-9)) + 1;
     MPI_Bcast(&k, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = now();
@@ -392,26 +413,13 @@ static void record_bytes(const char *table, const char *op, int64_t bytes, doubl
 static Gemm SHARE_GEMM = {SRT_F32, false, 256, 256, 256, 0};
 static const Ew SHARE_EW = {SRT_F32, 1 << 18};
 
-/* The grids, full and --quick. */
-static const int GEMM_DIMS[] = {32, 128, 512, 2048}, GEMM_DIMS_QUICK[] = {64, 512};
-static const int ATTN_SEQ[] = {64, 256, 1024}, ATTN_SEQ_QUICK[] = {64, 256};
-static const int ATTN_HS[] = {16, 64, 128}, ATTN_HS_QUICK[] = {32, 64};
-static const int64_t EW_BYTES[] = {12 << 10, 192 << 10, 3 << 20, 48 << 20}, EW_BYTES_QUICK[] = {48 << 10, 12 << 20};
-static const int64_t COPY_BYTES[] = {64 << 10, 1 << 20, 16 << 20, 64 << 20}, COPY_BYTES_QUICK[] = {64 << 10, 8 << 20};
-static const int64_t NVME_BYTES[] = {1 << 20, 16 << 20}, NVME_BYTES_QUICK[] = {1 << 20, 4 << 20};
-#define NOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
 /* compute: every single-process benchmark. */
 static void run_compute(void)
 {
-    const int *gd = R.quick ? GEMM_DIMS_QUICK : GEMM_DIMS, ngd = R.quick ? NOF(GEMM_DIMS_QUICK) : NOF(GEMM_DIMS);
-    const int *as = R.quick ? ATTN_SEQ_QUICK : ATTN_SEQ, nas = R.quick ? NOF(ATTN_SEQ_QUICK) : NOF(ATTN_SEQ);
-    const int *ah = R.quick ? ATTN_HS_QUICK : ATTN_HS, nah = R.quick ? NOF(ATTN_HS_QUICK) : NOF(ATTN_HS);
-    const int64_t *eb = R.quick ? EW_BYTES_QUICK : EW_BYTES, *cb = R.quick ? COPY_BYTES_QUICK : COPY_BYTES;
-    const int64_t *nb = R.quick ? NVME_BYTES_QUICK : NVME_BYTES;
-    int neb = R.quick ? NOF(EW_BYTES_QUICK) : NOF(EW_BYTES), ncb = R.quick ? NOF(COPY_BYTES_QUICK) : NOF(COPY_BYTES);
-    int nnb = R.quick ? NOF(NVME_BYTES_QUICK) : NOF(NVME_BYTES);
-    int64_t dmax = gd[ngd - 1], tokens = 1024, opt_n = R.quick ? 1 << 18 : 1 << 20;
+    const int *gd = Z->gemm, *as = Z->seq, *ah = Z->hs;
+    const int64_t *eb = Z->ew, *cb = Z->copy, *nb = Z->nvme;
+    int ngd = Z->ngemm, nas = Z->nseq, nah = Z->nhs, neb = Z->new, ncb = Z->ncopy, nnb = Z->nnvme;
+    int64_t dmax = gd[ngd - 1], tokens = Z->tokens, opt_n = Z->opt_n;
     if (tokens < dmax) tokens = dmax;
     int64_t gemm_bytes = 5 * dmax * dmax * 4, attn_bytes = 16 * tokens * 4 * 128 * 4;
     int64_t arena = COLD_BYTES + (gemm_bytes > attn_bytes ? gemm_bytes : attn_bytes);
@@ -537,14 +545,13 @@ static void bench_coll(srt_ctx *c, int op, srt_group g, int64_t n, const char *s
     }
 }
 
-static const int64_t COLL_BYTES[] = {4 << 10, 64 << 10, 1 << 20, 8 << 20}, COLL_BYTES_QUICK[] = {4 << 10, 1 << 20};
 
 /* comm: the collectives of every group size on this launch's ranks, then the
  * sharing test. */
 static void run_comm(void)
 {
-    const int64_t *sz = R.quick ? COLL_BYTES_QUICK : COLL_BYTES;
-    int ns = R.quick ? NOF(COLL_BYTES_QUICK) : NOF(COLL_BYTES);
+    const int64_t *sz = Z->coll;
+    int ns = Z->ncoll;
     int64_t W = R.world, L = R.ranks_per_node, nodes = W / L, arena = 2 * sz[ns - 1] + 4096;
     int ngroups = 0;
     for (int64_t n = 2; n <= L; n++) ngroups += L % n == 0;
@@ -610,7 +617,8 @@ int main(int argc, char **argv)
     if (!comm && strcmp(argv[1], "compute") != 0) usage("the phases are 'compute' and 'comm'");
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--quick") == 0) R.quick = true;
+        if (strcmp(a, "--quick") == 0) Z = &QUICK;
+        else if (strcmp(a, "--smoke") == 0) Z = &SMOKE;
         else if (strcmp(a, "--out") == 0 && v) R.out = v, i++;
         else if (strcmp(a, "--nvme-dir") == 0 && v) R.nvme_dir = v, i++;
         else if (strcmp(a, "--ranks-per-node") == 0 && v) R.ranks_per_node = atoll(v), i++;
