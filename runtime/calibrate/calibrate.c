@@ -273,14 +273,21 @@ static void gemm_run(srt_ctx *c, void *ud)
                         g->m, g->k, g->n);
 }
 
+/* A row of a rate table (gemm, attention): its dtype, pass and threads. */
+static cJSON *rate_row(const char *table, srt_dtype dt, bool bwd)
+{
+    cJSON *r = row_of(table);
+    cJSON_AddStringToObject(r, "dtype", dt_name(dt));
+    cJSON_AddStringToObject(r, "pass", bwd ? "bwd" : "fwd");
+    cJSON_AddNumberToObject(r, "threads", threads());
+    return r;
+}
+
 /* The GEMM rows: forward out(m,n) = inp(m,k)·w(n,k)^T, backward dinp and dw. */
 static void bench_gemm(srt_ctx *c, Gemm *g)
 {
     double s = bench(c, gemm_run, g, false);
-    cJSON *r = row_of("gemm");
-    cJSON_AddStringToObject(r, "dtype", dt_name(g->dt));
-    cJSON_AddStringToObject(r, "pass", g->bwd ? "bwd" : "fwd");
-    cJSON_AddNumberToObject(r, "threads", threads());
+    cJSON *r = rate_row("gemm", g->dt, g->bwd);
     cJSON_AddNumberToObject(r, "m", g->m);
     cJSON_AddNumberToObject(r, "n", g->n);
     cJSON_AddNumberToObject(r, "k", g->k);
@@ -317,15 +324,8 @@ static void attn_run(srt_ctx *c, void *ud)
 /* Attention rows: B sequences of T tokens, NH heads of HS (no grouped kv). */
 static void bench_attn(srt_ctx *c, Attn *a)
 {
-    bool bwd = a->bwd;
-    a->bwd = false;
-    for (int i = 0; i < COLD_BYTES / (4 << 20) + 1; i++) attn_run(c, a);   /* the backward reads out and lse */
-    a->bwd = bwd;
-    double s = bench(c, attn_run, a, false);
-    cJSON *r = row_of("attention");
-    cJSON_AddStringToObject(r, "dtype", dt_name(a->dt));
-    cJSON_AddStringToObject(r, "pass", a->bwd ? "bwd" : "fwd");
-    cJSON_AddNumberToObject(r, "threads", threads());
+    double s = bench(c, attn_run, a, false);   /* the backward reads a zeroed out and lse: finite, timed alike */
+    cJSON *r = rate_row("attention", a->dt, a->bwd);
     cJSON_AddNumberToObject(r, "batch", a->B);
     cJSON_AddNumberToObject(r, "seq", a->T);
     cJSON_AddNumberToObject(r, "heads", a->NH);

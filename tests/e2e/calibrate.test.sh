@@ -5,7 +5,7 @@
 # (every table there, read back by `shardc check`), and plans made with it:
 # the derived cluster keys, a predicted step, and a spec that sets a key still
 # overriding the profile.  Usage errors and a failing phase (no profile left
-# behind).  Then the CUDA backend's path on the emulated CUDA stack
+# behind).  Two nodes simulated on this machine (--nodes 2, --smoke).  Then the CUDA backend's path on the emulated CUDA stack
 # (BUILD/cuda-emu, docs/cuda-emulation.md) with --smoke, planned for an H100.
 set -u
 SHARDC=$1
@@ -53,6 +53,18 @@ PY
     mkdir "$T/sub" && cp "$T/machine.json" "$T/sub/m.json" &&
         printf 'include "%s/specs/tiny-gpt.tspec"\ncluster { profile = "m.json" }\n' "$PWD" > "$T/sub/s.tspec"
     "$SHARDC" plan "$T/sub/s.tspec" > /dev/null 2>&1 || bad "a relative profile path is not read from the spec's folder"
+fi
+
+# two nodes of 2 ranks on this machine: the rows across nodes, and a plan across nodes with them
+if "$SHARDC" calibrate --smoke --ranks 2 --nodes 2 -o "$T/nodes.json" > /dev/null 2> "$T/nodes.err" &&
+   /usr/bin/python3 -c 'import json, sys
+ops = {r["op"] for r in json.load(open(sys.argv[1]))["rows"] if r["table"] == "collective" and r["span"] == "inter"}
+sys.exit(ops != {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})' "$T/nodes.json" &&
+   "$SHARDC" plan specs/tiny-gpt.tspec -D cluster.nodes=2 -D cluster.gpus_per_node=2 -D "cluster.profile=\"$T/nodes.json\"" \
+       > "$T/nodes.plan" 2>&1 && grep -q '^step .* s predicted' "$T/nodes.plan"; then
+    echo "ok: --nodes 2 measured every collective across the nodes, and a 2-node plan used the profile"
+else
+    bad "--nodes 2:"; tail -5 "$T/nodes.err" "$T/nodes.plan"
 fi
 
 # usage errors exit 2; a failing phase exits 1 and leaves no profile
