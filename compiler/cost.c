@@ -161,7 +161,8 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd)
     if (pieces & PC_CORE) {
         double fa = 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
         flops += fa;
-        sec += cpu ? fa * (bwd ? 2 : 1) / profile_attn_rate(r.pf, r.dt, bwd, r.threads, (double)m->s, hd) * r.share_gemm / (bwd ? 2 : 1)
+        /* the backward's rate counts its 2·fa FLOPs, and its seconds are halved as the GEMMs' */
+        sec += cpu ? fa / profile_attn_rate(r.pf, r.dt, bwd, r.threads, (double)m->s, hd) * r.share_gemm
                    : fa / (peak * cost_attn_eff(hd));
     }
     return sec / flops;
@@ -190,7 +191,8 @@ static double cpu_extra_bytes(const Partition *p, int pieces, bool bwd)
 {
     const Model *m = p->model;
     double T = (double)p->T, h = (double)m->h, b = 0;
-    if ((pieces & PC_QKV) && m->gated) b += 2 * T * (double)(m->a + m->kv) * (double)m->hd / (double)p->tp;
+    if ((pieces & PC_QKV) && m->family == FAM_LLAMA)
+        b += 2 * T * (double)(m->a + m->kv) * (double)m->hd / (double)p->tp;
     if (bwd) b += ((pieces & PC_QKV ? 4 : 0) + (pieces & PC_MLP_IN ? 4 : 0)) * T * h;
     return (double)p->wbytes * b;
 }
