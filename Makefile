@@ -31,17 +31,19 @@ build: deps
 	$(call configure,$(BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo)
 	$(call compile,$(BUILD))
 
-# Every test: unit, golden, e2e, fuzz (a short run), gpu (skipped without one);
-# then the front end again under ASan+UBSan.  ctest prints one line per test
-# (on a terminal, one line rewritten) and the output of the ones that fail.
+# Every test: unit, golden, e2e, fuzz (four short runs), gpu (skipped without
+# one); then the ASan+UBSan pass.  ctest prints one line per test (on a
+# terminal, one line rewritten) and the output of the ones that fail.
 test: build
-	@cd $(BUILD) && ctest --output-on-failure --progress -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure --progress -j $(JOBS) -LE sanitize
 	@$(MAKE) --no-print-directory asan
 
+# Under ASan+UBSan: the unit and golden tests, and trainers of each kind
+# (label sanitize: tests/sanitize/trainers.test.sh).
 asan: deps
 	$(call configure,build-asan,-DCMAKE_BUILD_TYPE=Debug -DSHARDC_SANITIZE=ON)
 	$(call compile,build-asan)
-	@cd build-asan && ctest --output-on-failure --progress -j $(JOBS) -L 'unit|golden' -E 'golden/(html|emit)'
+	@cd build-asan && ctest --output-on-failure --progress -j $(JOBS) -L 'unit|golden|sanitize' -E 'golden/(html|emit)'
 
 fuzz: deps
 	@scripts/run-fuzz 60

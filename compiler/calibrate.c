@@ -25,48 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char calib_usage[] =
-    "usage: shardc calibrate -o PROFILE.json [options]\n"
-    "\n"
-    "Measures this machine through the runtime's backend (GEMMs over shapes, attention,\n"
-    "elementwise bandwidth, the optimizer, collectives per group size, send/receive,\n"
-    "copies, NVMe, and how ranks share the cores) and writes a profile that a spec\n"
-    "names with `cluster { profile = \"PROFILE.json\" }`, so that `shardc plan` predicts\n"
-    "for this machine.\n"
-    "\n"
-    "options:\n"
-    "  -o PROFILE.json        the profile to write (atomically; nothing on failure)\n"
-    "  --quick                a small grid and few repetitions: seconds on a CPU\n"
-    "  --smoke                one shape per benchmark, timed once: the least that makes a\n"
-    "                         profile (the tests' run on the emulated CUDA stack), not for planning\n"
-    "  --backend cpu|cuda     the runtime to measure (default cpu)\n"
-    "  --runtime DIR          where shardrt_calibrate is (default: shardc's build tree)\n"
-    "  --ranks N[,N...]       ranks per node to measure the communication at\n"
-    "                         (default: 2, 4, 8, ... up to the larger of 8 and the cores)\n"
-    "  --nodes N              also measure across N nodes (--mpirun must place the ranks\n"
-    "                         of each node together); default 1\n"
-    "  --mpirun CMD           the launcher (default \"mpirun --oversubscribe --bind-to none\")\n"
-    "  --nvme-dir DIR         the folder of the NVMe swap file (default: $TMPDIR or /tmp)\n"
-    "\n"
-    "exit codes: 0 ok, 1 a benchmark failed or the profile could not be written, 2 usage\n";
-
-typedef struct CalibOpts {
-    const char *out, *backend, *runtime, *mpirun, *nvme_dir;
-    const char *grid;           /* "", " --quick" or " --smoke": shardrt_calibrate's   */
-    int64_t ranks[16];
-    int nranks;
-    int64_t nodes;
-} CalibOpts;
-
-/* A usage error: exit 2. */
-static _Noreturn void calib_usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "shardc calibrate: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", calib_usage);
-    exit(EXIT_USAGE);
-}
-
 /* The cores this process may run on. */
 static int calib_cores(void)
 {
@@ -74,58 +32,6 @@ static int calib_cores(void)
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
-}
-
-/* Parses the options. */
-static void calib_args(int argc, char **argv, CalibOpts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->grid = "";
-    o->backend = "cpu";
-    o->mpirun = "mpirun --oversubscribe --bind-to none";
-    o->nodes = 1;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(calib_usage, stdout);
-            exit(EXIT_OK);
-        } else if (strcmp(a, "--quick") == 0 || strcmp(a, "--smoke") == 0) {
-            o->grid = a[2] == 'q' ? " --quick" : " --smoke";
-            continue;
-        } else if (strcmp(a, "-o") != 0 && strcmp(a, "--backend") != 0 && strcmp(a, "--runtime") != 0 &&
-                   strcmp(a, "--ranks") != 0 && strcmp(a, "--nodes") != 0 && strcmp(a, "--mpirun") != 0 &&
-                   strcmp(a, "--nvme-dir") != 0) {
-            calib_usage_error("unexpected argument '%s'", a);
-        }
-        if (!v) calib_usage_error("%s needs a value", a);
-        i++;
-        if (strcmp(a, "-o") == 0) o->out = v;
-        else if (strcmp(a, "--backend") == 0) o->backend = v;
-        else if (strcmp(a, "--runtime") == 0) o->runtime = v;
-        else if (strcmp(a, "--mpirun") == 0) o->mpirun = v;
-        else if (strcmp(a, "--nvme-dir") == 0) o->nvme_dir = v;
-        else if (strcmp(a, "--nodes") == 0) {
-            char *end;
-            o->nodes = strtoll(v, &end, 10);
-            if (*end || o->nodes < 1 || o->nodes > 1024) calib_usage_error("--nodes needs a count from 1 to 1024, not '%s'", v);
-        } else {
-            for (const char *p = v; *p;) {
-                char *end;
-                long long n = strtoll(p, &end, 10);
-                if (end == p || n < 1 || n > 4096 || o->nranks == 16 || (*end && *end != ','))
-                    calib_usage_error("--ranks takes up to 16 counts from 1 to 4096, as 2,4,8; not '%s'", v);
-                o->ranks[o->nranks++] = n;
-                p = *end ? end + 1 : end;
-            }
-        }
-    }
-    if (!o->out) calib_usage_error("where to? give -o PROFILE.json%s", "");
-    if (strcmp(o->backend, "cpu") != 0 && strcmp(o->backend, "cuda") != 0)
-        calib_usage_error("--backend is cpu or cuda, not '%s'", o->backend);
-    if (o->nranks == 0) {
-        int most = calib_cores() > 8 ? calib_cores() : 8;
-        for (int64_t w = 2; w <= most && o->nranks < 16; w *= 2) o->ranks[o->nranks++] = w;
-    }
 }
 
 /* ---- running a phase ------------------------------------------------------------------ */
@@ -224,12 +130,15 @@ static const char *cpu_model(void)
 /* ---- the driver --------------------------------------------------------------------------- */
 
 /* shardc calibrate: the phases, the merge, the atomic write, the check. */
-int calibrate_main(int argc, char **argv)
+int calibrate_run(const CalibOpts *opts)
 {
-    CalibOpts o;
-    calib_args(argc, argv, &o);
+    CalibOpts o = *opts;
+    if (o.nranks == 0) {    /* 2, 4, 8, ... up to the larger of 8 and the cores */
+        int most = calib_cores() > 8 ? calib_cores() : 8;
+        for (int64_t w = 2; w <= most && o.nranks < CALIB_MAX_RANKS; w *= 2) o.ranks[o.nranks++] = w;
+    }
     bool cuda = strcmp(o.backend, "cuda") == 0;
-    const char *bin = emit_runtime_file(o.runtime, cuda ? "shardrt_calibrate_cuda" : "shardrt_calibrate");
+    const char *bin = cc_runtime_file(o.runtime, cuda ? "shardrt_calibrate_cuda" : "shardrt_calibrate");
     if (!bin) {
         fprintf(stderr, "shardc calibrate: error: %s was not found in %s\n",
                 cuda ? "shardrt_calibrate_cuda" : "shardrt_calibrate", o.runtime ? o.runtime : "shardc's build tree");
@@ -245,7 +154,8 @@ int calibrate_main(int argc, char **argv)
     }
     const char *tmp = arena_strdup(&g_arena, tmpl);
     const char *root = getuid() == 0 ? " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" : "";
-    const char *q = o.grid;
+    static const char *const grid_flag[] = {"", " --quick", " --smoke"}, *const grid_name[] = {"full", "quick", "smoke"};
+    const char *q = grid_flag[o.grid];
     const char *nvme = o.nvme_dir ? arena_printf(&g_arena, " --nvme-dir %s", sh_quote(o.nvme_dir)) : "";
     int threads[2] = {1, cores}, nthr = cores > 1 ? 2 : 1;
     Progress pg = {0, nthr + o.nranks + (o.nodes > 1 ? 1 : 0), isatty(2) && !getenv("NO_COLOR")};
@@ -299,7 +209,7 @@ int calibrate_main(int argc, char **argv)
     cJSON_AddStringToObject(doc, "shardc", SHARDC_VERSION);
     cJSON_AddNumberToObject(doc, "cores", cores);
     cJSON_AddNumberToObject(doc, "nodes", (double)o.nodes);
-    cJSON_AddStringToObject(doc, "grid", *o.grid ? o.grid + 3 : "full");
+    cJSON_AddStringToObject(doc, "grid", grid_name[o.grid]);
     cJSON_AddItemToObject(doc, "rows", rows);
     char *text = cJSON_Print(doc);
     cJSON_Delete(doc);

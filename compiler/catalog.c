@@ -106,16 +106,6 @@ typedef struct Check {
     int nfiles;
 } Check;
 
-/* Where key `path` was set in the spec (no file when it was not). */
-static Loc key_loc(const Spec *s, const char *path)
-{
-    const SchemaKey *k = schema_find(path);
-    Loc none = {0};
-    if (!k) die("catalog: no schema key %s", path);
-    int i = schema_index(k);
-    return s->set[i] ? s->loc[i] : none;
-}
-
 /* A path of the spec resolved against the directory of the file that set it. */
 static const char *resolve(const Spec *s, Loc where, const char *path)
 {
@@ -429,7 +419,7 @@ static void check_header(Check *ck, const char *path)
                                                       CXTranslationUnit_SkipFunctionBodies, &ck->tu);
     if (rc != CXError_Success) {
         clang_disposeIndex(idx);
-        diag_error(key_loc(ck->s, "model.activation.header"), "libclang could not parse %s (error %d)",
+        diag_error(sema_key_loc(ck->s, "model.activation.header"), "libclang could not parse %s (error %d)",
                    ck->header_shown, (int)rc);
         return;
     }
@@ -442,7 +432,7 @@ static void check_header(Check *ck, const char *path)
         for (int i = 0; i < abi->nfns; i++) {
             const char *want = catalog_abi_signature(&abi->fns[i], ck->x->name);
             if (!ck->have[i]) {
-                diag_error(key_loc(ck->s, "model.activation.header"), "%s declares no %s%s: an %s needs its %s",
+                diag_error(sema_key_loc(ck->s, "model.activation.header"), "%s declares no %s%s: an %s needs its %s",
                            ck->header_shown, ck->x->name, abi->fns[i].suffix, abi->kind, abi->fns[i].suffix + 1);
                 diag_hint("declare: %s;", want);
                 continue;
@@ -459,7 +449,7 @@ static void check_header(Check *ck, const char *path)
 static const char *check_source(const Spec *s, const char *key, const char *path, const char *what)
 {
     if (!path || !*path) return NULL;
-    Loc where = key_loc(s, key);
+    Loc where = sema_key_loc(s, key);
     const char *p = resolve(s, where, path);
     if (access(p, R_OK) != 0) {
         int e = errno;
@@ -480,18 +470,18 @@ bool catalog_check_extern(const Spec *s, CatalogExtern *out)
     int before = diag_errors;
     x->abi = catalog_abi("activation");
     x->name = s->model.extern_name;
-    Loc hloc = key_loc(s, "model.activation.header");
+    Loc hloc = sema_key_loc(s, "model.activation.header");
     x->header = resolve(s, hloc, s->model.extern_header);
     x->cpu = check_source(s, "model.activation.cpu", s->model.extern_cpu, "CPU");
     x->cuda = check_source(s, "model.activation.cuda", s->model.extern_cuda, "CUDA");
     if (!x->cpu && !x->cuda) {
-        diag_error(key_loc(s, "model.activation"), "extern \"%s\" names no source file to build it from", x->name);
+        diag_error(sema_key_loc(s, "model.activation"), "extern \"%s\" names no source file to build it from", x->name);
         diag_hint("add cpu = \"ext/%s.c\" (CPU backend) and/or cuda = \"ext/%s.cu\" (GPU backend) to its block",
                   x->name, x->name);
     }
     if (s->precision.dtype != DT_FP32) {
-        Loc at = key_loc(s, "precision.dtype");
-        diag_error(at.file ? at : key_loc(s, "model.activation"),
+        Loc at = sema_key_loc(s, "precision.dtype");
+        diag_error(at.file ? at : sema_key_loc(s, "model.activation"),
                    "extern \"%s\" is an fp32 op (the activation ABI takes float *), but precision.dtype is not fp32",
                    x->name);
         diag_hint("set precision { dtype = fp32 }");
@@ -532,11 +522,6 @@ const char *catalog_extern_call(const CatalogExtern *x, int fn, const char *cons
 
 /* ---- shardc ops ----------------------------------------------------------- */
 
-static const char ops_usage[] =
-    "usage: shardc ops [FILE [-D key.path=value ...]]\n"
-    "  every op of the runtime (runtime/include/shardrt.h) with its signature and doc comment;\n"
-    "  with a spec, also its user-defined ops (checked against their kind's ABI)\n";
-
 /* Prints the built-in ops by section, then the spec's user-defined ops. */
 static void print_ops(FILE *out, const CatalogExtern *x)
 {
@@ -560,48 +545,9 @@ static void print_ops(FILE *out, const CatalogExtern *x)
     }
 }
 
-/* shardc ops [FILE [-D ..]]: the catalog, and a spec's own ops. */
-int catalog_ops_main(int argc, char **argv)
+/* shardc ops [FILE]: the catalog, and the spec's own ops (x: NULL without one). */
+int catalog_ops_print(FILE *out, const CatalogExtern *x)
 {
-    const char *file = NULL;
-    Override *ov = arena_alloc(&g_arena, sizeof *ov * (size_t)(argc + 1));
-    int nov = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *d = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(ops_usage, stdout);
-            return EXIT_OK;
-        }
-        if (strcmp(a, "-D") == 0 && i + 1 < argc) d = argv[++i];
-        else if (strncmp(a, "-D", 2) == 0 && a[2]) d = a + 2;
-        else if (!file && (a[0] != '-' || strcmp(a, "-") == 0)) {
-            file = a;
-            continue;
-        } else {
-            fprintf(stderr, "shardc: ops: unexpected argument '%s'\n\n%s", a, ops_usage);
-            return EXIT_USAGE;
-        }
-        const char *eq = strchr(d, '=');
-        if (!eq || eq == d) {
-            fprintf(stderr, "shardc: -D takes key.path=value, got '%s'\n\n%s", d, ops_usage);
-            return EXIT_USAGE;
-        }
-        ov[nov].path = arena_strndup(&g_arena, d, (size_t)(eq - d));
-        ov[nov++].text = eq + 1;
-    }
-    if (nov && !file) {
-        fprintf(stderr, "shardc: ops: -D needs a spec file\n\n%s", ops_usage);
-        return EXIT_USAGE;
-    }
-    CatalogExtern x = {0};
-    if (file) {
-        Spec spec;
-        sema_source = file;
-        Item *items = spec_parse_file(file);
-        if (diag_errors) return EXIT_USER;
-        if (!sema_resolve(items, ov, nov, &spec) || diag_errors) return EXIT_USER;
-        if (!catalog_check_extern(&spec, &x)) return EXIT_USER;
-    }
-    print_ops(stdout, &x);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;
+    print_ops(out, x);
+    return fflush(out) == 0 ? EXIT_OK : EXIT_USER;
 }

@@ -91,8 +91,9 @@ bool catalog_check_extern(const Spec *s, CatalogExtern *x);
  * "sqrelu_forward((float *)act.p, (const float *)fc1.p, act.n);". */
 const char *catalog_extern_call(const CatalogExtern *x, int fn, const char *const *views, int nviews);
 
-/* `shardc ops [FILE [-D ..]]`: every op with its signature and doc comment;
- * argv holds the arguments after `ops`.  Returns the exit code. */
-int catalog_ops_main(int argc, char **argv);
+/* `shardc ops [FILE]`: every op with its signature and doc comment, then the
+ * spec's user-defined ops (x from catalog_check_extern, or NULL).  Returns the
+ * exit code. */
+int catalog_ops_print(FILE *out, const CatalogExtern *x);
 
 #endif

@@ -492,7 +492,7 @@ static double cpu_io_time(const Sched *s, int op)
 }
 
 /* Seconds the op occupies its stream once it has started. */
-double cost_op_time(const MemPlan *mp, const Sched *s, int op)
+double cost_op_time(const Plan *mp, const Sched *s, int op)
 {
     (void)mp;
     const Op *o = &s->ops[op];

@@ -24,9 +24,10 @@
  *
  * Nothing half-written is ever visible: a file is written under a temporary
  * name, fsynced and renamed; a directory is built as OUT_DIR.tmp-PID and
- * renamed to OUT_DIR, which must not exist or be empty.  Every piece the
- * export reads is compared with its checksum first (ckpt.c): a damaged
- * checkpoint is refused, naming the file and the tensor, and nothing is left.
+ * renamed to OUT_DIR, which must not exist or be empty.  The whole checkpoint
+ * is verified first (ckpt_verify: every piece against its checksum, moments
+ * included): a damaged checkpoint is refused, naming the file and the tensor,
+ * and nothing is written.
  *
  *   shardc ckpt verify CKPT_DIR
  *
@@ -502,6 +503,12 @@ int export_main(int argc, char **argv)
     }
     ckpt_reader *r = export_open(dir);
     if (!r) return EXIT_USER;
+    char err[2048];
+    if (ckpt_verify(r, NULL, err, sizeof err) != CKPT_OK) {   /* all of it: a damaged checkpoint is not exported */
+        diag_plain("%s", err);
+        ckpt_close(r);
+        return EXIT_USER;
+    }
     int fam = export_family(r), n = 0;
     ExportTensor *t = fam < 0 ? NULL : export_tensors(r, fam, &n);
     int rc = EXIT_USER;

@@ -185,10 +185,10 @@ static const char *html_count(int64_t n)
 
 /* The table's unit: GiB, or MiB when every arena is under 1 GiB (as the text report). */
 typedef struct HtmlUnit { double div; const char *name; } HtmlUnit;
-static HtmlUnit html_unit(const MemPlan *mp)
+static HtmlUnit html_unit(const Plan *mp)
 {
-    for (int c = 0; c < mp->nclasses; c++)
-        if (mp->classes[c].arena[SPACE_DEVICE] >= (int64_t)HTML_GIB) return (HtmlUnit){HTML_GIB, "GiB"};
+    for (int c = 0; c < mp->mem.nclasses; c++)
+        if (mp->mem.classes[c].arena[SPACE_DEVICE] >= (int64_t)HTML_GIB) return (HtmlUnit){HTML_GIB, "GiB"};
     return (HtmlUnit){HTML_GIB / 1024, "MiB"};
 }
 
@@ -201,9 +201,9 @@ static const char *html_enum(const char *path, int v)
 }
 
 /* "stage 3 (ranks ×16)". */
-static const char *html_class_name(const MemPlan *mp, int c)
+static const char *html_class_name(const Plan *mp, int c)
 {
-    const RankClass *rc = mp->classes[c].cls;
+    const RankClass *rc = mp->mem.classes[c].cls;
     return arena_printf(&g_arena, "stage %d (ranks \xc3\x97%lld)", rc->stage, (long long)rc->count);
 }
 
@@ -251,12 +251,12 @@ static const char html_css[] =
     "code{background:#eef1f5;padding:0 4px;border-radius:3px}\n";
 
 /* The header: spec, model, layout, verdict. */
-static void html_header(Html *h, const MemPlan *mp)
+static void html_header(Html *h, const Plan *mp)
 {
     const Spec *s = mp->spec;
     const Model *m = &mp->model;
     const Partition *p = &mp->part;
-    const ClassMem *w = &mp->classes[mp->worst];
+    const ClassMem *w = &mp->mem.classes[mp->mem.worst];
     html_put(h, "<header><div class=\"in\"><h1>shardc plan <span class=\"src\">");
     html_text(h, s->source ? s->source : "(spec)");
     html_put(h, "</span></h1><div class=\"facts\">");
@@ -285,20 +285,20 @@ static void html_header(Html *h, const MemPlan *mp)
     html_text(h, html_enum("offload.params", s->offload.params));
     html_put(h, "</span></div>");
     double frac = 100.0 * (double)w->device_total / (double)s->cluster.gpu_memory;
-    if (mp->fits) {
+    if (mp->mem.fits) {
         html_printf(h, "<div id=\"verdict\" class=\"verdict fits\">FITS: the largest rank class needs %.2f GiB of "
                        "%.2f GiB per GPU (%.1f%%)</div>",
                     w->device_total / HTML_GIB, s->cluster.gpu_memory / HTML_GIB, frac);
     } else {
         html_put(h, "<div id=\"verdict\" class=\"verdict nofit\">DOES NOT FIT</div><div class=\"verdict-why\">");
-        if (!mp->fits_gpus)
+        if (!mp->mem.fits_gpus)
             html_printf(h, "the layout needs %lld GPUs, the cluster has %lld. ", (long long)p->world,
-                        (long long)mp->cluster_gpus);
-        if (!mp->fits_device)
-            html_printf(h, "Rank class %d needs %.2f GiB of %.2f GiB per GPU. ", mp->worst,
+                        (long long)mp->mem.cluster_gpus);
+        if (!mp->mem.fits_device)
+            html_printf(h, "Rank class %d needs %.2f GiB of %.2f GiB per GPU. ", mp->mem.worst,
                         w->device_total / HTML_GIB, s->cluster.gpu_memory / HTML_GIB);
-        if (!mp->fits_host) html_printf(h, "Host memory: %s per node. ", util_bytes(mp->host_node));
-        if (!mp->fits_nvme) html_printf(h, "NVMe: %s per node. ", util_bytes(mp->nvme_node));
+        if (!mp->mem.fits_host) html_printf(h, "Host memory: %s per node. ", util_bytes(mp->mem.host_node));
+        if (!mp->mem.fits_nvme) html_printf(h, "NVMe: %s per node. ", util_bytes(mp->mem.nvme_node));
         html_put(h, "</div>");
     }
     html_put(h, "</div></header>\n");
@@ -315,7 +315,7 @@ static void html_card(Html *h, const char *value, const char *what)
 }
 
 /* The simulation's summary numbers (those it has). */
-static void html_summary(Html *h, const MemPlan *mp, const Sim *sim)
+static void html_summary(Html *h, const Plan *mp, const Sim *sim)
 {
     html_put(h, "<section id=\"summary\"><h2>Predicted step</h2>");
     if (sim->step_time <= 0) {
@@ -352,15 +352,15 @@ static double html_nice_step(double range, int n)
 }
 
 /* The memory chart: one stacked bar per rank class, the capacity line. */
-static void html_memory_chart(Html *h, const MemPlan *mp)
+static void html_memory_chart(Html *h, const Plan *mp)
 {
     const Spec *s = mp->spec;
-    int n = mp->nclasses;
+    int n = mp->mem.nclasses;
     double W = 1180, H = 340, L = 64, R = 16, T = 22, B = 44;
     double pw = W - L - R, ph = H - T - B;
     double top = (double)s->cluster.gpu_memory;
     for (int c = 0; c < n; c++)
-        if ((double)mp->classes[c].device_total > top) top = (double)mp->classes[c].device_total;
+        if ((double)mp->mem.classes[c].device_total > top) top = (double)mp->mem.classes[c].device_total;
     top *= 1.08;
     double step = html_nice_step(top / HTML_GIB, 5);
     html_printf(h, "<svg id=\"mem-chart\" viewBox=\"0 0 %.0f %.0f\" role=\"img\" "
@@ -373,7 +373,7 @@ static void html_memory_chart(Html *h, const MemPlan *mp)
     double slot = pw / n, bw = slot * 0.68 < 56 ? slot * 0.68 : 56;
     int label_every = n <= 32 ? 1 : (n + 31) / 32;
     for (int c = 0; c < n; c++) {
-        const ClassMem *cm = &mp->classes[c];
+        const ClassMem *cm = &mp->mem.classes[c];
         double x = L + slot * c + (slot - bw) / 2, acc = 0;
         const char *cname = html_class_name(mp, c);
         for (int k = 0; k < NSTACKS; k++) {
@@ -409,21 +409,21 @@ static void html_memory_chart(Html *h, const MemPlan *mp)
 }
 
 /* The memory table: GiB by category per rank class. */
-static void html_memory_table(Html *h, const MemPlan *mp)
+static void html_memory_table(Html *h, const Plan *mp)
 {
     HtmlUnit u = html_unit(mp);
     html_put(h, "<table id=\"mem-table\"><thead><tr><th>rank class</th>");
     for (int k = 0; k < NCATS; k++) html_printf(h, "<th>%s</th>", mem_cat_name(k));
     html_put(h, "<th>peak</th><th>arena</th><th>reserve</th><th>total</th><th>peak at</th></tr></thead><tbody>\n");
-    for (int c = 0; c < mp->nclasses; c++) {
-        const ClassMem *cm = &mp->classes[c];
-        html_printf(h, "<tr%s><td>", c == mp->worst ? " class=\"worst\"" : "");
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const ClassMem *cm = &mp->mem.classes[c];
+        html_printf(h, "<tr%s><td>", c == mp->mem.worst ? " class=\"worst\"" : "");
         html_text(h, html_class_name(mp, c));
         html_put(h, "</td>");
         for (int k = 0; k < NCATS; k++) html_printf(h, "<td>%.2f</td>", cm->at_peak[k] / u.div);
         html_printf(h, "<td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>", cm->peak[SPACE_DEVICE] / u.div,
                     cm->arena[SPACE_DEVICE] / u.div, cm->reserve / u.div, cm->device_total / u.div);
-        if (cm->peak_op >= 0 && cm->peak_op < cm->sched.nops) html_text(h, sched_op_label(&cm->sched, cm->peak_op));
+        if (cm->peak_op >= 0 && cm->peak_op < cm->sched->nops) html_text(h, sched_op_label(cm->sched, cm->peak_op));
         html_put(h, "</td></tr>\n");
     }
     html_printf(h, "</tbody></table><p class=\"note\">%s per GPU at each class's device peak (the memory plan's "
@@ -432,7 +432,7 @@ static void html_memory_table(Html *h, const MemPlan *mp)
 }
 
 /* The memory section. */
-static void html_memory(Html *h, const MemPlan *mp)
+static void html_memory(Html *h, const Plan *mp)
 {
     html_put(h, "<section id=\"memory\"><h2>Memory plan</h2><p class=\"note\">Device bytes per GPU of each rank "
                 "class at its peak, by category, with the arena's slack and the runtime reserve on top; hover a "
@@ -442,18 +442,18 @@ static void html_memory(Html *h, const MemPlan *mp)
 }
 
 /* The timeline section: controls and the two charts the script draws. */
-static void html_timeline(Html *h, const MemPlan *mp)
+static void html_timeline(Html *h, const Plan *mp)
 {
     html_put(h, "<section id=\"timeline\"><h2>Timeline of one step</h2><p class=\"note\">The simulated step of "
                 "one rank class: the device bytes live over time (top) above what each stream runs (bottom), on "
                 "one time axis. Drag across either chart to zoom, double-click or <b>Reset zoom</b> to see the "
                 "whole step; hover a bar for the op.</p><div class=\"controls\"><label>Rank class "
                 "<select id=\"class-select\">");
-    for (int c = 0; c < mp->nclasses; c++) {
-        html_printf(h, "<option value=\"%d\"%s>", c, c == mp->worst ? " selected" : "");
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        html_printf(h, "<option value=\"%d\"%s>", c, c == mp->mem.worst ? " selected" : "");
         html_text(h, html_class_name(mp, c));
-        html_printf(h, " \xe2\x80\x94 %.2f GiB%s</option>", mp->classes[c].device_total / HTML_GIB,
-                    c == mp->worst ? " (largest)" : "");
+        html_printf(h, " \xe2\x80\x94 %.2f GiB%s</option>", mp->mem.classes[c].device_total / HTML_GIB,
+                    c == mp->mem.worst ? " (largest)" : "");
     }
     html_put(h, "</select></label><button id=\"zoom-reset\" type=\"button\">Reset zoom</button></div>"
                 "<div id=\"class-info\"></div><p id=\"live-warning\" style=\"display:none\"></p>\n"
@@ -461,8 +461,8 @@ static void html_timeline(Html *h, const MemPlan *mp)
                 "step\"></svg>\n<svg id=\"gantt\" viewBox=\"0 0 1180 120\" role=\"img\" aria-label=\"timeline "
                 "per stream\"></svg>\n<div class=\"legend\" id=\"gantt-legend\">");
     bool used[NHF] = {false};
-    for (int c = 0; c < mp->nclasses; c++)
-        for (int i = 0; i < mp->classes[c].sched.nops; i++) used[html_family(mp->classes[c].sched.ops[i].kind)] = true;
+    for (int c = 0; c < mp->mem.nclasses; c++)
+        for (int i = 0; i < mp->sched.classes[c].nops; i++) used[html_family(mp->sched.classes[c].ops[i].kind)] = true;
     for (int f = 0; f < NHF; f++)
         if (used[f])
             html_printf(h, "<span><i style=\"background:%s\"></i>%s</span>", html_families[f].color,
@@ -524,10 +524,10 @@ static int html_start_cmp(const void *a, const void *b)
 
 /* The bars of one stream of class c, merging past cap ops; returns how many
  * ops were merged away. */
-static int html_stream_bars(cJSON *bars, const MemPlan *mp, const Sim *sim, const bool *crit, int c, int stream,
+static int html_stream_bars(cJSON *bars, const Plan *mp, const Sim *sim, const bool *crit, int c, int stream,
                             double end, int cap)
 {
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     const SimOp *so = sim->classes[c].ops;
     Start *idx = arena_alloc(&g_arena, sizeof(Start) * (size_t)(s->nops + 1));
     int n = 0;
@@ -585,10 +585,10 @@ static cJSON *html_live(const LivePoint *pt, int n, double end, bool *thinned)
 }
 
 /* One rank class's timeline data. */
-static cJSON *html_class_data(const MemPlan *mp, const Sim *sim, bool **crit, int c)
+static cJSON *html_class_data(const Plan *mp, const Sim *sim, bool **crit, int c)
 {
-    const ClassMem *cm = &mp->classes[c];
-    const Sched *s = &cm->sched;
+    const ClassMem *cm = &mp->mem.classes[c];
+    const Sched *s = cm->sched;
     const SimClass *sc = &sim->classes[c];
     double end = sc->end > 0 ? sc->end : 0;
     for (int i = 0; i < s->nops; i++)
@@ -599,7 +599,7 @@ static cJSON *html_class_data(const MemPlan *mp, const Sim *sim, bool **crit, in
     cJSON_AddNumberToObject(o, "end", html_us(end));
     cJSON_AddNumberToObject(o, "nops", s->nops);
     cJSON *rows = cJSON_AddArrayToObject(o, "rows");
-    int merged = 0, cap = HTML_GANTT_OPS / mp->nclasses;
+    int merged = 0, cap = HTML_GANTT_OPS / mp->mem.nclasses;
     cap = cap < HTML_GANTT_MIN ? HTML_GANTT_MIN : cap > HTML_GANTT_MAX ? HTML_GANTT_MAX : cap;
     for (int st = 0; st < NSTREAMS; st++) {
         bool any = false;
@@ -632,7 +632,7 @@ static cJSON *html_class_data(const MemPlan *mp, const Sim *sim, bool **crit, in
 }
 
 /* The JSON block the script draws from, escaped for a <script> element. */
-static void html_data(Html *h, const MemPlan *mp, const Sim *sim)
+static void html_data(Html *h, const Plan *mp, const Sim *sim)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *fams = cJSON_AddArrayToObject(root, "families");
@@ -642,16 +642,16 @@ static void html_data(Html *h, const MemPlan *mp, const Sim *sim)
         cJSON_AddStringToObject(o, "color", html_families[f].color);
         cJSON_AddItemToArray(fams, o);
     }
-    cJSON_AddNumberToObject(root, "worst", mp->worst);
-    bool **crit = arena_alloc(&g_arena, sizeof(bool *) * (size_t)mp->nclasses);
-    for (int c = 0; c < mp->nclasses; c++) crit[c] = arena_alloc(&g_arena, (size_t)mp->classes[c].sched.nops + 1);
+    cJSON_AddNumberToObject(root, "worst", mp->mem.worst);
+    bool **crit = arena_alloc(&g_arena, sizeof(bool *) * (size_t)mp->mem.nclasses);
+    for (int c = 0; c < mp->mem.nclasses; c++) crit[c] = arena_alloc(&g_arena, (size_t)mp->sched.classes[c].nops + 1);
     for (int k = 0; k < sim->ncritical; k++) {
         SimRef r = sim->critical[k];
-        if (r.cls >= 0 && r.cls < mp->nclasses && r.op >= 0 && r.op < mp->classes[r.cls].sched.nops)
+        if (r.cls >= 0 && r.cls < mp->mem.nclasses && r.op >= 0 && r.op < mp->sched.classes[r.cls].nops)
             crit[r.cls][r.op] = true;
     }
     cJSON *cls = cJSON_AddArrayToObject(root, "classes");
-    for (int c = 0; c < mp->nclasses; c++) cJSON_AddItemToArray(cls, html_class_data(mp, sim, crit, c));
+    for (int c = 0; c < mp->mem.nclasses; c++) cJSON_AddItemToArray(cls, html_class_data(mp, sim, crit, c));
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!text) die("html: out of memory printing the data");
@@ -853,7 +853,7 @@ static const char html_js[] =
 /* ---- the page ---------------------------------------------------------------------- */
 
 /* The whole page (arena-allocated). */
-char *html_report(const MemPlan *mp, const Sim *sim)
+char *html_report(const Plan *mp, const Sim *sim)
 {
     if (!sim || !sim->classes) die("html: no simulation to draw");
     Html h = {0};

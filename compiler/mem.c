@@ -1,9 +1,8 @@
 /* mem.c — the memory plan: buffer lifetimes from the step's op list, static
  * offsets in one device arena, one pinned-host arena and the NVMe files by
  * interval packing, the peak and the op where it happens, the live-bytes
- * lower bound and the arena's ratio to it, the verdict against the cluster,
- * and the changes that would make a plan fit, each checked by re-planning a
- * modified copy of the spec.
+ * lower bound and the arena's ratio to it, and the verdict against the
+ * cluster.  Its input is the schedule (sched.c); it never builds one.
  *
  * The arena is what the trainer allocates: one device allocation, never
  * another during training.  Its size is the plan's answer; the peak of live
@@ -63,11 +62,7 @@ static void lifetimes(Sched *s)
     }
 }
 
-/* ---- interval packing ----------------------------------------------------------- */
-
-/* Up to this many transient buffers, the size-ordered packing (quadratic) is
- * tried besides the time-ordered one (n · live). */
-enum { SIZE_ORDER_MAX = 4000 };
+/* ---- families: the transients laid out by (layer, microbatch) -------------------- */
 
 /* Do two buffers' lifetimes intersect? */
 static bool live_together(const Buffer *a, const Buffer *b)
@@ -75,7 +70,7 @@ static bool live_together(const Buffer *a, const Buffer *b)
     return a->first <= b->last && b->first <= a->last;
 }
 
-/* A buffer's sort key: the packer and the overlap check sort these, so the
+/* A buffer's sort key: the overlap check and the layout sort these, so the
  * comparisons need no context. */
 typedef struct Key { int64_t a, b, c; int id; } Key;
 
@@ -89,102 +84,303 @@ static int by_key(const void *pa, const void *pb)
     return x->id - y->id;
 }
 
-/* Placed buffers in offset order, with their offsets in this trial. */
-typedef struct Packer {
-    const Buffer *bufs;
-    int64_t *off;               /* by buffer id */
-    int *placed;
-    int n;
-} Packer;
-
-/* The lowest offset >= base where b fits between the placed buffers that are
- * live at the same time (first fit by offset). */
-static int64_t first_fit(const Packer *pk, const Buffer *b, int64_t base)
+/* Where a buffer's layer is in its class: its chunk and its index among the
+ * chunk's layers; a buffer of no layer of the class keeps its own chunk
+ * (or none) and index 0. */
+void mem_place(const RankClass *c, const Buffer *b, int *chunk, int *li)
 {
-    int64_t at = base, size = align_up(b->bytes);
-    for (int i = 0; i < pk->n; i++) {
-        int q = pk->placed[i];
-        if (!live_together(b, &pk->bufs[q])) continue;
-        if (pk->off[q] >= at + size) break;
-        int64_t end = pk->off[q] + align_up(pk->bufs[q].bytes);
-        if (end > at) at = end;
+    *chunk = b->chunk, *li = 0;
+    if (b->layer == NO_LAYER) return;
+    for (int k = 0; k < c->nchunks; k++) {
+        const Chunk *ch = &c->chunks[k];
+        if (b->layer >= ch->first_layer && b->layer < ch->first_layer + ch->nlayers) {
+            *chunk = k, *li = b->layer - ch->first_layer;
+            return;
+        }
     }
-    return at;
 }
 
-/* Inserts id into the offset-ordered placed list. */
-static void place(Packer *pk, int id)
+/* The layer coordinate of a buffer: its index among its chunk's layers. */
+static int layer_coord(const RankClass *c, const Buffer *b)
 {
-    int i = pk->n++;
-    while (i > 0 && pk->off[pk->placed[i - 1]] > pk->off[id]) {
-        pk->placed[i] = pk->placed[i - 1];
-        i--;
-    }
-    pk->placed[i] = id;
+    int chunk, li;
+    mem_place(c, b, &chunk, &li);
+    return li;
 }
 
-/* Drops the placed buffers that died before op t (time-ordered packing keeps
- * only the buffers still live, so the scan is short). */
-static void expire(Packer *pk, int t)
+/* The chunk a buffer's family is of (its layer's, or its own). */
+static int family_chunk(const RankClass *c, const Buffer *b)
 {
-    int k = 0;
-    for (int i = 0; i < pk->n; i++)
-        if (pk->bufs[pk->placed[i]].last >= t) pk->placed[k++] = pk->placed[i];
-    pk->n = k;
+    int chunk, li;
+    mem_place(c, b, &chunk, &li);
+    return chunk;
 }
 
-/* First fit of the buffers in key order; returns the arena top. by_time:
- * keys are in birth order, so only live buffers need to stay placed. */
-static int64_t pack_order(const Sched *s, const Key *keys, int n, int64_t base, bool by_time, int64_t *off)
+/* Does a transient belong to family f (of class c)? */
+static bool same_family(const RankClass *c, const BufFamily *f, const Buffer *b)
 {
-    Packer pk = {s->bufs, off, arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1)), 0};
-    int64_t top = base;
-    int last_t = -1;
+    return f->role == b->role && f->sub == b->sub && f->idx == b->idx && f->space == b->space &&
+           f->chunk == family_chunk(c, b);
+}
+
+/* Would places (li % lm, mb % w) keep every two instances of the family
+ * that are live at once apart?  ids: its buffers by birth. */
+static bool places_ok(const Sched *s, const RankClass *c, const int *ids, int n, int lm, int w, int *last)
+{
+    int nplaces = lm * w;
+    for (int p = 0; p < nplaces; p++) last[p] = -1;
     for (int i = 0; i < n; i++) {
-        const Buffer *b = &s->bufs[keys[i].id];
-        if (by_time && b->first != last_t) expire(&pk, last_t = b->first);
-        off[keys[i].id] = first_fit(&pk, b, base);
-        place(&pk, keys[i].id);
-        int64_t end = off[keys[i].id] + align_up(b->bytes);
-        if (end > top) top = end;
+        const Buffer *b = &s->bufs[ids[i]];
+        int p = (layer_coord(c, b) % lm) * w + (b->mb < 0 ? 0 : b->mb % w);
+        if (last[p] >= b->first) return false;
+        if (b->last > last[p]) last[p] = b->last;
+    }
+    return true;
+}
+
+/* The fewest places (lm · w) for the family's instances: lm from 1 (every
+ * layer shares) up to the class's layers, w from 1 up to the microbatches. */
+static void choose_places(const Sched *s, const RankClass *c, const int *ids, int n, BufFamily *f)
+{
+    int nl = 0;
+    for (int k = 0; k < c->nchunks; k++)
+        if (c->chunks[k].nlayers > nl) nl = c->chunks[k].nlayers;
+    int m = (int)s->part->m;
+    if (nl < 1) nl = 1;
+    int *last = arena_alloc(&g_arena, sizeof(int) * (size_t)(nl * (m + 1) + 1));
+    int64_t best = -1;
+    for (int lm = 1; lm <= nl; lm = lm < 8 || lm == nl ? lm + 1 : nl) {
+        for (int w = 1; w <= m && (best < 0 || (int64_t)lm * w < best); w++) {
+            if (!places_ok(s, c, ids, n, lm, w, last)) continue;
+            best = (int64_t)lm * w;
+            f->lm = lm, f->w = w;
+            break;
+        }
+    }
+    if (best < 0) die("mem: the %s buffers of stage %d cannot be laid out by layer and microbatch", s->bufs[ids[0]].name,
+                      c->stage);
+}
+
+/* A family's lifetimes as sorted, merged intervals. */
+typedef struct Spans { int (*iv)[2]; int n; } Spans;
+
+/* Do two families' lifetimes meet? */
+static bool spans_meet(const Spans *a, const Spans *b)
+{
+    int i = 0, j = 0;
+    while (i < a->n && j < b->n) {
+        if (a->iv[i][1] < b->iv[j][0]) i++;
+        else if (b->iv[j][1] < a->iv[i][0]) j++;
+        else return true;
+    }
+    return false;
+}
+
+/* The lifetimes of a family's instances (ids by birth), merged where they overlap. */
+static Spans family_spans(const Sched *s, const int *ids, int n)
+{
+    Spans sp = {arena_alloc(&g_arena, sizeof(int[2]) * (size_t)(n + 1)), 0};
+    for (int i = 0; i < n; i++) {
+        const Buffer *b = &s->bufs[ids[i]];
+        if (sp.n && b->first <= sp.iv[sp.n - 1][1]) {
+            if (b->last > sp.iv[sp.n - 1][1]) sp.iv[sp.n - 1][1] = b->last;
+        } else {
+            sp.iv[sp.n][0] = b->first, sp.iv[sp.n][1] = b->last;
+            sp.n++;
+        }
+    }
+    return sp;
+}
+
+/* First fit of the families (blocks of bytes[f], conflicting pairwise as
+ * meet says) in the order given, from base; offsets into off; returns the top. */
+static int64_t fit_blocks(int nf, const int *order, const int64_t *bytes, const bool *meet, int64_t base, int64_t *off)
+{
+    int64_t top = base;
+    for (int k = 0; k < nf; k++) {
+        int f = order[k];
+        int64_t at = base;
+        for (bool moved = true; moved;) {   /* bump past every placed block it meets */
+            moved = false;
+            for (int j = 0; j < k; j++) {
+                int g = order[j];
+                if (!meet[(size_t)f * nf + g] || off[g] >= at + bytes[f] || off[g] + bytes[g] <= at) continue;
+                at = off[g] + bytes[g], moved = true;
+            }
+        }
+        off[f] = at;
+        if (at + bytes[f] > top) top = at + bytes[f];
     }
     return top;
 }
 
-/* Packs one space: persistent buffers at the bottom in order, then the
- * transients by first fit, in birth order and (when few) largest first,
- * keeping the tighter.  Returns the arena size. */
-static int64_t pack_space(Sched *s, int space)
+/* The place of a buffer in its family's block: layer-major with arithmetic
+ * places, slot-major with the pipeline's slots (its (chunk, microbatch)'s). */
+static int64_t place_of(const RankClass *c, const BufFamily *fa, const Buffer *b)
 {
-    Key *keys = arena_alloc(&g_arena, sizeof(Key) * (size_t)(s->nbufs + 1));
-    int64_t *off[2];
-    for (int t = 0; t < 2; t++) off[t] = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(s->nbufs + 1));
-    int n = 0;
+    int li = layer_coord(c, b) % fa->lm;
+    if (fa->slot) {
+        int chunk = family_chunk(c, b), mb = b->mb < 0 ? 0 : b->mb;
+        return ((int64_t)fa->slot[chunk * fa->m + mb] * fa->lm + li) * fa->size;
+    }
+    return ((int64_t)li * fa->w + (b->mb < 0 ? 0 : b->mb % fa->w)) * fa->size;
+}
+
+/* A (chunk, microbatch) of a family with its instances' lifetime. */
+typedef struct Unit { int first, last, chunk, mb; } Unit;
+
+/* Orders units by birth. */
+static int by_first(const void *pa, const void *pb)
+{
+    const Unit *x = pa, *y = pb;
+    return x->first != y->first ? x->first - y->first : x->chunk != y->chunk ? x->chunk - y->chunk : x->mb - y->mb;
+}
+
+/* The same role kept by several model chunks of an interleaved stage: their
+ * microbatch windows peak at different times, so instead of a block per
+ * chunk (w places each), one block whose places are the slots of a colouring
+ * of the (chunk, microbatch) pairs by lifetime (as few as are ever live at
+ * once: an interval graph).  The families fams[mem[0..nm)] (one per chunk;
+ * their buffers ids) become fams[mem[0]] when that takes fewer bytes. */
+static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const int *ids, int n)
+{
+    const RankClass *c = cm->cls;
+    int m = (int)s->part->m, nunits = c->nchunks * m, lm = 1;
+    int64_t size = 0, apart = 0;
+    for (int j = 0; j < nm; j++) {
+        const BufFamily *fa = &cm->fams[mem[j]];
+        apart += (int64_t)fa->lm * fa->w * fa->size;
+        if (fa->size > size) size = fa->size;
+    }
+    Unit *u = arena_alloc(&g_arena, sizeof(Unit) * (size_t)(nunits + 1));
+    for (int k = 0; k < nunits; k++) u[k] = (Unit){-1, -1, k / m, k % m};
+    for (int i = 0; i < n; i++) {
+        const Buffer *b = &s->bufs[ids[i]];
+        if (b->mb < 0) return;                      /* not per microbatch */
+        Unit *x = &u[family_chunk(c, b) * m + b->mb];
+        if (x->first < 0 || b->first < x->first) x->first = b->first;
+        if (b->last > x->last) x->last = b->last;
+        if (layer_coord(c, b) + 1 > lm) lm = layer_coord(c, b) + 1;
+    }
+    qsort(u, (size_t)nunits, sizeof(Unit), by_first);
+    int *slot = arena_alloc(&g_arena, sizeof(int) * (size_t)(nunits + 1));
+    int *busy = arena_alloc(&g_arena, sizeof(int) * (size_t)(nunits + 1));     /* per colour: its last op */
+    int ncolours = 0;
+    for (int k = 0; k < nunits; k++) {      /* greedy by birth: optimal for intervals */
+        if (u[k].first < 0) continue;
+        int col = 0;
+        while (col < ncolours && busy[col] >= u[k].first) col++;
+        if (col == ncolours) ncolours++;
+        busy[col] = u[k].last;
+        slot[u[k].chunk * m + u[k].mb] = col;
+    }
+    if ((int64_t)ncolours * lm * size >= apart) return;
+    BufFamily *fa = &cm->fams[mem[0]];
+    fa->chunk = -1, fa->lm = lm, fa->w = ncolours, fa->size = size, fa->slot = slot, fa->m = m;
+    for (int j = 1; j < nm; j++) fa->ninst += cm->fams[mem[j]].ninst, cm->fams[mem[j]].ninst = 0;
+    for (int i = 0; i < n; i++) s->bufs[ids[i]].fam = mem[0];
+}
+
+/* Each family's buffers by birth: ids[first[f - f0] .. first[f - f0 + 1]) for
+ * the families f0 .. f0 + nf of the n transients keys. */
+static void family_members(const Sched *s, const Key *keys, int n, int f0, int nf, int *ids, int *first)
+{
+    int *fill = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1));
+    memset(first, 0, sizeof(int) * (size_t)(nf + 1));
+    for (int i = 0; i < n; i++) first[s->bufs[keys[i].id].fam - f0 + 1]++;
+    for (int f = 0; f < nf; f++) first[f + 1] += first[f];
+    memcpy(fill, first, sizeof(int) * (size_t)(nf + 1));
+    for (int i = 0; i < n; i++) ids[fill[s->bufs[keys[i].id].fam - f0]++] = keys[i].id;
+}
+
+/* Lays out one space: the persistent buffers at the bottom in order, then
+ * the transients by family (arithmetic places; the chunks of an interleaved
+ * stage merged when that is smaller), each family's block by first fit among
+ * the blocks it is live with (born first, then largest first; and largest
+ * first: the tighter).  Returns the arena size. */
+static int64_t layout_space(ClassMem *cm, Sched *s, int space)
+{
+    const RankClass *c = cm->cls;
     int64_t base = 0;
+    Key *keys = arena_alloc(&g_arena, sizeof(Key) * (size_t)(s->nbufs + 1));
+    int n = 0;
     for (int k = 0; k < s->nbufs; k++) {
         Buffer *b = &s->bufs[k];
         if (b->space != space) continue;
+        b->fam = -1;
         if (b->persistent) {
             b->offset = base;
             base += align_up(b->bytes);
-        } else {    /* born first, then larger, then longer-lived */
-            keys[n++] = (Key){b->first, -b->bytes, -b->last, k};
+        } else {
+            keys[n++] = (Key){b->first, -b->bytes, b->last, k};
         }
     }
     qsort(keys, (size_t)n, sizeof(Key), by_key);
-    int64_t top = pack_order(s, keys, n, base, true, off[0]);
-    int best = 0;
-    if (n <= SIZE_ORDER_MAX) {
-        for (int i = 0; i < n; i++) {   /* larger, then earlier, then longer-lived */
-            const Buffer *b = &s->bufs[keys[i].id];
-            keys[i] = (Key){-b->bytes, b->first, -b->last, keys[i].id};
-        }
-        qsort(keys, (size_t)n, sizeof(Key), by_key);
-        int64_t top2 = pack_order(s, keys, n, base, false, off[1]);
-        if (top2 < top) top = top2, best = 1;
+    /* the families, in the order their first buffer is born */
+    int f0 = cm->nfams;
+    for (int i = 0; i < n; i++) {
+        Buffer *b = &s->bufs[keys[i].id];
+        int f = f0;
+        while (f < cm->nfams && !same_family(c, &cm->fams[f], b)) f++;
+        if (f == cm->nfams)
+            cm->fams[cm->nfams++] = (BufFamily){.role = b->role, .sub = b->sub, .idx = b->idx,
+                                                .chunk = family_chunk(c, b), .space = space, .lm = 1, .w = 1};
+        BufFamily *fa = &cm->fams[f];
+        fa->ninst++;
+        if (align_up(b->bytes) > fa->size) fa->size = align_up(b->bytes);
+        b->fam = f;
     }
-    for (int i = 0; i < n; i++) s->bufs[keys[i].id].offset = off[best][keys[i].id];
-    return top;
+    int nf = cm->nfams - f0;
+    if (nf == 0) return base;
+    int *ids = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1)), *first = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1));
+    family_members(s, keys, n, f0, nf, ids, first);
+    for (int f = 0; f < nf; f++) choose_places(s, c, ids + first[f], first[f + 1] - first[f], &cm->fams[f0 + f]);
+    /* one role of several chunks: merged into one block when that is smaller */
+    int *mem = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1)), *ids2 = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1));
+    for (int f = 0; f < nf && c->nchunks > 1; f++) {
+        const BufFamily *fa = &cm->fams[f0 + f];
+        if (!fa->ninst || fa->chunk != 0) continue;
+        int nm = 0, k = 0;
+        for (int g = f; g < nf; g++) {
+            const BufFamily *x = &cm->fams[f0 + g];
+            if (x->ninst && x->chunk >= 0 && x->role == fa->role && x->sub == fa->sub && x->idx == fa->idx) mem[nm++] = f0 + g;
+        }
+        for (int j = 0; j < nm; j++)
+            for (int i = first[mem[j] - f0]; i < first[mem[j] - f0 + 1]; i++) ids2[k++] = ids[i];
+        if (nm > 1) merge_chunks(cm, s, mem, nm, ids2, k);
+    }
+    family_members(s, keys, n, f0, nf, ids, first);
+    int64_t *bytes = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nf);
+    Spans *spans = arena_alloc(&g_arena, sizeof(Spans) * (size_t)nf);
+    for (int f = 0; f < nf; f++) {
+        const BufFamily *fa = &cm->fams[f0 + f];
+        bytes[f] = fa->ninst ? (int64_t)fa->lm * fa->w * fa->size : 0;
+        spans[f] = family_spans(s, ids + first[f], first[f + 1] - first[f]);
+    }
+    bool *meet = arena_alloc(&g_arena, sizeof(bool) * (size_t)nf * (size_t)nf);
+    for (int f = 0; f < nf; f++)
+        for (int g = f + 1; g < nf; g++) meet[(size_t)f * nf + g] = meet[(size_t)g * nf + f] = spans_meet(&spans[f], &spans[g]);
+    int *order = arena_alloc(&g_arena, sizeof(int) * (size_t)nf);
+    int64_t *off[2];
+    int64_t top[2];
+    for (int t = 0; t < 2; t++) {   /* 0: born first (the families are in birth order), then larger; 1: larger first */
+        off[t] = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nf);
+        for (int f = 0; f < nf; f++) order[f] = f;
+        for (int i = 1; t == 1 && i < nf; i++)
+            for (int j = i; j > 0 && bytes[order[j]] > bytes[order[j - 1]]; j--) {
+                int x = order[j];
+                order[j] = order[j - 1], order[j - 1] = x;
+            }
+        top[t] = fit_blocks(nf, order, bytes, meet, base, off[t]);
+    }
+    int best = top[1] < top[0];
+    for (int f = 0; f < nf; f++) cm->fams[f0 + f].base = off[best][f];
+    for (int i = 0; i < n; i++) {
+        Buffer *b = &s->bufs[keys[i].id];
+        const BufFamily *fa = &cm->fams[b->fam];
+        b->offset = fa->base + place_of(c, fa, b);
+    }
+    return top[best];
 }
 
 /* ---- peaks ------------------------------------------------------------------------ */
@@ -218,7 +414,7 @@ static int64_t curve_max(const int64_t *c, int n, int *at)
 int64_t mem_live_at(const ClassMem *cm, int space, int op)
 {
     int64_t sum = 0;
-    const Sched *s = &cm->sched;
+    const Sched *s = cm->sched;
     for (int k = 0; k < s->nbufs; k++) {
         const Buffer *b = &s->bufs[k];
         if (b->space == space && b->first <= op && op <= b->last) sum += b->bytes;
@@ -229,7 +425,7 @@ int64_t mem_live_at(const ClassMem *cm, int space, int op)
 /* Peaks per space, the device peak's op and its breakdown by category. */
 static void peaks(ClassMem *cm)
 {
-    const Sched *s = &cm->sched;
+    const Sched *s = cm->sched;
     int n = s->nops > 0 ? s->nops : 1;
     int64_t *d = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(s->nops + 2));
     for (int sp = 0; sp < NSPACES; sp++) {
@@ -252,11 +448,13 @@ static void peaks(ClassMem *cm)
 }
 
 /* Lifetimes, offsets in every arena, peaks and the ratio. */
-void mem_layout(ClassMem *cm, int64_t reserve)
+void mem_layout(ClassMem *cm, Sched *s, int64_t reserve)
 {
-    Sched *s = &cm->sched;
+    cm->sched = s;
     lifetimes(s);
-    for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = pack_space(s, sp);
+    cm->fams = arena_alloc(&g_arena, sizeof(BufFamily) * (size_t)(s->nbufs + 1));
+    cm->nfams = 0;
+    for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = layout_space(cm, s, sp);
     peaks(cm);
     cm->reserve = reserve;
     cm->device_total = cm->arena[SPACE_DEVICE] + reserve;
@@ -266,7 +464,7 @@ void mem_layout(ClassMem *cm, int64_t reserve)
 /* True when no two buffers that are live at the same time share bytes. */
 bool mem_check_overlap(const ClassMem *cm)
 {
-    const Sched *s = &cm->sched;
+    const Sched *s = cm->sched;
     Key *keys = arena_alloc(&g_arena, sizeof(Key) * (size_t)(s->nbufs + 1));
     for (int k = 0; k < s->nbufs; k++) keys[k] = (Key){s->bufs[k].space, s->bufs[k].offset, 0, k};
     qsort(keys, (size_t)s->nbufs, sizeof(Key), by_key);
@@ -284,9 +482,9 @@ bool mem_check_overlap(const ClassMem *cm)
 /* ---- the plan and the verdict --------------------------------------------------------- */
 
 /* Compares the plan against the cluster: GPUs, device, host and NVMe memory. */
-static void verdict(MemPlan *mp)
+static void verdict(const Partition *p, MemPlan *mp)
 {
-    const Spec *s = mp->spec;
+    const Spec *s = p->spec;
     int64_t gpn = s->cluster.gpus_per_node > 0 ? s->cluster.gpus_per_node : 1;
     mp->cluster_gpus = s->cluster.nodes * gpn;
     mp->worst = 0;
@@ -300,280 +498,23 @@ static void verdict(MemPlan *mp)
     /* a node holds gpus_per_node ranks; the worst class stands for each */
     mp->host_node = host * gpn;
     mp->nvme_node = nvme * gpn;
-    mp->fits_gpus = mp->part.world <= mp->cluster_gpus;
+    mp->fits_gpus = p->world <= mp->cluster_gpus;
     mp->fits_device = mp->classes[mp->worst].device_total <= s->cluster.gpu_memory;
     mp->fits_host = mp->host_node <= s->cluster.host_memory;
     mp->fits_nvme = mp->nvme_node <= s->cluster.nvme_capacity;
     mp->fits = mp->fits_gpus && mp->fits_device && mp->fits_host && mp->fits_nvme;
 }
 
-/* Plans a spec end to end.  mp must stay where it is: the partition points
- * into it. */
-bool mem_plan(const Spec *s, MemPlan *mp, bool report)
+/* The memory plan of every rank class of a schedule, and the verdict. */
+void mem_plan(const Partition *p, Schedule *sc, MemPlan *out)
 {
-    memset(mp, 0, sizeof *mp);
-    mp->spec = s;
-    if (!part_check(s, report)) return false;
-    model_build(s, &mp->model);
-    part_build(s, &mp->model, &mp->part);
-    if (!part_check_staging(s, &mp->part, report)) return false;
-    mp->nclasses = mp->part.nclasses;
-    mp->classes = arena_alloc(&g_arena, sizeof(ClassMem) * (size_t)mp->nclasses);
-    for (int i = 0; i < mp->nclasses; i++) {
-        ClassMem *cm = &mp->classes[i];
-        cm->cls = &mp->part.classes[i];
-        sched_build(&mp->part, cm->cls, &cm->sched);
-        mem_layout(cm, s->cluster.runtime_reserve);
+    memset(out, 0, sizeof *out);
+    out->nclasses = sc->nclasses;
+    out->classes = arena_alloc(&g_arena, sizeof(ClassMem) * (size_t)out->nclasses);
+    for (int i = 0; i < out->nclasses; i++) {
+        ClassMem *cm = &out->classes[i];
+        cm->cls = &p->classes[i];
+        mem_layout(cm, &sc->classes[i], p->spec->cluster.runtime_reserve);
     }
-    verdict(mp);
-    return true;
-}
-
-/* ---- fixes -------------------------------------------------------------------------- */
-
-/* The changes tried, in the order they are listed when they save the same. */
-typedef enum FixKind {
-    FIX_FEWER_DP, FIX_NODES, FIX_ZERO, FIX_OPT_OFFLOAD, FIX_PARAM_OFFLOAD, FIX_CKPT, FIX_MICRO, FIX_TP, FIX_PP,
-    NFIXKINDS
-} FixKind;
-
-typedef struct Cand { Spec s; const char *why; } Cand;
-
-/* Sets the microbatch count in both places the spec keeps it. */
-static void set_accum(Spec *s, int64_t m)
-{
-    s->parallel.microbatches = m;
-    s->train.grad_accum = m;
-}
-
-/* The next ZeRO stage. */
-static bool cand_zero(const Spec *s, Cand *c)
-{
-    if (s->zero.stage >= 3 || s->parallel.dp < 2) return false;
-    c->s.zero.stage = s->zero.stage + 1;
-    c->why = c->s.zero.stage == 1 ? "shard the optimizer states over dp"
-           : c->s.zero.stage == 2 ? "shard the gradients too" : "shard the parameters too";
-    return true;
-}
-
-/* Optimizer states and master weights to host memory (needs ZeRO >= 1). */
-static bool cand_opt_offload(const Spec *s, Cand *c)
-{
-    if (s->offload.optimizer != OFF_NONE) return false;
-    c->s.offload.optimizer = OFF_CPU;
-    c->s.offload.optimizer_ratio = 1.0;
-    if (s->zero.stage == 0) c->s.zero.stage = 1;
-    c->why = "optimizer states, master weights and fp32 gradients in host memory";
-    return true;
-}
-
-/* Parameters to host memory (needs ZeRO 3). */
-static bool cand_param_offload(const Spec *s, Cand *c)
-{
-    if (s->offload.params != OFF_NONE) return false;
-    c->s.offload.params = OFF_CPU;
-    c->s.zero.stage = 3;
-    c->why = "parameter shards in host memory, fetched for each use";
-    return true;
-}
-
-/* Full activation checkpointing of every layer. */
-static bool cand_ckpt(const Spec *s, Cand *c)
-{
-    if (s->checkpointing.activations == CKPT_FULL && s->checkpointing.every == 1) return false;
-    c->s.checkpointing.activations = CKPT_FULL;
-    c->s.checkpointing.every = 1;
-    c->why = "keep only each layer's input; recompute the rest in backward";
-    return true;
-}
-
-/* A smaller micro-batch b2 (dividing it), the same global batch. */
-static bool cand_micro(const Spec *s, Cand *c, int64_t b2)
-{
-    int64_t b = s->train.micro_batch;
-    if (b2 < 1 || b2 >= b || b % b2) return false;
-    c->s.train.micro_batch = b2;
-    set_accum(&c->s, s->parallel.microbatches * (b / b2));
-    c->why = "fewer sequences per microbatch; more microbatches keep the global batch";
-    return true;
-}
-
-/* Twice the tp (within a node) or pp, taking the GPUs from dp. */
-static bool cand_split(const Spec *s, Cand *c, bool tp)
-{
-    int64_t dp = s->parallel.dp;
-    if (dp % 2) return false;
-    if (tp) {
-        if (s->parallel.tp * 2 > s->cluster.gpus_per_node) return false;
-        c->s.parallel.tp = s->parallel.tp * 2;
-    } else {
-        c->s.parallel.pp = s->parallel.pp * 2;
-        c->s.parallel.stage_layers.n = 0;
-    }
-    c->s.parallel.dp = dp / 2;
-    set_accum(&c->s, s->parallel.microbatches * 2);
-    c->why = tp ? "split every layer over more GPUs of a node" : "split the layers over more pipeline stages";
-    return true;
-}
-
-/* A layout that needs more GPUs than the cluster has: less dp, same batch. */
-static bool cand_fewer_dp(const Spec *s, Cand *c)
-{
-    int64_t tp = s->parallel.tp, pp = s->parallel.pp, B = s->train.global_batch, b = s->train.micro_batch;
-    int64_t gpus = s->cluster.nodes * s->cluster.gpus_per_node;
-    if (tp * pp * s->parallel.dp <= gpus) return false;
-    for (int64_t dp = gpus / (tp * pp); dp >= 1; dp--) {
-        if (B % (b * dp)) continue;
-        c->s.parallel.dp = dp;
-        set_accum(&c->s, B / (b * dp));
-        c->why = "fit the cluster's GPUs; more microbatches keep the global batch";
-        return true;
-    }
-    return false;
-}
-
-/* Enough nodes for the layout. */
-static bool cand_nodes(const Spec *s, Cand *c)
-{
-    int64_t gpn = s->cluster.gpus_per_node > 0 ? s->cluster.gpus_per_node : 1;
-    int64_t world = s->parallel.tp * s->parallel.pp * s->parallel.dp;
-    if (world <= s->cluster.nodes * gpn) return false;
-    c->s.cluster.nodes = (world + gpn - 1) / gpn;
-    c->why = "a cluster with the GPUs the layout needs";
-    return true;
-}
-
-/* Builds the candidate of a kind from spec s (arg: the micro-batch). */
-static bool cand_make(int kind, int64_t arg, const Spec *s, Cand *c)
-{
-    *c = (Cand){.s = *s};
-    switch (kind) {
-    case FIX_FEWER_DP: return cand_fewer_dp(s, c);
-    case FIX_NODES: return cand_nodes(s, c);
-    case FIX_ZERO: return cand_zero(s, c);
-    case FIX_OPT_OFFLOAD: return cand_opt_offload(s, c);
-    case FIX_PARAM_OFFLOAD: return cand_param_offload(s, c);
-    case FIX_CKPT: return cand_ckpt(s, c);
-    case FIX_MICRO: return cand_micro(s, c, arg);
-    case FIX_TP: return cand_split(s, c, true);
-    case FIX_PP: return cand_split(s, c, false);
-    default: return false;
-    }
-}
-
-/* The -D overrides that turn spec a into spec b. */
-static const char *spec_delta(const Spec *a, const Spec *b)
-{
-    static const char *const offs[] = {"none", "cpu", "nvme"}, *const ckpts[] = {"none", "full", "selective"};
-    char *out = "";
-#define INT_KEY(field, key) \
-    if (a->field != b->field) out = arena_printf(&g_arena, "%s -D " key "=%lld", out, (long long)b->field);
-    INT_KEY(zero.stage, "zero.stage")
-    if (a->offload.optimizer != b->offload.optimizer)
-        out = arena_printf(&g_arena, "%s -D offload.optimizer=%s", out, offs[b->offload.optimizer]);
-    if (a->offload.params != b->offload.params)
-        out = arena_printf(&g_arena, "%s -D offload.params=%s", out, offs[b->offload.params]);
-    if (a->checkpointing.activations != b->checkpointing.activations)
-        out = arena_printf(&g_arena, "%s -D checkpointing.activations=%s", out, ckpts[b->checkpointing.activations]);
-    INT_KEY(checkpointing.every, "checkpointing.every")
-    INT_KEY(parallel.tp, "parallel.tp")
-    INT_KEY(parallel.pp, "parallel.pp")
-    if (a->parallel.stage_layers.n != b->parallel.stage_layers.n)
-        out = arena_printf(&g_arena, "%s -D parallel.stage_layers=[]", out);
-    INT_KEY(parallel.dp, "parallel.dp")
-    INT_KEY(train.micro_batch, "train.micro_batch")
-    INT_KEY(train.grad_accum, "train.grad_accum")
-    INT_KEY(cluster.nodes, "cluster.nodes")
-#undef INT_KEY
-    return out[0] ? out + 1 : out;
-}
-
-/* Plans s in a scratch arena and keeps only the verdict and the largest
- * device total: the arena is freed after, so trying a dozen changes of a big
- * model costs the memory of one plan (g_arena is swapped for the call). */
-static bool replan(const Spec *s, bool *fits, int64_t *total)
-{
-    Arena outer = g_arena;
-    g_arena = (Arena){0};
-    MemPlan *alt = arena_alloc(&g_arena, sizeof *alt);
-    bool ok = mem_plan(s, alt, false);
-    if (ok) *fits = alt->fits, *total = alt->classes[alt->worst].device_total;
-    arena_free(&g_arena);
-    g_arena = outer;
-    return ok;
-}
-
-/* Re-plans candidate c (of kind, arg) and records it as a fix when it fits
- * or at least saves device memory. */
-static bool try_cand(MemPlan *mp, const Cand *c, int kind, int64_t arg)
-{
-    bool fits;
-    int64_t after, before = mp->classes[mp->worst].device_total;
-    if (!replan(&c->s, &fits, &after)) return false;
-    if (!fits && after >= before && mp->fits_gpus) return false;     /* no help */
-    mp->fixes[mp->nfixes++] = (Fix){.change = spec_delta(mp->spec, &c->s), .why = c->why, .fits = fits,
-                                    .kind = kind, .arg = arg, .device_total = after, .saves = before - after};
-    return true;
-}
-
-/* Fitting fixes first, then by bytes saved. */
-static int by_merit(const void *pa, const void *pb)
-{
-    const Fix *a = pa, *b = pb;
-    if (a->fits != b->fits) return a->fits ? -1 : 1;
-    if (a->saves != b->saves) return a->saves > b->saves ? -1 : 1;
-    return a->kind - b->kind;
-}
-
-/* The micro-batch fix: the largest smaller divisor that fits, else 1. */
-static void try_micro(MemPlan *mp)
-{
-    const Spec *s = mp->spec;
-    for (int64_t b2 = s->train.micro_batch - 1; b2 >= 1; b2--) {
-        Cand c;
-        if (!cand_make(FIX_MICRO, b2, s, &c)) continue;
-        int before = mp->nfixes;
-        if (!try_cand(mp, &c, FIX_MICRO, b2)) continue;
-        if (mp->fixes[before].fits || b2 == 1) return;
-        mp->nfixes = before;    /* keep looking for one that fits */
-    }
-}
-
-/* When no single change fits: the changes together, best first, until the
- * plan fits (each prefix re-planned). */
-static void try_combined(MemPlan *mp)
-{
-    Spec cur = *mp->spec;
-    int used = 0, n = mp->nfixes;
-    for (int i = 0; i < n && mp->nfixes < MEM_MAX_FIXES; i++) {
-        Cand c;
-        bool fits;
-        int64_t after;
-        if (mp->fixes[i].saves <= 0 || !cand_make(mp->fixes[i].kind, mp->fixes[i].arg, &cur, &c)) continue;
-        if (!replan(&c.s, &fits, &after)) continue;
-        cur = c.s;
-        if (++used < 2 || !fits) continue;
-        mp->fixes[mp->nfixes++] = (Fix){.change = spec_delta(mp->spec, &cur), .why = "these changes together",
-                                        .fits = true, .kind = NFIXKINDS, .device_total = after,
-                                        .saves = mp->classes[mp->worst].device_total - after};
-        return;
-    }
-}
-
-/* Computes the changes that would make a plan fit, each by re-planning. */
-void mem_fixes(MemPlan *mp)
-{
-    mp->fixes = arena_alloc(&g_arena, sizeof(Fix) * MEM_MAX_FIXES);
-    mp->nfixes = 0;
-    if (mp->fits) return;
-    for (int kind = 0; kind < NFIXKINDS; kind++) {
-        Cand c;
-        if (kind == FIX_MICRO) try_micro(mp);
-        else if (cand_make(kind, 0, mp->spec, &c)) try_cand(mp, &c, kind, 0);
-    }
-    qsort(mp->fixes, (size_t)mp->nfixes, sizeof(Fix), by_merit);
-    if (mp->nfixes && !mp->fixes[0].fits) {
-        try_combined(mp);
-        qsort(mp->fixes, (size_t)mp->nfixes, sizeof(Fix), by_merit);
-    }
+    verdict(p, out);
 }

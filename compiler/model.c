@@ -67,23 +67,22 @@ static void add_tensor(Model *m, int cap, const char *name, int layer, int role,
     t->decay = cols != 0;       /* matrices and embeddings decay; biases and norms do not */
 }
 
-/* The family's usual name of a layer tensor ("h.3.attn.c_attn.weight"). */
-static const char *layer_name(const Model *m, int layer, const char *gpt, const char *llama)
+/* Appends a tensor of layer L under the family's usual name
+ * ("h.3.attn.c_attn.weight"): the layer prefix, L, the local name gpt or
+ * llama followed by suffix (".weight", ".bias"). */
+static void add_layer_tensor(Model *m, int cap, int L, const char *gpt, const char *llama, const char *suffix, int role,
+                             int64_t rows, int64_t cols, int split)
 {
-    if (m->family == FAM_LLAMA) return arena_printf(&g_arena, "model.layers.%d.%s", layer, llama);
-    return arena_printf(&g_arena, "h.%d.%s", layer, gpt);
+    const char *local = arena_printf(&g_arena, "%s%s", m->family == FAM_LLAMA ? llama : gpt, suffix);
+    add_tensor(m, cap, arena_printf(&g_arena, "%s%d.%s", m->layer_prefix, L, local), L, role, rows, cols, split);
+    m->t[m->nt - 1].local = local;
 }
 
 /* The norm of a layer: weight, and bias for LayerNorm with biases. */
 static void add_norm(Model *m, int cap, int L, int rw, int rb, const char *gpt, const char *llama)
 {
-    add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.weight", gpt),
-                                  arena_printf(&g_arena, "%s.weight", llama)),
-               L, rw, m->h, 0, SPLIT_NONE);
-    if (m->layernorm && m->bias)
-        add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.bias", gpt),
-                                      arena_printf(&g_arena, "%s.bias", llama)),
-                   L, rb, m->h, 0, SPLIT_NONE);
+    add_layer_tensor(m, cap, L, gpt, llama, ".weight", rw, m->h, 0, SPLIT_NONE);
+    if (m->layernorm && m->bias) add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, m->h, 0, SPLIT_NONE);
 }
 
 /* A linear layer's weight [out, in] and optional bias; column-parallel
@@ -91,13 +90,8 @@ static void add_norm(Model *m, int cap, int L, int rw, int rb, const char *gpt, 
 static void add_linear(Model *m, int cap, int L, int rw, int rb, int64_t out, int64_t in,
                        bool column, const char *gpt, const char *llama)
 {
-    add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.weight", gpt),
-                                  arena_printf(&g_arena, "%s.weight", llama)),
-               L, rw, out, in, column ? SPLIT_ROWS : SPLIT_COLS);
-    if (m->bias)
-        add_tensor(m, cap, layer_name(m, L, arena_printf(&g_arena, "%s.bias", gpt),
-                                      arena_printf(&g_arena, "%s.bias", llama)),
-                   L, rb, out, 0, column ? SPLIT_ROWS : SPLIT_NONE);
+    add_layer_tensor(m, cap, L, gpt, llama, ".weight", rw, out, in, column ? SPLIT_ROWS : SPLIT_COLS);
+    if (m->bias) add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, out, 0, column ? SPLIT_ROWS : SPLIT_NONE);
 }
 
 /* The tensors of transformer layer L, in forward order. */
@@ -157,6 +151,7 @@ static void model_shape(const Spec *s, Model *m)
 {
     memset(m, 0, sizeof *m);
     m->family = s->model.family;
+    m->layer_prefix = m->family == FAM_LLAMA ? "model.layers." : "h.";
     m->l = s->model.layers;
     m->h = s->model.hidden;
     m->a = s->model.heads;
@@ -233,11 +228,11 @@ void model_build(const Spec *s, Model *m)
 /* ---- the activation graph of one layer ---------------------------------- */
 
 /* Adds a tensor to the graph; returns its id. */
-static int g_tensor(LayerGraph *g, const char *name, int64_t width, bool fp32, int shard,
+static int g_tensor(LayerGraph *g, int id, const char *name, int64_t width, bool fp32, int shard,
                     int kind, bool grad)
 {
     if (g->nt >= ACT_MAX_TENSORS) die("model: layer graph tensor overflow");
-    g->t[g->nt] = (ActTensor){name, width, fp32, shard, kind, grad, AR_NONE};
+    g->t[g->nt] = (ActTensor){name, id, width, fp32, shard, kind, grad, AR_NONE};
     return g->nt++;
 }
 
@@ -255,17 +250,18 @@ static void g_step(LayerGraph *g, const char *name, int i0, int i1, int o0, int 
 }
 
 /* A norm step: statistics (fp32, kept) and the normalised output (kept, the
- * next linear's input); with sp, the output is gathered to all tokens. */
-static int g_norm(LayerGraph *g, const Model *m, bool sp, int in, const char *name, int *gathered)
+ * next linear's input); with sp, the output is gathered to all tokens.  id:
+ * the statistics' ActPiece (the output's and the gathered one's follow). */
+static int g_norm(LayerGraph *g, const Model *m, bool sp, int in, int id, const char *name, int *gathered)
 {
     int64_t nstats = m->layernorm ? 2 : 1;          /* mean + rstd, or rstd */
-    int stats = g_tensor(g, arena_printf(&g_arena, "%s.stats", name), nstats, true, AS_SEQ, AK_SAVED, false);
-    int out = g_tensor(g, arena_printf(&g_arena, "%s.out", name), m->h, false, AS_SEQ, AK_SAVED, true);
+    int stats = g_tensor(g, id, arena_printf(&g_arena, "%s.stats", name), nstats, true, AS_SEQ, AK_SAVED, false);
+    int out = g_tensor(g, id + 1, arena_printf(&g_arena, "%s.out", name), m->h, false, AS_SEQ, AK_SAVED, true);
     g->t[stats].role = g->t[out].role = AR_NORM;
     g_step(g, name, in, -1, stats, out);
     *gathered = out;
     if (sp) {   /* Megatron keeps the shard and gathers it again in backward */
-        *gathered = g_tensor(g, arena_printf(&g_arena, "%s.gathered", name), m->h, false, AS_FULL,
+        *gathered = g_tensor(g, id + 2, arena_printf(&g_arena, "%s.gathered", name), m->h, false, AS_FULL,
                              AK_REGATHER, true);
         g_step(g, arena_printf(&g_arena, "allgather(%s)", name), out, -1, *gathered, -1);
     }
@@ -273,13 +269,14 @@ static int g_norm(LayerGraph *g, const Model *m, bool sp, int in, const char *na
 }
 
 /* A row-parallel linear's output: partial sums on all tokens, reduced (all-
- * reduce in place, or reduce-scatter to the sequence shard under sp). */
-static int g_rowpar(LayerGraph *g, const Model *m, bool sp, int in, const char *name)
+ * reduce in place, or reduce-scatter to the sequence shard under sp).  id:
+ * the partial sums' ActPiece (the scattered shard's follows). */
+static int g_rowpar(LayerGraph *g, const Model *m, bool sp, int in, int id, const char *name)
 {
-    int part = g_tensor(g, arena_printf(&g_arena, "%s.partial", name), m->h, false, AS_FULL, AK_TEMP, true);
+    int part = g_tensor(g, id, arena_printf(&g_arena, "%s.partial", name), m->h, false, AS_FULL, AK_TEMP, true);
     g_step(g, name, in, -1, part, -1);
     if (!sp) return part;
-    int red = g_tensor(g, arena_printf(&g_arena, "%s.scattered", name), m->h, false, AS_SEQ, AK_TEMP, true);
+    int red = g_tensor(g, id + 1, arena_printf(&g_arena, "%s.scattered", name), m->h, false, AS_SEQ, AK_TEMP, true);
     g_step(g, arena_printf(&g_arena, "reducescatter(%s)", name), part, -1, red, -1);
     return red;
 }
@@ -291,26 +288,26 @@ void model_layer_graph(const Model *m, bool sp, LayerGraph *g)
 {
     memset(g, 0, sizeof *g);
     int64_t kvd = model_kv_rank(m) * m->tp * m->hd;     /* a replicated kv head counts on every rank */
-    int x = g_tensor(g, "x", m->h, false, AS_SEQ, AK_INPUT, true);
+    int x = g_tensor(g, AP_X, "x", m->h, false, AS_SEQ, AK_INPUT, true);
     int n1g, n2g;
-    g_norm(g, m, sp, x, "norm1", &n1g);
-    int qkv = g_tensor(g, "qkv", m->h + 2 * kvd, false, AS_TP, AK_SAVED, true);   /* (T, (h+2kvd)/t) */
+    g_norm(g, m, sp, x, AP_NORM1_STATS, "norm1", &n1g);
+    int qkv = g_tensor(g, AP_QKV, "qkv", m->h + 2 * kvd, false, AS_TP, AK_SAVED, true);   /* (T, (h+2kvd)/t) */
     g_step(g, "qkv", n1g, -1, qkv, -1);
-    int o = g_tensor(g, "attn.out", m->h, false, AS_TP, AK_SAVED_ATTN, true);    /* (T, h/t) */
-    int lse = g_tensor(g, "attn.lse", m->a, true, AS_TP, AK_SAVED_ATTN, false);  /* (a/t, T) fp32 */
+    int o = g_tensor(g, AP_ATTN_OUT, "attn.out", m->h, false, AS_TP, AK_SAVED_ATTN, true);    /* (T, h/t) */
+    int lse = g_tensor(g, AP_ATTN_LSE, "attn.lse", m->a, true, AS_TP, AK_SAVED_ATTN, false);  /* (a/t, T) fp32 */
     g_step(g, "attention", qkv, -1, o, lse);
-    int pr = g_rowpar(g, m, sp, o, "proj");
-    int x2 = g_tensor(g, "x2", m->h, false, AS_SEQ, AK_SAVED, true);            /* residual 1 */
+    int pr = g_rowpar(g, m, sp, o, AP_PROJ_PARTIAL, "proj");
+    int x2 = g_tensor(g, AP_X2, "x2", m->h, false, AS_SEQ, AK_SAVED, true);            /* residual 1 */
     g->t[x2].role = AR_RESIDUAL;
     g_step(g, "add1", x, pr, x2, -1);
-    g_norm(g, m, sp, x2, "norm2", &n2g);
-    int f1 = g_tensor(g, m->gated ? "gate" : "fc1", m->ffn, false, AS_TP, AK_SAVED, true);
-    int up = m->gated ? g_tensor(g, "up", m->ffn, false, AS_TP, AK_SAVED, true) : -1;
+    g_norm(g, m, sp, x2, AP_NORM2_STATS, "norm2", &n2g);
+    int f1 = g_tensor(g, AP_FC1, m->gated ? "gate" : "fc1", m->ffn, false, AS_TP, AK_SAVED, true);
+    int up = m->gated ? g_tensor(g, AP_UP, "up", m->ffn, false, AS_TP, AK_SAVED, true) : -1;
     g_step(g, m->gated ? "gate+up" : "fc1", n2g, -1, f1, up);
-    int act = g_tensor(g, "act", m->ffn, false, AS_TP, AK_SAVED, true);         /* fc2 input */
+    int act = g_tensor(g, AP_ACT, "act", m->ffn, false, AS_TP, AK_SAVED, true);         /* fc2 input */
     g->t[act].role = AR_ACT;
     g_step(g, "activation", f1, up, act, -1);
-    int fr = g_rowpar(g, m, sp, act, "fc2");
-    int y = g_tensor(g, "y", m->h, false, AS_SEQ, AK_OUTPUT, true);
+    int fr = g_rowpar(g, m, sp, act, AP_FC2_PARTIAL, "fc2");
+    int y = g_tensor(g, AP_Y, "y", m->h, false, AS_SEQ, AK_OUTPUT, true);
     g_step(g, "add2", x2, fr, y, -1);
 }

@@ -15,20 +15,11 @@
 
 /* ---- checks --------------------------------------------------------------- */
 
-/* The location of a key the user set, or no location. */
-static Loc key_loc(const Spec *s, const char *path)
-{
-    const SchemaKey *k = schema_find(path);
-    if (!k) return (Loc){0};
-    int i = schema_index(k);
-    return s->set[i] ? s->loc[i] : (Loc){0};
-}
-
 /* Reports one planning error (when asked) and returns false. */
 static bool fail(bool report, const Spec *s, const char *key, const char *hint, const char *msg)
 {
     if (!report) return false;
-    diag_error(key_loc(s, key), "%s", msg);
+    diag_error(sema_key_loc(s, key), "%s", msg);
     if (hint) diag_hint("%s", hint);
     return false;
 }
@@ -501,165 +492,6 @@ static void plan_class(const Spec *s, Partition *p, RankClass *c, int st)
     plan_buckets(p, c);
 }
 
-/* ---- activation bytes ------------------------------------------------------------ */
-
-/* Bytes of a graph tensor for one microbatch on one rank. */
-static int64_t act_bytes(const Partition *p, const ActTensor *t)
-{
-    int64_t rows = t->shard == AS_SEQ ? p->T_sp : p->T;
-    int64_t w = t->shard == AS_TP ? t->width / p->tp : t->width;
-    return rows * w * (t->fp32 ? 4 : p->wbytes);
-}
-
-/* Is graph tensor t kept for backward under policy pol (besides x)? */
-static bool act_saved(const ActTensor *t, int pol)
-{
-    if (pol == CKPT_FULL) return false;
-    return t->kind == AK_SAVED || (t->kind == AK_SAVED_ATTN && pol == CKPT_NONE);
-}
-
-/* The last forward step reading tensor i (its producer if none reads it). */
-static int act_last_use(const LayerGraph *g, int i, int prod)
-{
-    int last = prod;
-    for (int k = 0; k < g->nst; k++)
-        for (int j = 0; j < g->st[k].nin; j++)
-            if (g->st[k].in[j] == i && k > last) last = k;
-    return last;
-}
-
-/* The step producing tensor i, or -1 for the layer input. */
-static int act_producer(const LayerGraph *g, int i)
-{
-    for (int k = 0; k < g->nst; k++)
-        for (int j = 0; j < g->st[k].nout; j++)
-            if (g->st[k].out[j] == i) return k;
-    return -1;
-}
-
-/* Peak bytes of the forward's transients (not kept, not input or output). */
-static int64_t fwd_scratch(const Partition *p, const LayerGraph *g, int pol)
-{
-    int64_t peak = 0;
-    for (int k = 0; k < g->nst; k++) {
-        int64_t live = 0;
-        for (int i = 0; i < g->nt; i++) {
-            const ActTensor *t = &g->t[i];
-            if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || act_saved(t, pol)) continue;
-            int prod = act_producer(g, i);
-            if (prod <= k && k <= act_last_use(g, i, prod)) live += act_bytes(p, t);
-        }
-        if (live > peak) peak = live;
-    }
-    return peak;
-}
-
-/* Peak bytes of the sequence-parallel forward's scratch as the generated
- * forward uses it (emit.c carve_fwd_scratch, rule for rule), over the graph
- * without sp (g0): what pol does not keep, but the row-parallel partial sums
- * (AS_FULL there: the forward writes them into its output), and each norm's
- * output and statistics on all tokens (it runs on the gathered input), kept
- * or not, each live from its step to its last reader's. */
-static int64_t sp_fwd_scratch(const Partition *p, const LayerGraph *g0, int pol)
-{
-    int64_t peak = 0;
-    for (int k = 0; k < g0->nst; k++) {
-        int64_t live = 0;
-        for (int i = 0; i < g0->nt; i++) {
-            const ActTensor *t = &g0->t[i];
-            bool norm = t->role == AR_NORM;
-            if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || t->shard == AS_FULL || (!norm && act_saved(t, pol)))
-                continue;
-            int prod = act_producer(g0, i);
-            if (prod > k || k > act_last_use(g0, i, prod)) continue;
-            live += norm ? p->T * t->width * (t->fp32 ? 4 : p->wbytes) : act_bytes(p, t);
-        }
-        if (live > peak) peak = live;
-    }
-    return peak;
-}
-
-/* Peak bytes of the layer backward's scratch as the generated backward packs
- * it (emit.c carve_bwd, rule for rule), over the graph without sp (g0) and
- * on all tokens (the backward keeps the layer's gradients on all of them,
- * sp or not): the gradient of each internal tensor lives from the backward
- * of its last reader to that of its producer, except a row-parallel partial
- * sum's, which is its residual add's output gradient read in place (so that
- * one lives on to the partial's producer); tp > 1 keeps the residual x2's
- * gradient in its own buffer (d1), not here; the fused GELU backward
- * (matmul_bwd_dgelu) has no gradient of the activation's output; under sp
- * each norm is recomputed on the gathered input (output and statistics on
- * all tokens) while its output's gradient lives. */
-static int64_t bwd_scratch(const Spec *s, const Partition *p, const LayerGraph *g0)
-{
-    bool sp = s->parallel.sequence_parallel && p->tp > 1;
-    bool dgelu = !p->model->gated && s->model.activation != ACT_EXTERN;
-    int64_t nstats = p->model->layernorm ? 2 : 1;
-    int born[ACT_MAX_TENSORS], dies[ACT_MAX_TENSORS];
-    for (int i = 0; i < g0->nt; i++) {
-        born[i] = act_producer(g0, i);
-        dies[i] = act_last_use(g0, i, born[i]);
-    }
-    for (int i = 0; i < g0->nt; i++)    /* a partial's gradient is its reader's output gradient */
-        if (g0->t[i].shard == AS_FULL && g0->t[i].kind == AK_TEMP)
-            for (int j = 0; j < g0->st[dies[i]].nout; j++) {
-                int r = g0->st[dies[i]].out[j];
-                if (born[i] < born[r]) born[r] = born[i];
-            }
-    int64_t peak = 0;
-    for (int k = g0->nst - 1; k >= 0; k--) {
-        int64_t live = 0;
-        for (int i = 0; i < g0->nt; i++) {
-            const ActTensor *t = &g0->t[i];
-            if (!t->grad || t->kind == AK_INPUT || t->kind == AK_OUTPUT || k < born[i] || k > dies[i]) continue;
-            if (t->shard == AS_FULL && t->kind == AK_TEMP) continue;
-            if (p->tp > 1 && t->role == AR_RESIDUAL) continue;
-            if (dgelu && t->role == AR_ACT) continue;
-            live += act_bytes(p, t);
-            if (sp && t->role == AR_NORM)
-                live += p->T * t->width * p->wbytes + p->T * nstats * 4;
-        }
-        if (live > peak) peak = live;
-    }
-    return peak;
-}
-
-/* Sizes one layer's activations for one microbatch on one rank. */
-static void plan_act(const Spec *s, Partition *p)
-{
-    bool sp = s->parallel.sequence_parallel && p->tp > 1;
-    LayerGraph g;
-    model_layer_graph(p->model, sp, &g);
-    ActBytes *a = &p->act;
-    for (int i = 0; i < g.nt; i++) {
-        const ActTensor *t = &g.t[i];
-        int64_t b = act_bytes(p, t);
-        if (t->kind == AK_INPUT) a->x = b;
-        for (int pol = 0; pol < 3; pol++)
-            if (act_saved(t, pol)) a->saved[pol] += b;
-        if (t->kind == AK_SAVED_ATTN) a->attn += b;
-    }
-    bool split = s->checkpointing.partition_activations && !sp && p->tp > 1;
-    a->ckpt = split ? (a->x + p->tp - 1) / p->tp : a->x;
-    for (int pol = 0; pol < 3; pol++) a->fwd_scratch[pol] = fwd_scratch(p, &g, pol);
-    LayerGraph g0;
-    model_layer_graph(p->model, false, &g0);
-    int64_t tsp = p->T_sp;
-    p->T_sp = p->T;
-    a->bwd_scratch = bwd_scratch(s, p, &g0);
-    p->T_sp = tsp;
-    if (sp) {
-        /* the generated forward (emit.c) holds the norm of the gathered input and,
-         * under checkpointing, what it does not keep, laid out by lifetime */
-        for (int pol = 0; pol < 3; pol++) {
-            int64_t fwd = sp_fwd_scratch(p, &g0, pol);
-            if (fwd > a->fwd_scratch[pol]) a->fwd_scratch[pol] = fwd;
-        }
-    }
-    a->boundary = a->x;
-    a->full = p->T * p->model->h * p->wbytes;
-}
-
 /* ---- the plan ------------------------------------------------------------------ */
 
 /* Builds the partition plan of a checked spec. */
@@ -686,7 +518,7 @@ void part_build(const Spec *s, const Model *m, Partition *p)
     p->nclasses = (int)p->pp;
     p->classes = arena_alloc(&g_arena, sizeof(RankClass) * (size_t)p->pp);
     for (int st = 0; st < p->pp; st++) plan_class(s, p, &p->classes[st], st);
-    plan_act(s, p);
+    act_plan(s, p);
 }
 
 /* ---- ownership ------------------------------------------------------------------ */
@@ -727,4 +559,16 @@ int part_shard_ranges(const Partition *p, const RankClass *c, int64_t d, int64_t
         n++;
     }
     return n;
+}
+
+/* Model layer L's index among class c's layers, or -1. */
+int part_layer_slot(const RankClass *c, int L)
+{
+    int base = 0;
+    for (int k = 0; k < c->nchunks; k++) {
+        const Chunk *ch = &c->chunks[k];
+        if (L >= ch->first_layer && L < ch->first_layer + ch->nlayers) return base + L - ch->first_layer;
+        base += ch->nlayers;
+    }
+    return -1;
 }

@@ -1,11 +1,14 @@
 /* plan.h — the planner: model inventory (model_), partition plan (part_),
- * the ordered ops of one training step (sched_), the memory plan (mem_) and
- * the `shardc plan` report (report_).
+ * the ordered ops of one training step (sched_), the memory plan (mem_), the
+ * changes that would make a plan fit (fix_), the `shardc plan` report
+ * (report_), and the planning passes run in order (plan_).
  *
- * Data flows one way: resolved Spec -> Model -> Partition (one RankClass per
- * pipeline stage) -> Sched (ops + buffers per rank class) -> MemPlan (buffer
- * lifetimes, arena offsets, verdict) -> report.  Everything is allocated from
- * g_arena; nothing here holds global mutable state.
+ * Data flows one way, each pass taking the one before's output:
+ *   resolved Spec -> Model (model_build) -> Partition (part_build: one
+ *   RankClass per pipeline stage) -> Schedule (sched_build: the ops and
+ *   buffers of each rank class) -> MemPlan (mem_plan: buffer lifetimes, arena
+ *   offsets, the verdict).  A Plan holds them all (plan_build runs the four).
+ * Everything is allocated from g_arena; nothing here holds global mutable state.
  *
  * Units: elements are counted per tensor-parallel shard unless a comment says
  * "logical"; bytes are exact; FLOPs are doubles.
@@ -42,6 +45,8 @@ enum { LAYER_PRE = -1 };        /* embeddings; the final norm and head use layer
 
 typedef struct Tensor {
     const char *name;           /* "h.3.attn.c_attn.weight" (the family's usual name) */
+    const char *local;          /* a layer's: its name after Model.layer_prefix and the
+                                   layer ("attn.c_attn.weight"); else NULL          */
     int layer;                  /* LAYER_PRE, 0..l-1, or l (final norm, head)      */
     int role;                   /* TensorRole                                      */
     int64_t rows, cols;         /* logical shape [out, in]; cols = 0 for vectors   */
@@ -59,6 +64,7 @@ typedef struct Model {
     bool gated;                 /* SwiGLU: gate and up projections                 */
     bool layernorm;             /* LayerNorm (mean + rstd) vs RMSNorm (rstd)       */
     bool bias, tied, learned_pos;
+    const char *layer_prefix;   /* a layer tensor's name: this, its layer, ".", its local name */
     Tensor *t;                  /* every parameter tensor, in forward order        */
     int nt;
     int *layer_first;           /* [l + 3]: [0] = 0 (embeddings), [L + 1] = layer L's first
@@ -96,8 +102,8 @@ typedef enum ActKind {
     AK_REGATHER,    /* transient; gathered again in backward (SP linear inputs)      */
 } ActKind;
 
-/* The tensors the scratch rules single out (part.c's bounds, emit.c's
- * carving), so that they find them by role, not by name. */
+/* The tensors the scratch rules single out (act.c's bounds and layouts),
+ * so that they find them by role, not by name. */
 typedef enum ActRole {
     AR_NONE,
     AR_NORM,        /* a norm's output or statistics (recomputed on all tokens under sp) */
@@ -105,8 +111,26 @@ typedef enum ActRole {
     AR_ACT,         /* the MLP activation's output (no gradient with the fused dGELU)    */
 } ActRole;
 
+/* Every tensor a layer's buffers hold, by what it is: the graph's tensors,
+ * then the pieces the generated code adds (act.c lays them all out; the
+ * emitter prints where each is). */
+typedef enum ActPiece {
+    AP_X, AP_NORM1_STATS, AP_NORM1_OUT, AP_NORM1_GATHERED, AP_QKV, AP_ATTN_OUT, AP_ATTN_LSE,
+    AP_PROJ_PARTIAL, AP_PROJ_SCATTERED, AP_X2, AP_NORM2_STATS, AP_NORM2_OUT, AP_NORM2_GATHERED,
+    AP_FC1,             /* fc1, or SwiGLU's gate                                         */
+    AP_UP, AP_ACT, AP_FC2_PARTIAL, AP_FC2_SCATTERED, AP_Y,
+    /* sequence parallelism: each norm and its statistics on all tokens, in a scratch */
+    AP_NORM1_SP, AP_NORM1_SP_STATS, AP_NORM2_SP, AP_NORM2_SP_STATS,
+    /* the backward's gradients inside the layer */
+    AP_DX2, AP_DACT, AP_DGATE, AP_DUP, AP_DFC1, AP_DLN2, AP_DATT, AP_DQKV, AP_DLN1,
+    /* the head's scratch */
+    AP_LNF_STATS, AP_LOSSES, AP_LNF, AP_DLNF,
+    NACTPIECES
+} ActPiece;
+
 typedef struct ActTensor {
-    const char *name;
+    const char *name;           /* for people                                      */
+    int id;                     /* ActPiece                                        */
     int64_t width;
     bool fp32;                  /* fp32 statistics; else the working dtype          */
     int shard;                  /* ActShard                                        */
@@ -150,7 +174,27 @@ typedef struct ActBytes {
     int64_t bwd_scratch;        /* transient peak of a backward                    */
     int64_t boundary;           /* a stage boundary tensor [T_sp, h]              */
     int64_t full;               /* [T, h] in the working dtype                     */
+    int64_t head_scratch;       /* the head op's transients                        */
 } ActBytes;
+
+/* A tensor inside a layer's buffer: bytes at an offset; while it is laid
+ * out, its lifetime [born, dies] in steps of the op that uses it. */
+typedef struct Piece { int id; int64_t off, bytes; int born, dies; } Piece;   /* id: ActPiece */
+enum { ACT_MAX_PIECES = 32 };
+typedef struct Carve { Piece p[ACT_MAX_PIECES]; int n; int64_t total; } Carve;
+
+/* Where each tensor of a layer (and of the head) lies in its buffers, for the
+ * spec's checkpoint policy (act.c). */
+typedef struct ActLayout {
+    Carve saved;                /* all a forward keeps without checkpointing (full
+                                   checkpointing's recomputed buffer)              */
+    Carve kept;                 /* what the forward keeps: the saved buffer       */
+    Carve attn;                 /* selective: the recomputed attention core        */
+    Carve fscr;                 /* the forward's scratch                            */
+    Carve rscr;                 /* full: the recompute's scratch                    */
+    Carve bscr;                 /* the backward's scratch                           */
+    Carve hscr;                 /* the head's scratch                               */
+} ActLayout;
 
 /* One parameter tensor as one rank class holds it. */
 typedef struct ClassTensor {
@@ -224,7 +268,8 @@ typedef struct Partition {
     int64_t *chunk_first;       /* [pp·v]: first layer of each model chunk         */
     RankClass *classes;         /* [pp]                                            */
     int nclasses;
-    ActBytes act;
+    ActBytes act;               /* act_plan                                        */
+    ActLayout layout;           /* act_plan                                        */
     int64_t T, T_sp;            /* tokens per microbatch, per rank under SP        */
 } Partition;
 
@@ -253,6 +298,23 @@ int part_shard_ranges(const Partition *p, const RankClass *c, int64_t d,
                       int64_t (*ranges)[2], int cap);
 /* The class of a rank. */
 int part_class_of(const Partition *p, int64_t rank);
+/* Model layer L's index among class c's layers (its chunks' in chunk order:
+ * with interleaved virtual stages they are not contiguous), or -1. */
+int part_layer_slot(const RankClass *c, int L);
+
+/* ---- act.c: a layer's activations, kept and transient, laid out ---------- */
+
+/* Does the forward keep graph tensor t for the backward under policy pol? */
+bool act_kept(const ActTensor *t, int pol);
+/* The step of g producing tensor i (-1: the layer input); the last step
+ * reading it (prod when none does). */
+int act_producer(const LayerGraph *g, int i);
+int act_last_use(const LayerGraph *g, int i, int prod);
+/* Sizes one layer's buffers (p->act) and lays out their tensors (p->layout)
+ * for the partition's tp, micro-batch and the spec's policy (part_build). */
+void act_plan(const Spec *s, Partition *p);
+/* The piece id (ActPiece) of a carved buffer, or NULL. */
+const Piece *act_piece(const Carve *cv, int id);
 
 /* ---- sched.c: the ordered ops of one training step of a rank class ------ */
 
@@ -320,14 +382,82 @@ typedef enum BufCat {
 } BufCat;
 typedef enum BufSpace { SPACE_DEVICE, SPACE_HOST, SPACE_NVME, NSPACES } BufSpace;
 
+/* What a buffer holds.  The passes after the scheduler key on this and on
+ * the buffer's layer, microbatch and index, never on its name (names are for
+ * people: the trace, the report, the generated code's comments). */
+typedef enum BufRole {
+    /* persistent: model states, staging, workspaces */
+    BR_PARAMS,              /* ZeRO 0-2: the working parameters, the whole flat space      */
+    BR_PARAMS_SHARD,        /* ZeRO 3: this rank's shard (device, host or NVMe)            */
+    BR_PARAMS_PERSIST,      /* ZeRO 3: the persistent small parameters, gathered           */
+    BR_PARAMS_NVME_STAGING, /* host staging of parameters on NVMe                          */
+    BR_PARAMS_H2D_STAGING,  /* host staging of the host optimizer's updated parameters     */
+    BR_GRADS,               /* ZeRO 0-1: the gradients, the whole flat space (by bucket)   */
+    BR_GRADS_SHARD,         /* ZeRO 2-3: this rank's reduced gradients                     */
+    BR_GRADS_WHOLE,         /* ZeRO 2-3: the tied and persistent segments' gradients       */
+    BR_GRADS_HOST,          /* offload: the host optimizer's fp32 gradients                */
+    BR_OPT_MASTER, BR_OPT_MOM1, BR_OPT_MOM2,        /* on the device or the host            */
+    BR_OPT_NVME,            /* the optimizer states in the NVMe file                       */
+    BR_OPT_SLOT,            /* host staging of one NVMe sub-group (idx: the slot)          */
+    BR_CUBLAS_WS, BR_CUDNN_WS, BR_SCALARS,
+    /* transient: the step's own */
+    BR_SCRATCH,             /* one compute op's transients                                 */
+    BR_OPT_GRADS32,         /* fp32 gradients of a device optimizer sub-group (idx)         */
+    BR_PARAMS_D2H_STAGING,  /* a device sub-group's updated parameters, leaving            */
+    BR_PARAMS_FETCH_STAGING,/* an offloaded fetch unit's shard, arriving (idx: segment)    */
+    BR_GATHERED,            /* ZeRO 3: a gathered fetch unit (idx: its segment)            */
+    BR_BUCKET,              /* ZeRO 2-3: a gradient bucket of a microbatch (idx: bucket)   */
+    BR_TOKENS, BR_TARGETS,  /* a microbatch's tokens and targets                           */
+    BR_LOGITS,              /* the head's logits (their gradient in place)                 */
+    BR_X,                   /* a layer's input, kept for its backward                      */
+    BR_CKPT,                /* full checkpointing: a group's first input, kept whole       */
+    BR_X_TRANSIENT,         /* full checkpointing: an input not kept (or kept as a slice)  */
+    BR_CKPT_SLICE,          /* partitioned activations: this tp rank's slice of a checkpoint */
+    BR_CKPT_HOST,           /* cpu checkpointing: a checkpoint in the host arena           */
+    BR_CKPT_GATHERED,       /* a partitioned checkpoint gathered again over tp             */
+    BR_SAVED,               /* what a layer's forward keeps for its backward               */
+    BR_ATTN,                /* selective checkpointing: the recomputed attention core      */
+    BR_RECOMPUTED,          /* full: a group's first layer's recomputed tensors            */
+    BR_RECOMPUTED_IN,       /* full: a later layer's recomputed input, then its tensors    */
+    BR_TP_GATHERED,         /* sp: a part's input gathered over tp (sub: the part)         */
+    BR_TP_PARTIAL,          /* sp: a part's partial sums, reduce-scattered (sub)           */
+    BR_RESID1,              /* tp: the attention part's output, all-reduced                */
+    BR_DRESID1,             /* tp: the MLP part's input gradient, all-reduced              */
+    BR_DY_GATHERED,         /* sp: a part's output gradient gathered (sub)                 */
+    BR_REGATHERED,          /* sp: a part's input gathered again in backward (sub)         */
+    BR_DPARTIAL,            /* sp: a part's partial input gradient (sub)                   */
+    BR_DX,                  /* a layer's input gradient                                    */
+    BR_Y,                   /* the last layer's output: the head's input                   */
+    BR_Y_GATHERED,          /* sp: the head's input gathered                               */
+    BR_DY,                  /* the head's gradient of the last layer's output             */
+    BR_DY_PARTIAL,          /* sp: its partial sums, reduce-scattered                      */
+    BR_EMBED_PARTIAL,       /* sp: the embedding's partial sums, reduce-scattered          */
+    BR_EMBED_DX_GATHERED,   /* sp: the embedding's output gradient gathered                */
+    BR_SEND_FWD,            /* pp: a chunk's output, sent to the next stage                */
+    BR_RECV_BWD,            /* pp: a chunk's output gradient, received                     */
+    BR_SEND_BWD,            /* pp: a chunk's input gradient, sent to the previous stage    */
+    NBUFROLES
+} BufRole;
+
+enum { NO_LAYER = -2 };         /* a buffer of no layer (LAYER_PRE: the embedding's) */
+
 typedef struct Buffer {
-    const char *name;
+    const char *name;           /* for people                                      */
+    int role;                   /* BufRole                                         */
+    int layer;                  /* the model layer it serves, or NO_LAYER          */
+    int mb;                     /* its microbatch, or -1                           */
+    int chunk;                  /* its model chunk on this rank, or -1             */
+    int idx;                    /* BR_GATHERED, BR_PARAMS_FETCH_STAGING: segment;
+                                   BR_BUCKET: bucket; BR_OPT_SLOT, BR_OPT_GRADS32: slot
+                                   or sub-group; else -1                           */
+    int sub;                    /* OpSub: the part of a layer it serves            */
     int cat;                    /* BufCat                                          */
     int space;                  /* BufSpace                                        */
     int64_t bytes;
     bool persistent;            /* lives across steps (params, grads, optimizer)  */
     int first, last;            /* lifetime in op indices (filled by mem_)         */
     int64_t offset;             /* in its arena or NVMe file (filled by mem_)      */
+    int fam;                    /* its BufFamily (filled by mem_; -1: persistent)  */
     int nparts;                 /* > 0: accessed by part (ZeRO 0-1's flat gradients, one
                                    part per bucket), so ops on disjoint parts of it may
                                    run on different streams at once                 */
@@ -343,6 +473,12 @@ typedef struct Sched {
     double flops;               /* compute FLOPs of the step on this rank          */
 } Sched;
 
+/* The schedule pass's output: one Sched per rank class (pipeline stage). */
+typedef struct Schedule {
+    Sched *classes;
+    int nclasses;
+} Schedule;
+
 /* One forward or backward of a model chunk for one microbatch. */
 typedef struct PipeUnit { bool bwd; int mb; int chunk; } PipeUnit;
 
@@ -351,18 +487,43 @@ int sched_pipeline_order(const Partition *p, int st, PipeUnit *out);
 /* Microbatches whose activations are alive at once on stage st (forwards
  * done, backwards not yet), the maximum over the step. */
 int sched_max_in_flight(const Partition *p, int st);
-/* Builds the ops and buffers of one training step of rank class c. */
-void sched_build(const Partition *p, const RankClass *c, Sched *s);
+/* Builds the ops and buffers of one training step of every rank class. */
+void sched_build(const Partition *p, Schedule *out);
 const char *sched_op_kind_name(int kind);
 const char *sched_stream_name(int stream);
 /* "B mb3 L12" — a short label of an op (arena string). */
 const char *sched_op_label(const Sched *s, int op);
 
-/* ---- mem.c: lifetimes, the arenas, the verdict, the fixes --------------- */
+/* ---- mem.c: lifetimes, the arenas, the verdict --------------------------- */
+
+/* A kind of transient buffer of one rank class, laid out by arithmetic: the
+ * instance of (layer li, microbatch mb) is at
+ *   base + (li % lm) · w · size + (mb % w) · size
+ * where li counts the layers of the family's chunk (0 for a buffer of no
+ * layer of the class) and mb is 0 for a buffer of no microbatch: lm layers
+ * and w microbatches have places of their own, the fewest for which no two
+ * instances sharing a place are ever live at once.  A family is a role (and
+ * a part of the layer, an index, a model chunk) in one space; families share
+ * bytes when they are never live at once. */
+typedef struct BufFamily {
+    int role, sub, idx, chunk, space;   /* chunk -1: every chunk's (slot) */
+    int lm, w;
+    int *slot;                  /* NULL: the places above; else the instance of
+                                   (chunk, mb) is at base + (slot[chunk·m + mb]·lm
+                                   + li)·size: the chunks of an interleaved stage,
+                                   whose windows peak at different times, share
+                                   w places by a colouring of their lifetimes    */
+    int m;                      /* the microbatches (slot's stride)              */
+    int64_t size;               /* one place: the largest instance, aligned        */
+    int64_t base;               /* in its arena                                    */
+    int ninst;                  /* its buffers                                     */
+} BufFamily;
 
 typedef struct ClassMem {
     const RankClass *cls;
-    Sched sched;
+    const Sched *sched;         /* the class's schedule (its buffers carry the layout) */
+    BufFamily *fams;            /* the transient buffers' families                  */
+    int nfams;
     int64_t arena[NSPACES];     /* device arena, pinned host arena, NVMe bytes     */
     int64_t peak[NSPACES];      /* peak live bytes (the lower bound)               */
     int peak_op;                /* the op at the device peak                       */
@@ -375,52 +536,74 @@ typedef struct ClassMem {
     double ratio;               /* device arena / device peak                      */
 } ClassMem;
 
-enum { MEM_MAX_FIXES = 16 };
-typedef struct Fix {
-    const char *change;         /* "-D zero.stage=2"                               */
-    const char *why;            /* one line                                        */
-    bool fits;
-    int64_t device_total;       /* the worst class after the change                */
-    int64_t saves;              /* device bytes saved on the worst class           */
-    int kind;                   /* which change (mem.c), to combine them           */
-    int64_t arg;                /* its argument (the micro-batch)                  */
-} Fix;
-
+/* The memory pass's output: per rank class its arenas and peaks, and the
+ * verdict against the cluster. */
 typedef struct MemPlan {
-    const Spec *spec;
-    Model model;
-    Partition part;
     ClassMem *classes;
     int nclasses;
     int worst;                  /* the class with the largest device total         */
     int64_t host_node, nvme_node;       /* per node (worst class × gpus per node)  */
     int64_t cluster_gpus;
     bool fits_gpus, fits_device, fits_host, fits_nvme, fits;
-    Fix *fixes;
-    int nfixes;
 } MemPlan;
 
-/* Plans a spec end to end (model, partition, schedule, arenas, verdict).
- * Returns false (with diagnostics when report) if the spec cannot be planned. */
-bool mem_plan(const Spec *s, MemPlan *mp, bool report);
-/* Computes the fixes of a plan that does not fit, each by re-planning a copy. */
-void mem_fixes(MemPlan *mp);
-/* Lifetimes from the op list, then offsets by interval packing; returns
- * false if two live buffers of one arena overlap (a planner bug). */
-void mem_layout(ClassMem *cm, int64_t reserve);
+/* The memory plan of a schedule: each buffer's lifetime (Buffer.first, .last)
+ * from the op list and its offset in its arena (Buffer.offset), then the
+ * arenas, the peaks and the verdict against the spec's cluster. */
+void mem_plan(const Partition *p, Schedule *sc, MemPlan *out);
+/* Lifetimes from the op list, then offsets by interval packing. */
+void mem_layout(ClassMem *cm, Sched *s, int64_t reserve);
+/* Where buffer b is in class c's layout: its family's chunk (a chunk of the
+ * class, or its own: -1 none) and its layer's index among that chunk's (0
+ * for a buffer of no layer of the class). */
+void mem_place(const RankClass *c, const Buffer *b, int *chunk, int *li);
+/* False if two live buffers of one arena overlap (a planner bug). */
 bool mem_check_overlap(const ClassMem *cm);
 const char *mem_cat_name(int cat);
 const char *mem_space_name(int space);
 /* Bytes live in a space at an op. */
 int64_t mem_live_at(const ClassMem *cm, int space, int op);
 
+/* ---- plan.c: the planning passes, in order -------------------------------- */
+
+enum { FIX_MAX = 16 };
+typedef struct Fix {
+    const char *change;         /* "-D zero.stage=2"                               */
+    const char *why;            /* one line                                        */
+    bool fits;
+    int64_t device_total;       /* the worst class after the change                */
+    int64_t saves;              /* device bytes saved on the worst class           */
+    int kind;                   /* which change (fix.c), to combine them           */
+    int64_t arg;                /* its argument (the micro-batch)                  */
+} Fix;
+
+/* Every pass's output for one spec. */
+typedef struct Plan {
+    const Spec *spec;
+    Model model;                /* model_build                                     */
+    Partition part;             /* part_build                                      */
+    Schedule sched;             /* sched_build                                     */
+    MemPlan mem;                /* mem_plan                                        */
+    Fix *fixes;                 /* fix_find (shardc plan, when it does not fit)    */
+    int nfixes;
+} Plan;
+
+/* The planning passes in order: model -> partition -> schedule -> memory
+ * plan.  pl must stay where it is (the passes' outputs point into it).
+ * Returns false (with diagnostics when report) if the spec cannot be planned. */
+bool plan_build(const Spec *s, Plan *pl, bool report);
+
+/* ---- fix.c: what would make a plan fit ------------------------------------ */
+
+/* The changes that would make a plan that does not fit fit, each found by
+ * planning a changed copy of the spec (pl->fixes). */
+void fix_find(Plan *pl);
+
 /* ---- report.c: `shardc plan` --------------------------------------------- */
 
-/* The driver's entry: argv holds the options after FILE (spec NULL: --help). */
-int report_plan_main(const Spec *spec, int argc, char **argv);
-void report_text(FILE *out, const MemPlan *mp);
-void report_rank(FILE *out, const MemPlan *mp, int64_t rank);
+void report_text(FILE *out, const Plan *mp);
+void report_rank(FILE *out, const Plan *mp, int64_t rank);
 /* The plan as JSON (cJSON text, arena-owned); rank < 0: no buffer list. */
-char *report_json(const MemPlan *mp, int64_t rank);
+char *report_json(const Plan *mp, int64_t rank);
 
 #endif

@@ -13,28 +13,15 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static const char help_text[] =
-    "usage: shardc plan FILE [-D key.path=value ...] [--rank R] [--json FILE] [--trace FILE] [--html FILE]\n"
-    "\n"
-    "Plans the partition and the memory of every rank and says whether it fits.\n"
-    "  --rank R      also list rank R's buffers: offset, size, lifetime, category\n"
-    "  --json FILE   write the whole plan as JSON (schema: docs/plan-json.md)\n"
-    "  --trace FILE  write the simulated step as Chrome trace JSON (Perfetto, chrome://tracing)\n"
-    "  --html FILE   write a self-contained HTML report: memory plan, live bytes, timeline\n"
-    "  --help        this text\n"
-    "\n"
-    "Exit 0 with a plan (whether it fits or not), 1 for a spec that cannot be\n"
-    "planned, 2 for a bad option.\n";
-
 /* Bytes as GiB. */
 static double gib(int64_t b) { return (double)b / GIB; }
 
 /* The table's unit: GiB, or MiB when every arena is under 1 GiB. */
 typedef struct Unit { double div; const char *name; } Unit;
-static Unit table_unit(const MemPlan *mp)
+static Unit table_unit(const Plan *mp)
 {
-    for (int i = 0; i < mp->nclasses; i++)
-        if (mp->classes[i].arena[SPACE_DEVICE] >= (int64_t)GIB) return (Unit){GIB, "GiB"};
+    for (int i = 0; i < mp->mem.nclasses; i++)
+        if (mp->mem.classes[i].arena[SPACE_DEVICE] >= (int64_t)GIB) return (Unit){GIB, "GiB"};
     return (Unit){GIB / 1024, "MiB"};
 }
 
@@ -52,7 +39,7 @@ static const char *gpu_name(const Spec *s)
 /* ---- text ---------------------------------------------------------------------- */
 
 /* Model, FLOPs and layout lines. */
-static void text_header(FILE *out, const MemPlan *mp)
+static void text_header(FILE *out, const Plan *mp)
 {
     const Spec *s = mp->spec;
     const Model *m = &mp->model;
@@ -70,7 +57,7 @@ static void text_header(FILE *out, const MemPlan *mp)
             : s->checkpointing.activations == CKPT_FULL ? "full recompute" : "selective recompute");
     fprintf(out, "layout    tp %lld x pp %lld x dp %lld = %lld GPUs; cluster %lld x %lld %s = %lld; rank order %s\n",
             (long long)p->tp, (long long)p->pp, (long long)p->dp, (long long)p->world, (long long)s->cluster.nodes,
-            (long long)s->cluster.gpus_per_node, gpu_name(s), (long long)mp->cluster_gpus,
+            (long long)s->cluster.gpus_per_node, gpu_name(s), (long long)mp->mem.cluster_gpus,
             p->order == ORDER_TP_PP_DP ? "tp, pp, dp" : "tp, dp, pp");
     fprintf(out, "pipeline  %s%s, %lld microbatches of %lld sequences per step (global batch %lld)\n",
             sched_names[s->parallel.schedule],
@@ -86,7 +73,7 @@ static void text_header(FILE *out, const MemPlan *mp)
 }
 
 /* One line per stage: its layers, embedding and head. */
-static void text_stages(FILE *out, const MemPlan *mp)
+static void text_stages(FILE *out, const Plan *mp)
 {
     const Partition *p = &mp->part;
     const char *how = mp->spec->parallel.stage_layers.n ? "as stage_layers says"
@@ -114,24 +101,24 @@ static void text_stages(FILE *out, const MemPlan *mp)
 }
 
 /* The memory table: one row per rank class (elided past 12). */
-static void text_table(FILE *out, const MemPlan *mp)
+static void text_table(FILE *out, const Plan *mp)
 {
     Unit u = table_unit(mp);
     fprintf(out, "\nmemory per GPU, by rank class (%s live at the device peak; arena = the one device allocation)\n",
             u.name);
     fprintf(out, "class stage ranks  params   grads   optim   activ  logits    work    comm |   peak   arena  "
                  "ratio reserve   total\n");
-    for (int i = 0; i < mp->nclasses; i++) {
-        if (mp->nclasses > 12 && i == 4) {
+    for (int i = 0; i < mp->mem.nclasses; i++) {
+        if (mp->mem.nclasses > 12 && i == 4) {
             fprintf(out, "  ...\n");
-            i = mp->nclasses - 4;
+            i = mp->mem.nclasses - 4;
         }
-        const ClassMem *cm = &mp->classes[i];
+        const ClassMem *cm = &mp->mem.classes[i];
         fprintf(out, "%5d %5d %5lld", i, cm->cls->stage, (long long)cm->cls->count);
         for (int c = 0; c < NCATS; c++) fprintf(out, " %7.2f", (double)cm->at_peak[c] / u.div);
         fprintf(out, " | %6.2f %7.2f %6.3f %7.2f %7.2f%s\n", (double)cm->peak[SPACE_DEVICE] / u.div,
                 (double)cm->arena[SPACE_DEVICE] / u.div, cm->ratio, (double)cm->reserve / u.div,
-                (double)cm->device_total / u.div, i == mp->worst ? "  <- largest" : "");
+                (double)cm->device_total / u.div, i == mp->mem.worst ? "  <- largest" : "");
     }
 }
 
@@ -145,14 +132,14 @@ static int dominating(const ClassMem *cm)
 }
 
 /* The largest class in words: its peak, the op, the dominating category. */
-static void text_worst(FILE *out, const MemPlan *mp)
+static void text_worst(FILE *out, const Plan *mp)
 {
-    const ClassMem *cm = &mp->classes[mp->worst];
+    const ClassMem *cm = &mp->mem.classes[mp->mem.worst];
     int d = dominating(cm), inflight = sched_max_in_flight(&mp->part, cm->cls->stage);
     int64_t peak = cm->peak[SPACE_DEVICE];
     fprintf(out, "\nrank class %d (stage %d): peak %s at op %d of %d (%s); dominated by %s: %s (%.0f%%)\n",
-            mp->worst, cm->cls->stage, util_bytes(peak), cm->peak_op, cm->sched.nops,
-            sched_op_label(&cm->sched, cm->peak_op), mem_cat_name(d), util_bytes(cm->at_peak[d]),
+            mp->mem.worst, cm->cls->stage, util_bytes(peak), cm->peak_op, cm->sched->nops,
+            sched_op_label(cm->sched, cm->peak_op), mem_cat_name(d), util_bytes(cm->at_peak[d]),
             peak ? 100.0 * (double)cm->at_peak[d] / (double)peak : 0.0);
     fprintf(out, "  model states %s (params, grads, optimizer kept across steps) vs activations %s at the peak; "
             "at most %d microbatch%s in flight\n",
@@ -161,45 +148,45 @@ static void text_worst(FILE *out, const MemPlan *mp)
     fprintf(out, "  arena %s vs lower bound %s: ratio %.3f; plus %s runtime reserve = %s\n",
             util_bytes(cm->arena[SPACE_DEVICE]), util_bytes(peak), cm->ratio, util_bytes(cm->reserve),
             util_bytes(cm->device_total));
-    const ClassMem *h = &mp->classes[0];
-    for (int i = 1; i < mp->nclasses; i++)
-        if (mp->classes[i].arena[SPACE_HOST] > h->arena[SPACE_HOST]) h = &mp->classes[i];
+    const ClassMem *h = &mp->mem.classes[0];
+    for (int i = 1; i < mp->mem.nclasses; i++)
+        if (mp->mem.classes[i].arena[SPACE_HOST] > h->arena[SPACE_HOST]) h = &mp->mem.classes[i];
     fprintf(out, "host      %s pinned per rank (optimizer %s, params %s, activations %s); %s per node of %s\n",
             util_bytes(h->arena[SPACE_HOST]), util_bytes(h->host_cat[CAT_OPTIMIZER] + h->host_cat[CAT_GRADS]),
-            util_bytes(h->host_cat[CAT_PARAMS]), util_bytes(h->host_cat[CAT_ACTIVATIONS]), util_bytes(mp->host_node),
+            util_bytes(h->host_cat[CAT_PARAMS]), util_bytes(h->host_cat[CAT_ACTIVATIONS]), util_bytes(mp->mem.host_node),
             util_bytes(mp->spec->cluster.host_memory));
     fprintf(out, "nvme      %s per rank; %s per node of %s\n", util_bytes(h->arena[SPACE_NVME]),
-            util_bytes(mp->nvme_node), util_bytes(mp->spec->cluster.nvme_capacity));
+            util_bytes(mp->mem.nvme_node), util_bytes(mp->spec->cluster.nvme_capacity));
 }
 
 /* FITS or DOES NOT FIT, with every reason. */
-static void text_verdict(FILE *out, const MemPlan *mp)
+static void text_verdict(FILE *out, const Plan *mp)
 {
     const Spec *s = mp->spec;
-    const ClassMem *w = &mp->classes[mp->worst];
+    const ClassMem *w = &mp->mem.classes[mp->mem.worst];
     double frac = 100.0 * (double)w->device_total / (double)s->cluster.gpu_memory;
-    if (mp->fits) {
+    if (mp->mem.fits) {
         fprintf(out, "\nverdict: FITS: the largest rank class needs %.2f GiB of %.2f GiB per GPU (%.1f%%)\n",
                 gib(w->device_total), gib(s->cluster.gpu_memory), frac);
         return;
     }
     fprintf(out, "\nverdict: DOES NOT FIT\n");
-    if (!mp->fits_gpus)
+    if (!mp->mem.fits_gpus)
         fprintf(out, "  the layout needs %lld GPUs, the cluster has %lld\n", (long long)mp->part.world,
-                (long long)mp->cluster_gpus);
-    if (!mp->fits_device)
-        fprintf(out, "  rank class %d needs %.2f GiB of %.2f GiB per GPU (short by %.2f GiB)\n", mp->worst,
+                (long long)mp->mem.cluster_gpus);
+    if (!mp->mem.fits_device)
+        fprintf(out, "  rank class %d needs %.2f GiB of %.2f GiB per GPU (short by %.2f GiB)\n", mp->mem.worst,
                 gib(w->device_total), gib(s->cluster.gpu_memory), gib(w->device_total - s->cluster.gpu_memory));
-    if (!mp->fits_host)
-        fprintf(out, "  host memory: %s per node of %s\n", util_bytes(mp->host_node), util_bytes(s->cluster.host_memory));
-    if (!mp->fits_nvme)
-        fprintf(out, "  NVMe: %s per node of %s\n", util_bytes(mp->nvme_node), util_bytes(s->cluster.nvme_capacity));
+    if (!mp->mem.fits_host)
+        fprintf(out, "  host memory: %s per node of %s\n", util_bytes(mp->mem.host_node), util_bytes(s->cluster.host_memory));
+    if (!mp->mem.fits_nvme)
+        fprintf(out, "  NVMe: %s per node of %s\n", util_bytes(mp->mem.nvme_node), util_bytes(s->cluster.nvme_capacity));
 }
 
 /* The fixes, each already re-planned. */
-static void text_fixes(FILE *out, const MemPlan *mp)
+static void text_fixes(FILE *out, const Plan *mp)
 {
-    if (mp->fits) return;
+    if (mp->mem.fits) return;
     if (!mp->nfixes) {
         fprintf(out, "no change tried (ZeRO stage, offload, checkpointing, micro-batch, tp, pp) makes it fit\n");
         return;
@@ -213,7 +200,7 @@ static void text_fixes(FILE *out, const MemPlan *mp)
 }
 
 /* The readable report. */
-void report_text(FILE *out, const MemPlan *mp)
+void report_text(FILE *out, const Plan *mp)
 {
     text_header(out, mp);
     text_stages(out, mp);
@@ -224,12 +211,12 @@ void report_text(FILE *out, const MemPlan *mp)
 }
 
 /* One rank: its coordinates, the ranges it owns and every buffer of its class. */
-void report_rank(FILE *out, const MemPlan *mp, int64_t rank)
+void report_rank(FILE *out, const Plan *mp, int64_t rank)
 {
     const Partition *p = &mp->part;
     int64_t t, d, st;
     part_coords(p, rank, &t, &d, &st);
-    const ClassMem *cm = &mp->classes[st];
+    const ClassMem *cm = &mp->mem.classes[st];
     const RankClass *c = cm->cls;
     fprintf(out, "\nrank %lld: tp index %lld, dp index %lld, stage %lld (rank class %lld)\n", (long long)rank,
             (long long)t, (long long)d, (long long)st, (long long)st);
@@ -238,7 +225,7 @@ void report_rank(FILE *out, const MemPlan *mp, int64_t rank)
     fprintf(out, "owns %lld of %lld flat parameter elements in %d ranges:", (long long)c->shard, (long long)c->padded, n);
     for (int i = 0; i < n && i < 8; i++) fprintf(out, " [%lld, %lld)", (long long)r[i][0], (long long)r[i][1]);
     fprintf(out, "%s\n", n > 8 ? " ..." : "");
-    const Sched *s = &cm->sched;
+    const Sched *s = cm->sched;
     fprintf(out, "buffers (%d; %d ops in the step):\n", s->nbufs, s->nops);
     fprintf(out, "  %-6s %14s %14s  %-17s %-11s %s\n", "space", "offset", "bytes", "lifetime", "category", "name");
     for (int k = 0; k < s->nbufs; k++) {
@@ -255,7 +242,7 @@ void report_rank(FILE *out, const MemPlan *mp, int64_t rank)
 static void jnum(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o, k, v); }
 
 /* The model section. */
-static cJSON *json_model(const MemPlan *mp)
+static cJSON *json_model(const Plan *mp)
 {
     const Model *m = &mp->model;
     cJSON *o = cJSON_CreateObject();
@@ -281,7 +268,7 @@ static cJSON *json_model(const MemPlan *mp)
 }
 
 /* The layout section. */
-static cJSON *json_layout(const MemPlan *mp)
+static cJSON *json_layout(const Plan *mp)
 {
     const Partition *p = &mp->part;
     const Spec *s = mp->spec;
@@ -291,7 +278,7 @@ static cJSON *json_layout(const MemPlan *mp)
     jnum(o, "dp", (double)p->dp);
     jnum(o, "world", (double)p->world);
     jnum(o, "virtual_stages", (double)p->v);
-    jnum(o, "cluster_gpus", (double)mp->cluster_gpus);
+    jnum(o, "cluster_gpus", (double)mp->mem.cluster_gpus);
     cJSON_AddStringToObject(o, "rank_order", p->order == ORDER_TP_PP_DP ? "tp_pp_dp" : "tp_dp_pp");
     cJSON_AddStringToObject(o, "schedule", sched_names[s->parallel.schedule]);
     jnum(o, "microbatches", (double)p->m);
@@ -322,7 +309,7 @@ static void json_class_bytes(cJSON *o, const ClassMem *cm)
     jnum(o, "arena_ratio", cm->ratio);
     cJSON *pk = cJSON_AddObjectToObject(o, "peak_op");
     jnum(pk, "index", cm->peak_op);
-    cJSON_AddStringToObject(pk, "label", sched_op_label(&cm->sched, cm->peak_op));
+    cJSON_AddStringToObject(pk, "label", sched_op_label(cm->sched, cm->peak_op));
     cJSON_AddStringToObject(o, "dominating", mem_cat_name(dominating(cm)));
     cJSON *h = cJSON_AddObjectToObject(o, "host_bytes");
     jnum(h, "optimizer", (double)(cm->host_cat[CAT_OPTIMIZER] + cm->host_cat[CAT_GRADS]));
@@ -334,9 +321,9 @@ static void json_class_bytes(cJSON *o, const ClassMem *cm)
 }
 
 /* One rank class. */
-static cJSON *json_class(const MemPlan *mp, int i)
+static cJSON *json_class(const Plan *mp, int i)
 {
-    const ClassMem *cm = &mp->classes[i];
+    const ClassMem *cm = &mp->mem.classes[i];
     const RankClass *c = cm->cls;
     cJSON *o = cJSON_CreateObject();
     jnum(o, "stage", c->stage);
@@ -356,17 +343,17 @@ static cJSON *json_class(const MemPlan *mp, int i)
     jnum(o, "shard_elements", (double)c->shard);
     jnum(o, "segments", c->nsegs);
     jnum(o, "buckets", c->nbuckets);
-    jnum(o, "ops", cm->sched.nops);
-    jnum(o, "buffers", cm->sched.nbufs);
+    jnum(o, "ops", cm->sched->nops);
+    jnum(o, "buffers", cm->sched->nbufs);
     jnum(o, "max_in_flight", sched_max_in_flight(&mp->part, c->stage));
     jnum(o, "flops_per_microbatch", c->cost);
-    jnum(o, "flops_per_step", cm->sched.flops);
+    jnum(o, "flops_per_step", cm->sched->flops);
     json_class_bytes(o, cm);
     return o;
 }
 
 /* The fixes. */
-static cJSON *json_fixes(const MemPlan *mp)
+static cJSON *json_fixes(const Plan *mp)
 {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < mp->nfixes; i++) {
@@ -383,12 +370,12 @@ static cJSON *json_fixes(const MemPlan *mp)
 }
 
 /* One rank's ranges and buffers. */
-static cJSON *json_rank(const MemPlan *mp, int64_t rank)
+static cJSON *json_rank(const Plan *mp, int64_t rank)
 {
     const Partition *p = &mp->part;
     int64_t t, d, st;
     part_coords(p, rank, &t, &d, &st);
-    const ClassMem *cm = &mp->classes[st];
+    const ClassMem *cm = &mp->mem.classes[st];
     cJSON *o = cJSON_CreateObject();
     jnum(o, "rank", (double)rank);
     jnum(o, "tp_index", (double)t);
@@ -404,8 +391,8 @@ static cJSON *json_rank(const MemPlan *mp, int64_t rank)
         cJSON_AddItemToArray(ranges, pair);
     }
     cJSON *bufs = cJSON_AddArrayToObject(o, "buffers");
-    for (int k = 0; k < cm->sched.nbufs; k++) {
-        const Buffer *b = &cm->sched.bufs[k];
+    for (int k = 0; k < cm->sched->nbufs; k++) {
+        const Buffer *b = &cm->sched->bufs[k];
         cJSON *x = cJSON_CreateObject();
         cJSON_AddStringToObject(x, "name", b->name);
         cJSON_AddStringToObject(x, "category", mem_cat_name(b->cat));
@@ -421,24 +408,24 @@ static cJSON *json_rank(const MemPlan *mp, int64_t rank)
 }
 
 /* The whole plan as JSON text (arena copy). */
-char *report_json(const MemPlan *mp, int64_t rank)
+char *report_json(const Plan *mp, int64_t rank)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "spec", mp->spec->source ? mp->spec->source : "");
     cJSON_AddItemToObject(root, "model", json_model(mp));
     cJSON_AddItemToObject(root, "layout", json_layout(mp));
-    cJSON_AddBoolToObject(root, "fits", mp->fits);
+    cJSON_AddBoolToObject(root, "fits", mp->mem.fits);
     cJSON *why = cJSON_AddObjectToObject(root, "fits_detail");
-    cJSON_AddBoolToObject(why, "gpus", mp->fits_gpus);
-    cJSON_AddBoolToObject(why, "device", mp->fits_device);
-    cJSON_AddBoolToObject(why, "host", mp->fits_host);
-    cJSON_AddBoolToObject(why, "nvme", mp->fits_nvme);
+    cJSON_AddBoolToObject(why, "gpus", mp->mem.fits_gpus);
+    cJSON_AddBoolToObject(why, "device", mp->mem.fits_device);
+    cJSON_AddBoolToObject(why, "host", mp->mem.fits_host);
+    cJSON_AddBoolToObject(why, "nvme", mp->mem.fits_nvme);
     jnum(root, "gpu_memory", (double)mp->spec->cluster.gpu_memory);
-    jnum(root, "largest_class", mp->worst);
-    jnum(root, "host_bytes_per_node", (double)mp->host_node);
-    jnum(root, "nvme_bytes_per_node", (double)mp->nvme_node);
+    jnum(root, "largest_class", mp->mem.worst);
+    jnum(root, "host_bytes_per_node", (double)mp->mem.host_node);
+    jnum(root, "nvme_bytes_per_node", (double)mp->mem.nvme_node);
     cJSON *classes = cJSON_AddArrayToObject(root, "rank_classes");
-    for (int i = 0; i < mp->nclasses; i++) cJSON_AddItemToArray(classes, json_class(mp, i));
+    for (int i = 0; i < mp->mem.nclasses; i++) cJSON_AddItemToArray(classes, json_class(mp, i));
     cJSON_AddItemToObject(root, "fixes", json_fixes(mp));
     if (rank >= 0) cJSON_AddItemToObject(root, "rank", json_rank(mp, rank));
     char *text = cJSON_Print(root);
@@ -447,89 +434,4 @@ char *report_json(const MemPlan *mp, int64_t rank)
     char *copy = arena_printf(&g_arena, "%s\n", text);
     free(text);
     return copy;
-}
-
-/* ---- the command ------------------------------------------------------------------------- */
-
-typedef struct PlanOpts { const char *json, *trace, *html; int64_t rank; bool help; } PlanOpts;
-
-/* Parses the options after FILE; false (after a message) on a bad one. */
-static bool parse_opts(int argc, char **argv, PlanOpts *o)
-{
-    *o = (PlanOpts){NULL, NULL, NULL, -1, false};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            o->help = true;
-        } else if (strcmp(a, "--json") == 0 && v) {
-            o->json = v, i++;
-        } else if (strncmp(a, "--json=", 7) == 0) {
-            o->json = a + 7;
-        } else if (strcmp(a, "--trace") == 0 && v) {
-            o->trace = v, i++;
-        } else if (strncmp(a, "--trace=", 8) == 0) {
-            o->trace = a + 8;
-        } else if (strcmp(a, "--html") == 0 && v) {
-            o->html = v, i++;
-        } else if (strncmp(a, "--html=", 7) == 0) {
-            o->html = a + 7;
-        } else if ((strcmp(a, "--rank") == 0 && v) || strncmp(a, "--rank=", 7) == 0) {
-            const char *num = a[6] == '=' ? a + 7 : v;
-            char *end;
-            errno = 0;
-            long long r = strtoll(num, &end, 10);
-            if (errno || *end || end == num || r < 0) {
-                diag_plain("plan: --rank needs a rank number, got '%s'", num);
-                return false;
-            }
-            o->rank = r;
-            if (a[6] != '=') i++;
-        } else {
-            diag_plain("plan: unknown option or missing value '%s'", a);
-            return false;
-        }
-    }
-    return true;
-}
-
-/* shardc plan FILE [...]: the report, --rank, --json.  Returns the exit code. */
-int report_plan_main(const Spec *spec, int argc, char **argv)
-{
-    PlanOpts o;
-    if (!parse_opts(argc, argv, &o)) {
-        fputs(help_text, stderr);
-        return EXIT_USAGE;
-    }
-    if (o.help || !spec) {
-        fputs(help_text, stdout);
-        return EXIT_OK;
-    }
-    MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
-    if (!mem_plan(spec, mp, true)) return EXIT_USER;
-    if (o.rank >= mp->part.world) {
-        diag_plain("plan: --rank %lld is not a rank of this layout (0 .. %lld)", (long long)o.rank,
-                   (long long)mp->part.world - 1);
-        return EXIT_USAGE;
-    }
-    /* A schedule that fails verification is a compiler bug, not a user error. */
-    if (!verify_plan(mp, stderr)) return EXIT_INTERNAL;
-    mem_fixes(mp);
-    Sim sim;
-    sim_run(mp, &sim);
-    report_text(stdout, mp);
-    sim_summary(stdout, mp, &sim);
-    if (o.rank >= 0) report_rank(stdout, mp, o.rank);
-    const char *outs[3][2] = {{o.json, NULL}, {o.trace, NULL}, {o.html, NULL}};
-    if (o.json) outs[0][1] = report_json(mp, o.rank);
-    if (o.trace) outs[1][1] = trace_json(mp, &sim);
-    if (o.html) outs[2][1] = html_report(mp, &sim);
-    for (int k = 0; k < 3; k++) {
-        if (!outs[k][0]) continue;
-        if (!util_write_atomic(outs[k][0], outs[k][1], strlen(outs[k][1]))) {
-            diag_plain("plan: cannot write %s: %s", outs[k][0], strerror(errno));
-            return EXIT_USER;
-        }
-    }
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;
 }

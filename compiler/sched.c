@@ -112,13 +112,27 @@ static void *grow(void *p, int *cap, int need, size_t elem, int first)
     return p;
 }
 
-/* A new buffer; -1 (none) when it would hold no bytes. */
-static int buf_new(Bld *b, const char *name, int cat, int space, int64_t bytes, bool persistent)
+/* What a buffer is (Buffer's typed fields). */
+typedef struct BufKey { int role, layer, mb, chunk, idx, sub; } BufKey;
+
+/* A buffer of role r serving no layer, microbatch or index. */
+static BufKey key(int r) { return (BufKey){r, NO_LAYER, -1, -1, -1, SUB_WHOLE}; }
+
+/* A buffer of role r of layer L (NO_LAYER: none), microbatch mb, chunk. */
+static BufKey key_at(int r, int L, int mb, int chunk) { return (BufKey){r, L, mb, chunk, -1, SUB_WHOLE}; }
+
+/* The same with an index (a segment, a bucket, a slot). */
+static BufKey key_idx(int r, int idx, int mb) { return (BufKey){r, NO_LAYER, mb, -1, idx, SUB_WHOLE}; }
+
+/* A new buffer; -1 (none) when it would hold no bytes.  name: for people. */
+static int buf_new(Bld *b, BufKey k, const char *name, int cat, int space, int64_t bytes, bool persistent)
 {
     if (bytes <= 0) return -1;
     Sched *s = b->s;
     s->bufs = grow(s->bufs, &s->capbufs, s->nbufs + 1, sizeof(Buffer), 256);
-    s->bufs[s->nbufs] = (Buffer){name, cat, space, bytes, persistent, -1, -1, 0, 0};
+    s->bufs[s->nbufs] = (Buffer){.name = name, .role = k.role, .layer = k.layer, .mb = k.mb, .chunk = k.chunk,
+                                 .idx = k.idx, .sub = k.sub, .cat = cat, .space = space, .bytes = bytes,
+                                 .persistent = persistent, .first = -1, .last = -1};
     return s->nbufs++;
 }
 
@@ -186,7 +200,11 @@ static void op_part(Bld *b, int op, int k)
 /* A transient workspace living only for op. */
 static void op_scratch(Bld *b, int op, int64_t bytes)
 {
-    op_wr(b, op, buf_new(b, "scratch", CAT_WORKSPACE, SPACE_DEVICE, bytes, false));
+    const Op *o = &b->s->ops[op];
+    BufKey k = key_at(BR_SCRATCH, o->layer < 0 && o->kind != OP_EMBED_FWD && o->kind != OP_EMBED_BWD ? NO_LAYER : o->layer,
+                      o->mb, o->chunk);
+    k.sub = o->sub;
+    op_wr(b, op, buf_new(b, k, "scratch", CAT_WORKSPACE, SPACE_DEVICE, bytes, false));
 }
 
 /* Stream `stream` waits for op target; returns the wait. */
@@ -556,17 +574,17 @@ static void persistent_params(Bld *b)
     const Spec *s = b->spec;
     b->params = b->params_shard = b->persist = b->nvme_params = b->hswap_params = -1;
     if (p->zero < 3) {
-        b->params = buf_new(b, "params", CAT_PARAMS, SPACE_DEVICE, b->c->padded * p->wbytes, true);
+        b->params = buf_new(b, key(BR_PARAMS), "params", CAT_PARAMS, SPACE_DEVICE, b->c->padded * p->wbytes, true);
         return;
     }
     int64_t shard = b->c->shard * p->wbytes;
     int off = s->offload.params;
     int space = off == OFF_CPU ? SPACE_HOST : off == OFF_NVME ? SPACE_NVME : SPACE_DEVICE;
-    b->params_shard = buf_new(b, "params.shard", CAT_PARAMS, space, shard, true);
+    b->params_shard = buf_new(b, key(BR_PARAMS_SHARD), "params.shard", CAT_PARAMS, space, shard, true);
     if (off == OFF_NVME)
-        b->hswap_params = buf_new(b, "params.nvme_staging", CAT_PARAMS, SPACE_HOST,
+        b->hswap_params = buf_new(b, key(BR_PARAMS_NVME_STAGING), "params.nvme_staging", CAT_PARAMS, SPACE_HOST,
                                   s->offload.params_buffer_count * s->offload.params_buffer_size * p->wbytes, true);
-    b->persist = buf_new(b, "params.persistent", CAT_PARAMS, SPACE_DEVICE, b->c->persistent_numel * p->wbytes, true);
+    b->persist = buf_new(b, key(BR_PARAMS_PERSIST), "params.persistent", CAT_PARAMS, SPACE_DEVICE, b->c->persistent_numel * p->wbytes, true);
 }
 
 /* Gradients: full (ZeRO 0-1) or the shard plus the whole tied/persistent
@@ -578,14 +596,14 @@ static void persistent_grads(Bld *b)
     if (p->zero < 2) {
         /* accessed bucket by bucket: a bucket's all-reduce overlaps the
          * backward writing the next ones */
-        b->grads = buf_new(b, "grads", CAT_GRADS, SPACE_DEVICE, b->c->padded * p->gbytes, true);
+        b->grads = buf_new(b, key(BR_GRADS), "grads", CAT_GRADS, SPACE_DEVICE, b->c->padded * p->gbytes, true);
         if (b->grads >= 0) b->s->bufs[b->grads].nparts = b->c->nbuckets;
     } else {
         int64_t whole = b->c->persistent_numel + b->c->tied_padded;
-        b->grads_shard = buf_new(b, "grads.shard", CAT_GRADS, SPACE_DEVICE, b->S_dev * p->gbytes, true);
-        b->grads_full = buf_new(b, "grads.whole", CAT_GRADS, SPACE_DEVICE, whole * p->gbytes, true);
+        b->grads_shard = buf_new(b, key(BR_GRADS_SHARD), "grads.shard", CAT_GRADS, SPACE_DEVICE, b->S_dev * p->gbytes, true);
+        b->grads_full = buf_new(b, key(BR_GRADS_WHOLE), "grads.whole", CAT_GRADS, SPACE_DEVICE, whole * p->gbytes, true);
     }
-    b->hgrads = buf_new(b, "grads.fp32", CAT_GRADS, SPACE_HOST, b->S_host * 4, true);
+    b->hgrads = buf_new(b, key(BR_GRADS_HOST), "grads.fp32", CAT_GRADS, SPACE_HOST, b->S_host * 4, true);
 }
 
 /* Optimizer states on the device, on the host, or on NVMe with host staging. */
@@ -595,6 +613,7 @@ static void persistent_opt(Bld *b)
     int64_t per[3];
     opt_bytes(s, &per[0], &per[1], &per[2]);
     const char *names[3] = {"optimizer.master", "optimizer.exp_avg", "optimizer.exp_avg_sq"};
+    static const int roles[3] = {BR_OPT_MASTER, BR_OPT_MOM1, BR_OPT_MOM2};
     if (s->train.optimizer == OPT_SGD) names[1] = "optimizer.momentum";
     bool nvme = s->offload.optimizer == OFF_NVME;
     b->nvme_opt = -1;
@@ -606,8 +625,8 @@ static void persistent_opt(Bld *b)
     bool params_away = b->p->zero == 3 && s->offload.params != OFF_NONE;
     int64_t dper[3] = {per[0] || !params_away ? per[0] : 4, per[1], per[2]};
     for (int i = 0; i < 3; i++) {
-        b->opt[i] = buf_new(b, names[i], CAT_OPTIMIZER, SPACE_DEVICE, b->S_dev * dper[i], true);
-        b->hopt[i] = nvme ? -1 : buf_new(b, names[i], CAT_OPTIMIZER, SPACE_HOST, b->S_host * hper[i], true);
+        b->opt[i] = buf_new(b, key(roles[i]), names[i], CAT_OPTIMIZER, SPACE_DEVICE, b->S_dev * dper[i], true);
+        b->hopt[i] = nvme ? -1 : buf_new(b, key(roles[i]), names[i], CAT_OPTIMIZER, SPACE_HOST, b->S_host * hper[i], true);
     }
     int64_t state = hper[0] + hper[1] + hper[2];
     b->state_bytes = state;
@@ -618,14 +637,14 @@ static void persistent_opt(Bld *b)
         int64_t groups = (b->S_host + s->zero.sub_group_size - 1) / s->zero.sub_group_size;
         int64_t n = s->offload.optimizer_buffer_count < groups ? s->offload.optimizer_buffer_count : groups;
         b->nslots = (int)(n < 1 ? 1 : n > MAX_SLOTS ? MAX_SLOTS : n);
-        b->nvme_opt = buf_new(b, "optimizer.nvme", CAT_OPTIMIZER, SPACE_NVME, b->S_host * state, true);
+        b->nvme_opt = buf_new(b, key(BR_OPT_NVME), "optimizer.nvme", CAT_OPTIMIZER, SPACE_NVME, b->S_host * state, true);
         for (int k = 0; k < b->nslots; k++)
-            b->hslot[k] = buf_new(b, arena_printf(&g_arena, "optimizer.nvme_staging%d", k), CAT_OPTIMIZER,
+            b->hslot[k] = buf_new(b, key_idx(BR_OPT_SLOT, k, -1), arena_printf(&g_arena, "optimizer.nvme_staging%d", k), CAT_OPTIMIZER,
                                   SPACE_HOST, sub * state, true);
     }
     int64_t sub = s->zero.sub_group_size < b->S_host ? s->zero.sub_group_size : b->S_host;
     b->hparams_stage = s->offload.params == OFF_NONE || b->p->zero < 3
-                           ? buf_new(b, "params.h2d_staging", CAT_PARAMS, SPACE_HOST, sub * b->p->wbytes, true)
+                           ? buf_new(b, key(BR_PARAMS_H2D_STAGING), "params.h2d_staging", CAT_PARAMS, SPACE_HOST, sub * b->p->wbytes, true)
                            : -1;
 }
 
@@ -634,7 +653,7 @@ static void persistent_workspace(Bld *b)
 {
     bool gpu = b->spec->cluster.gpu != GPU_CPU;
     const Partition *p = b->p;
-    b->cublas = gpu ? buf_new(b, "cublaslt.workspace", CAT_WORKSPACE, SPACE_DEVICE, GPU_CUBLASLT_WORKSPACE, true) : -1;
+    b->cublas = gpu ? buf_new(b, key(BR_CUBLAS_WS), "cublaslt.workspace", CAT_WORKSPACE, SPACE_DEVICE, GPU_CUBLASLT_WORKSPACE, true) : -1;
     /* cuDNN's fused attention backward (runtime/cuda/attention.c), per
      * microbatch on this rank's heads: Σ = rowsum(dO·O) in fp32 (T, a/t), dQ
      * accumulated in fp32 (T, a/t, d), a scratch for dq, dk, dv in the working
@@ -645,21 +664,21 @@ static void persistent_workspace(Bld *b)
     int64_t attn = ATTN_UP(p->T * nh * 4) + ATTN_UP(p->T * nh * b->m->hd * 4) +
                    ATTN_UP(p->T * (nh + 2 * kvr) * b->m->hd * p->wbytes) + GPU_CUDNN_ENGINE_WORKSPACE;
 #undef ATTN_UP
-    b->cudnn = gpu ? buf_new(b, "attention.workspace", CAT_WORKSPACE, SPACE_DEVICE, attn, true) : -1;
-    b->misc = buf_new(b, "step.scalars", CAT_WORKSPACE, SPACE_DEVICE, MISC_BYTES, true);
+    b->cudnn = gpu ? buf_new(b, key(BR_CUDNN_WS), "attention.workspace", CAT_WORKSPACE, SPACE_DEVICE, attn, true) : -1;
+    b->misc = buf_new(b, key(BR_SCALARS), "step.scalars", CAT_WORKSPACE, SPACE_DEVICE, MISC_BYTES, true);
 }
 
 /* ---- gradients -------------------------------------------------------------------- */
 
 /* The buffer receiving segment sg's gradients for the current microbatch. */
-static int grad_dest(Bld *b, int sg)
+static int grad_dest(Bld *b, int sg, int mb)
 {
     const Segment *seg = &b->c->segs[sg];
     if (b->p->zero < 2) return b->grads;
     if (seg->tied || seg->persistent) return b->grads_full;
     int k = b->seg_bucket[sg];
     if (b->bucket_inst[k] < 0)
-        b->bucket_inst[k] = buf_new(b, arena_printf(&g_arena, "grads.bucket%d", k), CAT_COMM, SPACE_DEVICE,
+        b->bucket_inst[k] = buf_new(b, key_idx(BR_BUCKET, k, mb), arena_printf(&g_arena, "grads.bucket%d", k), CAT_COMM, SPACE_DEVICE,
                                     b->c->buckets[k].padded * b->p->gbytes, false);
     return b->bucket_inst[k];
 }
@@ -678,7 +697,7 @@ static void grads_write(Bld *b, int o, int L)
     int k = key_of(L);
     for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
         int sg = b->key_segs[i];
-        op_wr(b, o, grad_dest(b, sg));
+        op_wr(b, o, grad_dest(b, sg, b->s->ops[o].mb));
         op_part(b, o, b->seg_bucket[sg]);
     }
 }
@@ -702,7 +721,7 @@ static void tp_grads(Bld *b, int L, int mb, int chunk, bool final)
     for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
         int sg = b->key_segs[i];
         if (!reduced_now(b, sg, final)) continue;
-        int d = grad_dest(b, sg);
+        int d = grad_dest(b, sg, mb);
         op_rd(b, o, d);
         op_wr(b, o, d);
         op_part(b, o, b->seg_bucket[sg]);
@@ -812,9 +831,11 @@ static int part_op(Bld *b, int kind, int sub, int L, int mb, int chunk, double f
 
 /* A [T, h] activation transient of layer L (the full sequence, or one rank's
  * shard: bytes say which). */
-static int act_buf(Bld *b, int L, int mb, const char *what, int64_t bytes)
+static int act_buf(Bld *b, int role, int sub, int L, int mb, const char *what, int64_t bytes)
 {
-    return buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what), CAT_ACTIVATIONS, SPACE_DEVICE,
+    BufKey k = key_at(role, L, mb, -1);
+    k.sub = sub;
+    return buf_new(b, k, arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what), CAT_ACTIVATIONS, SPACE_DEVICE,
                    bytes, false);
 }
 
@@ -860,7 +881,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     double fm = io->fl * b->mlp_share, fa = io->fl - fm;
     int in = io->in;
     if (b->sp) {
-        int g = act_buf(b, L, mb, "gathered", a->full);
+        int g = act_buf(b, BR_TP_GATHERED, SUB_ATTN, L, mb, "gathered", a->full);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, io->in, g, a->full));
         in = g;
     }
@@ -868,14 +889,14 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     op_rd(b, A, in);
     op_rd(b, A, io->in);
     fwd_keep(b, A, io);
-    int r1 = act_buf(b, L, mb, "resid1", a->x), red;
+    int r1 = act_buf(b, BR_RESID1, SUB_ATTN, L, mb, "resid1", a->x), red;
     if (b->sp) {
-        int part = act_buf(b, L, mb, "partial", a->full);
+        int part = act_buf(b, BR_TP_PARTIAL, SUB_ATTN, L, mb, "partial", a->full);
         op_wr(b, A, part);
         op_scratch(b, A, io->scratch);
         compute_done(b);
         red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full);
-        int g2 = act_buf(b, L, mb, "gathered", a->full);
+        int g2 = act_buf(b, BR_TP_GATHERED, SUB_MLP, L, mb, "gathered", a->full);
         red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, r1, g2, a->full);
         in = g2;
     } else {
@@ -896,7 +917,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         return;
     }
     if (b->sp) {
-        int part = act_buf(b, L, mb, "partial", a->full);
+        int part = act_buf(b, BR_TP_PARTIAL, SUB_MLP, L, mb, "partial", a->full);
         op_wr(b, M, part);
         compute_done(b);
         red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
@@ -915,9 +936,9 @@ static void load_batch(Bld *b, int mb, bool tokens, bool targets)
 {
     const Partition *p = b->p;
     int o = op_new(b, OP_LOAD_BATCH, ST_COPY, -1, mb, -1);
-    if (tokens) b->tok[mb] = buf_new(b, arena_printf(&g_arena, "batch.tokens.mb%d", mb), CAT_ACTIVATIONS,
+    if (tokens) b->tok[mb] = buf_new(b, key_at(BR_TOKENS, NO_LAYER, mb, -1), arena_printf(&g_arena, "batch.tokens.mb%d", mb), CAT_ACTIVATIONS,
                                      SPACE_DEVICE, p->T * 4, false);
-    if (targets) b->tgt[mb] = buf_new(b, arena_printf(&g_arena, "batch.targets.mb%d", mb), CAT_ACTIVATIONS,
+    if (targets) b->tgt[mb] = buf_new(b, key_at(BR_TARGETS, NO_LAYER, mb, -1), arena_printf(&g_arena, "batch.targets.mb%d", mb), CAT_ACTIVATIONS,
                                       SPACE_DEVICE, p->T * 4, false);
     op_wr(b, o, tokens ? b->tok[mb] : -1);
     op_wr(b, o, targets ? b->tgt[mb] : -1);
@@ -935,9 +956,10 @@ static int new_input(Bld *b, int chunk, int i, int mb)
     int L = b->c->chunks[chunk].first_layer + i;
     bool ckpt = b->pol == CKPT_FULL && i % b->every == 0, slice = ckpt && a->ckpt < a->x;
     const char *what = b->pol != CKPT_FULL ? "x" : ckpt && !slice ? "ckpt" : "x.transient";
-    int id = act_buf(b, L, mb, what, a->x);
+    int role = b->pol != CKPT_FULL ? BR_X : ckpt && !slice ? BR_CKPT : BR_X_TRANSIENT;
+    int id = act_buf(b, role, SUB_WHOLE, L, mb, what, a->x);
     b->XIN[lm(b, chunk, i, mb)] = id;
-    b->X[lm(b, chunk, i, mb)] = slice ? act_buf(b, L, mb, "ckpt", a->ckpt) : id;
+    b->X[lm(b, chunk, i, mb)] = slice ? act_buf(b, BR_CKPT_SLICE, SUB_WHOLE, L, mb, "ckpt", a->ckpt) : id;
     return id;
 }
 
@@ -958,7 +980,7 @@ static void embed_fwd(Bld *b, int chunk, int mb)
     }
     int red;
     if (b->sp) {
-        int part = buf_new(b, arena_printf(&g_arena, "act.embed.mb%d.partial", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+        int part = buf_new(b, key_at(BR_EMBED_PARTIAL, LAYER_PRE, mb, chunk), arena_printf(&g_arena, "act.embed.mb%d.partial", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
                            p->act.full, false);
         op_wr(b, o, part);
         compute_done(b);
@@ -976,7 +998,7 @@ static void ckpt_to_host(Bld *b, int chunk, int i, int mb)
 {
     int dev = b->X[lm(b, chunk, i, mb)];
     int L = b->c->chunks[chunk].first_layer + i;
-    int host = buf_new(b, arena_printf(&g_arena, "act.L%d.mb%d.ckpt.host", L, mb), CAT_ACTIVATIONS, SPACE_HOST,
+    int host = buf_new(b, key_at(BR_CKPT_HOST, L, mb, chunk), arena_printf(&g_arena, "act.L%d.mb%d.ckpt.host", L, mb), CAT_ACTIVATIONS, SPACE_HOST,
                        b->p->act.ckpt, false);
     int o = op_new(b, OP_CKPT_D2H, ST_COPY, L, mb, chunk);
     b->s->ops[o].bytes = b->p->act.ckpt;
@@ -993,7 +1015,8 @@ static int layer_output(Bld *b, int chunk, int i, int mb)
     const Chunk *ch = &b->c->chunks[chunk];
     if (i + 1 < ch->nlayers) return new_input(b, chunk, i + 1, mb);
     const char *name = ch->head ? "act.y.mb%d" : "pp.send_fwd.mb%d";
-    int id = buf_new(b, arena_printf(&g_arena, name, mb), ch->head ? CAT_ACTIVATIONS : CAT_COMM, SPACE_DEVICE,
+    int id = buf_new(b, key_at(ch->head ? BR_Y : BR_SEND_FWD, NO_LAYER, mb, chunk), arena_printf(&g_arena, name, mb),
+                     ch->head ? CAT_ACTIVATIONS : CAT_COMM, SPACE_DEVICE,
                      b->p->act.boundary, false);
     b->HX[mb] = id;
     return id;
@@ -1004,7 +1027,7 @@ static void layer_fwd(Bld *b, int chunk, int i, int mb)
 {
     const ActBytes *a = &b->p->act;
     int L = b->c->chunks[chunk].first_layer + i, k = lm(b, chunk, i, mb);
-    int saved = act_buf(b, L, mb, "saved", a->saved[b->pol]);
+    int saved = act_buf(b, BR_SAVED, SUB_WHOLE, L, mb, "saved", a->saved[b->pol]);
     b->SAVED[k] = saved;
     FwdIO io = {OP_LAYER_FWD, b->XIN[k], {saved, b->X[k] != b->XIN[k] ? b->X[k] : -1}, -1, b->m->fl_layer_fwd,
                 a->fwd_scratch[b->pol]};
@@ -1024,7 +1047,7 @@ static void head(Bld *b, int chunk, int mb, bool final)
     const ActBytes *a = &p->act;
     int l = (int)b->m->l, in = b->HX[mb];
     if (b->sp) {
-        int g = buf_new(b, arena_printf(&g_arena, "act.y.mb%d.gathered", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+        int g = buf_new(b, key_at(BR_Y_GATHERED, NO_LAYER, mb, chunk), arena_printf(&g_arena, "act.y.mb%d.gathered", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
                         a->full, false);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_WHOLE, l, mb, chunk, b->HX[mb], g, a->full));
         in = g;
@@ -1040,19 +1063,19 @@ static void head(Bld *b, int chunk, int mb, bool final)
         op->unit[op->unit[0] < 0 ? 0 : 1] = b->tok_seg;
     }
     int64_t logits = p->T * (b->m->Vpad / p->tp) * p->wbytes;     /* (T, Vpad/t) */
-    op_wr(b, o, buf_new(b, arena_printf(&g_arena, "logits.mb%d", mb), CAT_LOGITS, SPACE_DEVICE, logits, false));
+    op_wr(b, o, buf_new(b, key_at(BR_LOGITS, NO_LAYER, mb, chunk), arena_printf(&g_arena, "logits.mb%d", mb), CAT_LOGITS, SPACE_DEVICE, logits, false));
     /* the final norm, its output and gradient on all tokens (gathered under SP) */
     int64_t stats = p->T * (b->m->layernorm ? 2 : 1) * 4, ce = 4 * p->T * 4;
     op_scratch(b, o, stats + 2 * a->full + ce + a->full);
-    b->HD[mb] = buf_new(b, arena_printf(&g_arena, "act.dy.mb%d", mb), CAT_ACTIVATIONS, SPACE_DEVICE, a->x, false);
-    int part = b->sp ? buf_new(b, arena_printf(&g_arena, "act.dy.mb%d.partial", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+    b->HD[mb] = buf_new(b, key_at(BR_DY, NO_LAYER, mb, chunk), arena_printf(&g_arena, "act.dy.mb%d", mb), CAT_ACTIVATIONS, SPACE_DEVICE, a->x, false);
+    int part = b->sp ? buf_new(b, key_at(BR_DY_PARTIAL, NO_LAYER, mb, chunk), arena_printf(&g_arena, "act.dy.mb%d.partial", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
                                a->full, false)
                      : b->HD[mb];
     op_wr(b, o, part);
     op_wr(b, o, b->misc);
     grads_write(b, o, l);
     if (b->m->tied && p->pp == 1 && b->tok_seg >= 0) {
-        op_wr(b, o, grad_dest(b, b->tok_seg));
+        op_wr(b, o, grad_dest(b, b->tok_seg, mb));
         op_part(b, o, b->seg_bucket[b->tok_seg]);
     }
     compute_done(b);
@@ -1083,7 +1106,7 @@ static void emit_msg(Bld *b, const Msg *g)
         b->s->ops[o].bytes = bytes;
         b->frecv_op[k] = o;
     } else {
-        int id = buf_new(b, arena_printf(&g_arena, "pp.recv_bwd.mb%d", g->mb), CAT_COMM, SPACE_DEVICE, bytes, false);
+        int id = buf_new(b, key_at(BR_RECV_BWD, NO_LAYER, g->mb, g->chunk), arena_printf(&g_arena, "pp.recv_bwd.mb%d", g->mb), CAT_COMM, SPACE_DEVICE, bytes, false);
         o = op_new(b, OP_RECV_BWD, ST_PP_COMM, -1, g->mb, g->chunk);
         op_wr(b, o, id);
         b->s->ops[o].bytes = bytes;
@@ -1131,7 +1154,7 @@ static int ckpt_from_host(Bld *b, int chunk, int i, int mb)
 {
     int host = -2 - b->X[lm(b, chunk, i, mb)];
     int L = b->c->chunks[chunk].first_layer + i;
-    int dev = act_buf(b, L, mb, "ckpt", b->p->act.ckpt);
+    int dev = act_buf(b, b->p->act.ckpt < b->p->act.x ? BR_CKPT_SLICE : BR_CKPT, SUB_WHOLE, L, mb, "ckpt", b->p->act.ckpt);
     int o = op_new(b, OP_CKPT_H2D, ST_COPY, L, mb, chunk);
     b->s->ops[o].bytes = b->p->act.ckpt;
     op_rd(b, o, host);
@@ -1151,16 +1174,16 @@ static void recompute_group(Bld *b, int chunk, int i, int mb, int *rc, int *bx)
     if (b->X[lm(b, chunk, g, mb)] <= -2) ckpt_from_host(b, chunk, g, mb);
     int x = b->X[lm(b, chunk, g, mb)];
     if (a->ckpt < a->x) {       /* partitioned: all-gather the tp slices */
-        int full = act_buf(b, L0 + g, mb, "ckpt.gathered", a->x);
+        int full = act_buf(b, BR_CKPT_GATHERED, SUB_WHOLE, L0 + g, mb, "ckpt.gathered", a->x);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_WHOLE, L0 + g, mb, chunk, x, full, a->x));
         x = full;
     }
     bx[g] = x;
     for (int j = g; j <= i; j++) {
-        if (j == g) rc[j] = act_buf(b, L0 + j, mb, "recomputed", a->saved[CKPT_NONE]);
+        if (j == g) rc[j] = act_buf(b, BR_RECOMPUTED, SUB_WHOLE, L0 + j, mb, "recomputed", a->saved[CKPT_NONE]);
         else bx[j] = rc[j];
         int out = -1;
-        if (j < i) out = rc[j + 1] = act_buf(b, L0 + j + 1, mb, "recomputed", a->x + a->saved[CKPT_NONE]);
+        if (j < i) out = rc[j + 1] = act_buf(b, BR_RECOMPUTED_IN, SUB_WHOLE, L0 + j + 1, mb, "recomputed", a->x + a->saved[CKPT_NONE]);
         FwdIO io = {OP_RECOMPUTE, j == g ? x : rc[j], {rc[j], -1}, out, b->m->fl_recompute_full,
                     a->fwd_scratch[CKPT_NONE]};
         layer_forward_ops(b, L0 + j, mb, chunk, &io);
@@ -1174,7 +1197,7 @@ static int recompute_attention(Bld *b, int chunk, int i, int mb)
     int o = compute_op(b, OP_RECOMPUTE, L, mb, chunk, b->m->fl_recompute_sel);
     b->s->ops[o].sub = b->tpx ? SUB_ATTN : SUB_WHOLE;
     op_rd(b, o, b->SAVED[lm(b, chunk, i, mb)]);
-    int id = act_buf(b, L, mb, "attn", b->p->act.attn);
+    int id = act_buf(b, BR_ATTN, SUB_WHOLE, L, mb, "attn", b->p->act.attn);
     op_wr(b, o, id);
     compute_done(b);
     return id;
@@ -1186,8 +1209,10 @@ static int input_grad(Bld *b, int chunk, int i, int mb)
 {
     const Chunk *ch = &b->c->chunks[chunk];
     int L = ch->first_layer + i;
-    const char *name = i > 0 || ch->embed ? "act.L%d.mb%d.dx" : "pp.send_bwd.L%d.mb%d";
-    return buf_new(b, arena_printf(&g_arena, name, L, mb), i > 0 || ch->embed ? CAT_ACTIVATIONS : CAT_COMM,
+    bool local = i > 0 || ch->embed;
+    const char *name = local ? "act.L%d.mb%d.dx" : "pp.send_bwd.L%d.mb%d";
+    return buf_new(b, key_at(local ? BR_DX : BR_SEND_BWD, L, mb, chunk), arena_printf(&g_arena, name, L, mb),
+                   local ? CAT_ACTIVATIONS : CAT_COMM,
                    SPACE_DEVICE, b->p->act.x, false);
 }
 
@@ -1232,26 +1257,28 @@ static void layer_backward_ops(Bld *b, int L, int mb, int chunk, const BwdIO *io
         compute_done(b);
         return;
     }
-    int d1 = act_buf(b, L, mb, "dresid1", a->x), red;
+    int d1 = act_buf(b, BR_DRESID1, SUB_MLP, L, mb, "dresid1", a->x), red;
     int M, A;
     if (b->sp) {
-        int gd = act_buf(b, L, mb, "dy.gathered", a->full), gs = act_buf(b, L, mb, "regathered", a->full);
+        int gd = act_buf(b, BR_DY_GATHERED, SUB_MLP, L, mb, "dy.gathered", a->full);
+        int gs = act_buf(b, BR_REGATHERED, SUB_MLP, L, mb, "regathered", a->full);
         tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->dy, gd, a->full);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->state, gs, a->full));
         M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io);
-        int part = act_buf(b, L, mb, "dpartial", a->full);
+        int part = act_buf(b, BR_DPARTIAL, SUB_MLP, L, mb, "dpartial", a->full);
         op_rd(b, M, gd);
         op_rd(b, M, gs);
         op_rd(b, M, io->dy);
         op_wr(b, M, part);
         compute_done(b);
         tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, d1, a->full);
-        int gd2 = act_buf(b, L, mb, "dy.gathered", a->full), gx = act_buf(b, L, mb, "regathered", a->full);
+        int gd2 = act_buf(b, BR_DY_GATHERED, SUB_ATTN, L, mb, "dy.gathered", a->full);
+        int gx = act_buf(b, BR_REGATHERED, SUB_ATTN, L, mb, "regathered", a->full);
         tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, d1, gd2, a->full);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, io->x >= 0 ? io->x : io->state, gx,
                              a->full));
         A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io);
-        int part2 = act_buf(b, L, mb, "dpartial", a->full);
+        int part2 = act_buf(b, BR_DPARTIAL, SUB_ATTN, L, mb, "dpartial", a->full);
         op_rd(b, A, gd2);
         op_rd(b, A, gx);
         op_rd(b, A, d1);
@@ -1296,7 +1323,7 @@ static void embed_bwd(Bld *b, int chunk, int mb, int dx, bool final)
     const Partition *p = b->p;
     int in = dx;
     if (b->sp) {
-        in = buf_new(b, arena_printf(&g_arena, "act.embed.mb%d.dx.gathered", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
+        in = buf_new(b, key_at(BR_EMBED_DX_GATHERED, LAYER_PRE, mb, chunk), arena_printf(&g_arena, "act.embed.mb%d.dx.gathered", mb), CAT_ACTIVATIONS, SPACE_DEVICE,
                      p->act.full, false);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_WHOLE, LAYER_PRE, mb, chunk, dx, in, p->act.full));
     }
@@ -1430,8 +1457,8 @@ static void opt_device(Bld *b)
         op_rd(b, o, b->grads_full);
         op_rd(b, o, b->misc);
         for (int i = 0; i < 3; i++) op_rd(b, o, b->opt[i]), op_wr(b, o, b->opt[i]);
-        if (stage32) op_wr(b, o, buf_new(b, "optimizer.grads_fp32", CAT_OPTIMIZER, SPACE_DEVICE, n * 4, false));
-        int out = params_away ? buf_new(b, "params.d2h_staging", CAT_COMM, SPACE_DEVICE, n * p->wbytes, false) : dst;
+        if (stage32) op_wr(b, o, buf_new(b, key_idx(BR_OPT_GRADS32, (int)g, -1), "optimizer.grads_fp32", CAT_OPTIMIZER, SPACE_DEVICE, n * 4, false));
+        int out = params_away ? buf_new(b, key_idx(BR_PARAMS_D2H_STAGING, (int)g, -1), "params.d2h_staging", CAT_COMM, SPACE_DEVICE, n * p->wbytes, false) : dst;
         op_wr(b, o, out);
         compute_done(b);
         if (params_away) {
@@ -1575,7 +1602,7 @@ static void gat_issue(Gat *g, int u, bool prefetch)
         b->s->ops[f].bytes = sg->shard * p->wbytes;
         op_rd(b, f, b->params_shard);
         op_rd(b, f, b->hswap_params);
-        src = buf_new(b, "params.fetch_staging", CAT_COMM, SPACE_DEVICE, sg->shard * p->wbytes, false);
+        src = buf_new(b, key_idx(BR_PARAMS_FETCH_STAGING, u, -1), "params.fetch_staging", CAT_COMM, SPACE_DEVICE, sg->shard * p->wbytes, false);
         op_wr(b, f, src);
     }
     int o = op_new(b, OP_GATHER, ST_DP_COMM, sg->layer, -1, sg->chunk);
@@ -1584,7 +1611,7 @@ static void gat_issue(Gat *g, int u, bool prefetch)
     op_rd(b, o, src);
     const char *what = sg->layer == LAYER_PRE ? "embed" : sg->layer == b->m->l ? "head"
                      : arena_printf(&g_arena, "L%d", sg->layer);
-    g->gbuf[u] = buf_new(b, arena_printf(&g_arena, "params.gathered.%s", what), CAT_PARAMS, SPACE_DEVICE,
+    g->gbuf[u] = buf_new(b, key_idx(BR_GATHERED, u, -1), arena_printf(&g_arena, "params.gathered.%s", what), CAT_PARAMS, SPACE_DEVICE,
                          sg->padded * p->wbytes, false);
     op_wr(b, o, g->gbuf[u]);
     g->gwait[u] = o;
@@ -1963,7 +1990,7 @@ static double mlp_share(const Model *m)
 }
 
 /* Builds the ops and buffers of one training step of rank class c. */
-void sched_build(const Partition *p, const RankClass *c, Sched *s)
+static void sched_class(const Partition *p, const RankClass *c, Sched *s)
 {
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
@@ -2004,6 +2031,14 @@ void sched_build(const Partition *p, const RankClass *c, Sched *s)
     if (p->zero == 3) zero3_gathers(&b);
     sched_events(s);
     bufs_to_arena(s);
+}
+
+/* Builds the ops and buffers of one training step of every rank class. */
+void sched_build(const Partition *p, Schedule *out)
+{
+    out->nclasses = p->nclasses;
+    out->classes = arena_alloc(&g_arena, sizeof(Sched) * (size_t)(p->nclasses + 1));
+    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &out->classes[i]);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */

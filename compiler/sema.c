@@ -1315,3 +1315,12 @@ bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out)
     rules_cluster(cx);
     return diag_errors == errors_before;
 }
+
+/* Where the user (an include, or -D) set key path, or no location. */
+Loc sema_key_loc(const Spec *s, const char *path)
+{
+    const SchemaKey *k = schema_find(path);
+    if (!k) return (Loc){0};
+    int i = schema_index(k);
+    return s->set[i] ? s->loc[i] : (Loc){0};
+}

@@ -401,8 +401,21 @@ typedef struct ProfCluster {
     double intra_node, inter_node, network_latency_us;
 } ProfCluster;
 ProfCluster profile_cluster(const Profile *pf, int64_t ranks_per_node);
-/* shardc calibrate (calibrate.c); argv holds the arguments after `calibrate`. */
-int calibrate_main(int argc, char **argv);
+/* shardc calibrate (calibrate.c), its options parsed by the driver. */
+enum { CALIB_MAX_RANKS = 16 };
+typedef enum CalibGrid { CALIB_FULL, CALIB_QUICK, CALIB_SMOKE } CalibGrid;
+typedef struct CalibOpts {
+    const char *out;                    /* -o PROFILE.json                          */
+    const char *backend;                /* "cpu" or "cuda"                          */
+    const char *runtime;                /* --runtime DIR, or NULL: the build tree   */
+    const char *mpirun, *nvme_dir;      /* the launcher; NULL: $TMPDIR or /tmp      */
+    CalibGrid grid;                     /* --quick, --smoke, or the full grid       */
+    int64_t ranks[CALIB_MAX_RANKS];     /* ranks per node to measure (0: defaults)  */
+    int nranks;
+    int64_t nodes;
+} CalibOpts;
+/* Measures, writes o->out and reads it back; returns the exit code. */
+int calibrate_run(const CalibOpts *o);
 
 /* ---- sema.c: resolve and check ---------------------------------------- */
 /* One -D key.path=value override, parsed as spec text. */
@@ -415,6 +428,8 @@ bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out);
 /* True if key k applies under the resolved enum values of s (a key inside an
  * enum's block applies only for the values in its `when`); canon.c prints these. */
 bool sema_applies(const Spec *s, const SchemaKey *k);
+/* Where the user (an include, or -D) set key path, or no location. */
+Loc sema_key_loc(const Spec *s, const char *path);
 /* The top-level spec's path as given to spec_parse_file ("-" = stdin); the
  * driver sets it before sema_resolve.  File-wide errors ("no model block",
  * also for an empty file) point at its line 1 and Spec.source names it.
@@ -449,6 +464,14 @@ const char *util_strerror(int e);
 const char *util_bytes(int64_t b);
 /* Writes `data` to `path` atomically (temporary file, fsync, rename). */
 bool util_write_atomic(const char *path, const char *data, size_t len);
+/* path made absolute (an arena string); an internal error if it does not resolve. */
+const char *util_abs_path(const char *path);
+/* ---- driver.c: the tools and the passes in order ----------------------- */
+/* shardc's command line (argv[1] the tool); returns the exit code. */
+int drv_main(int argc, char **argv);
+/* Runs tool name (check, plan, build, ops) on a spec already resolved, with
+ * the tool's options in argv; returns the exit code. */
+int drv_run_spec(const char *name, const Spec *spec, int argc, char **argv);
 /* export.c: `shardc export CKPT_DIR -o FILE [--dtype fp32|bf16]`; argv holds
  * the arguments after `export`.  Returns the exit code. */
 int export_main(int argc, char **argv);

@@ -37,7 +37,7 @@ enum { PENDING, ARRIVED, DONE };
 
 /* The simulation's state over all classes; ops are numbered globally. */
 typedef struct Ctx {
-    const MemPlan *mp;
+    const Plan *mp;
     bool rendezvous;
     bool at_issue;              /* the backend runs each op when issued (cost_at_issue) */
     int nc, N;
@@ -60,7 +60,7 @@ typedef struct Ctx {
 } Ctx;
 
 /* The schedule of class c. */
-static const Sched *sched_of(const Ctx *x, int c) { return &x->mp->classes[c].sched; }
+static const Sched *sched_of(const Ctx *x, int c) { return &x->mp->sched.classes[c]; }
 
 /* The op behind a global number. */
 static const Op *op_of(const Ctx *x, int g) { return &sched_of(x, x->cls_of[g])->ops[g - x->base[x->cls_of[g]]]; }
@@ -543,7 +543,7 @@ static void critical_path(const Ctx *x, Sim *out)
 /* Step time, throughput, utilisation, bubble, exposure, copies, critical path. */
 static void metrics(const Ctx *x, Sim *out)
 {
-    const MemPlan *mp = x->mp;
+    const Plan *mp = x->mp;
     out->step_time = 0;
     for (int g = 0; g < x->N; g++) out->step_time = fmax(out->step_time, x->t[g].end);
     double step = out->step_time, nb = 0;
@@ -571,12 +571,12 @@ static void metrics(const Ctx *x, Sim *out)
 /* ---- entry points ------------------------------------------------------------------ */
 
 /* sim_run with options; NULL, or the deadlock naming the stuck ops. */
-const char *sim_simulate(const MemPlan *mp, const SimOpts *opts, Sim *out)
+const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out)
 {
     memset(out, 0, sizeof *out);
     /* a backend that runs ops at issue posts its sends without waiting */
     bool at_issue = cost_at_issue(mp->spec);
-    Ctx x = {.mp = mp, .rendezvous = !(opts && opts->eager) && !at_issue, .at_issue = at_issue, .nc = mp->nclasses};
+    Ctx x = {.mp = mp, .rendezvous = !(opts && opts->eager) && !at_issue, .at_issue = at_issue, .nc = mp->mem.nclasses};
     out->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)(x.nc + 1));
     build_ops(&x);
     build_deps(&x);
@@ -597,7 +597,7 @@ const char *sim_simulate(const MemPlan *mp, const SimOpts *opts, Sim *out)
 }
 
 /* Simulates one step of every rank class; a deadlock is an internal error. */
-void sim_run(const MemPlan *mp, Sim *out)
+void sim_run(const Plan *mp, Sim *out)
 {
     const char *err = sim_simulate(mp, NULL, out);
     if (err) die("sim: %s", err);
@@ -616,7 +616,7 @@ static int contrib_cmp(const void *pa, const void *pb)
 
 /* The critical path's time by op kind: each op adds the time from its cause's
  * end to its own. */
-static void print_critical(FILE *f, const MemPlan *mp, const Sim *sim)
+static void print_critical(FILE *f, const Plan *mp, const Sim *sim)
 {
     Contrib by[NOPKINDS];
     for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, 0};
@@ -624,7 +624,7 @@ static void print_critical(FILE *f, const MemPlan *mp, const Sim *sim)
     for (int i = 0; i < sim->ncritical; i++) {
         const SimRef *r = &sim->critical[i];
         const SimOp *t = &sim->classes[r->cls].ops[r->op];
-        by[mp->classes[r->cls].sched.ops[r->op].kind].sec += t->end - prev;
+        by[mp->sched.classes[r->cls].ops[r->op].kind].sec += t->end - prev;
         prev = t->end;
     }
     qsort(by, NOPKINDS, sizeof by[0], contrib_cmp);
@@ -635,9 +635,9 @@ static void print_critical(FILE *f, const MemPlan *mp, const Sim *sim)
 }
 
 /* The schedule summary of `shardc plan`. */
-void sim_summary(FILE *f, const MemPlan *mp, const Sim *sim)
+void sim_summary(FILE *f, const Plan *mp, const Sim *sim)
 {
-    int nc = mp->nclasses;
+    int nc = mp->mem.nclasses;
     fprintf(f, "schedule summary (simulated step; seconds busy per stream, by rank class)\n");
     fprintf(f, "class stage ");
     for (int st = 0; st < NSTREAMS; st++) fprintf(f, "%9s", sched_stream_name(st));
@@ -646,7 +646,7 @@ void sim_summary(FILE *f, const MemPlan *mp, const Sim *sim)
         if (nc > 9 && c == 4) fprintf(f, "  ...\n");
         if (nc > 9 && c >= 4 && c < nc - 4) continue;
         const SimClass *sc = &sim->classes[c];
-        fprintf(f, "%5d %5d ", c, mp->classes[c].cls->stage);
+        fprintf(f, "%5d %5d ", c, mp->mem.classes[c].cls->stage);
         for (int st = 0; st < NSTREAMS; st++) fprintf(f, "%9.4f", sc->busy[st]);
         double idle = sim->step_time - sc->busy[ST_COMPUTE];
         fprintf(f, " | %7.4f %6.1f%%\n", idle, sc->work > 0 ? 100 * sc->bubble / sc->work : 0);

@@ -2,7 +2,7 @@
  * (cost_), the discrete-event simulation of one step (sim_), the schedule
  * verifier (verify_), and the trace / HTML views (trace_, html_).
  *
- * Input: a MemPlan (plan.h), whose classes each hold the ordered ops of one
+ * Input: a Plan (plan.h), whose classes each hold the ordered ops of one
  * training step.  The schedule's conventions, which every module here relies on:
  *  - ops on one stream run in list order, one at a time;
  *  - an OP_WAIT on stream X with aux = T holds stream X until op T has ended
@@ -26,7 +26,7 @@ typedef enum CommGroup { GRP_NONE, GRP_TP, GRP_DP, GRP_PP, GRP_EMBED, NGROUPS } 
 /* The group an op communicates in (GRP_NONE for compute and copies). */
 int cost_group(const Sched *s, int op);
 /* Seconds the op occupies its stream once it has started. */
-double cost_op_time(const MemPlan *mp, const Sched *s, int op);
+double cost_op_time(const Plan *mp, const Sched *s, int op);
 const char *cost_group_name(int group);
 
 /* The collectives of the alpha-beta model (NCCL's ring algorithms). */
@@ -86,7 +86,7 @@ typedef struct Sim {
 
 /* Simulates one step of every rank class of the plan; a deadlock (no op can
  * progress: a schedule bug) is an internal error naming the stuck ops. */
-void sim_run(const MemPlan *mp, Sim *out);
+void sim_run(const Plan *mp, Sim *out);
 
 typedef struct SimOpts {
     bool eager;                 /* sends never wait for their receive (as if it
@@ -96,10 +96,10 @@ typedef struct SimOpts {
 } SimOpts;
 /* sim_run with options; returns NULL, or on a deadlock a message naming the
  * stuck ops (then *out holds what ran). */
-const char *sim_simulate(const MemPlan *mp, const SimOpts *opts, Sim *out);
+const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out);
 /* The schedule summary of `shardc plan`: per stream busy time, bubble,
  * exposed communication, step time, tokens/s, MFU. */
-void sim_summary(FILE *out, const MemPlan *mp, const Sim *sim);
+void sim_summary(FILE *out, const Plan *mp, const Sim *sim);
 
 /* ---- verify.c: the schedule verifier -------------------------------------- */
 
@@ -107,20 +107,20 @@ void sim_summary(FILE *out, const MemPlan *mp, const Sim *sim);
  * matched by receives without deadlock, cross-stream uses ordered by events,
  * no arena region reused while a use on another stream may be pending).
  * Each failure is reported naming the ops; returns false on any. */
-bool verify_plan(const MemPlan *mp, FILE *report);
+bool verify_plan(const Plan *mp, FILE *report);
 
 /* ---- trace.c, html.c: inspection ----------------------------------------- */
 
 /* Chrome trace event JSON (Perfetto, chrome://tracing). */
-char *trace_json(const MemPlan *mp, const Sim *sim);
+char *trace_json(const Plan *mp, const Sim *sim);
 /* One self-contained HTML page: memory bars, live-bytes curve, Gantt chart. */
-char *html_report(const MemPlan *mp, const Sim *sim);
+char *html_report(const Plan *mp, const Sim *sim);
 /* Bytes live in one space of rank class cls over the simulated step: a buffer
  * is live from the start of its first user to the end of its last (on any
  * stream), persistent ones throughout.  The points where the value changes,
  * by time, from 0 to the class's end; op: the op whose start allocated there,
  * or -1 (shared by the trace's counter track and the report's curve). */
 typedef struct LivePoint { double t; int64_t bytes; int op; } LivePoint;
-LivePoint *trace_live_curve(const MemPlan *mp, const Sim *sim, int cls, int space, int *npoints);
+LivePoint *trace_live_curve(const Plan *mp, const Sim *sim, int cls, int space, int *npoints);
 
 #endif

@@ -45,11 +45,11 @@ static int trace_ev_cmp(const void *a, const void *b)
 }
 
 /* The end of a class's step: its last op, or the whole step if later. */
-static double trace_class_end(const MemPlan *mp, const Sim *sim, int c)
+static double trace_class_end(const Plan *mp, const Sim *sim, int c)
 {
     const SimClass *sc = &sim->classes[c];
     double end = sc->end > sim->step_time ? sc->end : sim->step_time;
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     for (int i = 0; i < s->nops; i++)
         if (sc->ops[i].end > end) end = sc->ops[i].end;
     return end;
@@ -61,9 +61,9 @@ static double trace_class_end(const MemPlan *mp, const Sim *sim, int c)
  * Returns the points where the value changes, by time, the first at 0 and the
  * last at the class's end; each point's op is the op whose start allocated
  * there (-1 if none).  Arena-allocated. */
-LivePoint *trace_live_curve(const MemPlan *mp, const Sim *sim, int c, int space, int *npoints)
+LivePoint *trace_live_curve(const Plan *mp, const Sim *sim, int c, int space, int *npoints)
 {
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     const SimOp *so = sim->classes[c].ops;
     double *t0 = arena_alloc(&g_arena, sizeof(double) * (size_t)(s->nbufs + 1));
     double *t1 = arena_alloc(&g_arena, sizeof(double) * (size_t)(s->nbufs + 1));
@@ -132,17 +132,17 @@ typedef struct Recvs {
 } Recvs;
 
 /* Indexes the receives of a plan so each send finds its partner. */
-static void trace_index_recvs(const MemPlan *mp, Recvs *r)
+static void trace_index_recvs(const Plan *mp, Recvs *r)
 {
     const Partition *p = &mp->part;
     r->m = p->m;
     r->nmodel = (int)(p->pp * p->v);
     r->home = arena_alloc(&g_arena, sizeof(ChunkHome) * (size_t)(r->nmodel + 1));
     for (int i = 0; i < r->nmodel; i++) r->home[i] = (ChunkHome){-1, -1};
-    r->fwd = arena_alloc(&g_arena, sizeof(int *) * (size_t)mp->nclasses);
-    r->bwd = arena_alloc(&g_arena, sizeof(int *) * (size_t)mp->nclasses);
-    for (int c = 0; c < mp->nclasses; c++) {
-        const RankClass *rc = mp->classes[c].cls;
+    r->fwd = arena_alloc(&g_arena, sizeof(int *) * (size_t)mp->mem.nclasses);
+    r->bwd = arena_alloc(&g_arena, sizeof(int *) * (size_t)mp->mem.nclasses);
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const RankClass *rc = mp->mem.classes[c].cls;
         for (int k = 0; k < rc->nchunks; k++) {
             int mc = rc->chunks[k].model_chunk;
             if (mc >= 0 && mc < r->nmodel) r->home[mc] = (ChunkHome){c, k};
@@ -151,7 +151,7 @@ static void trace_index_recvs(const MemPlan *mp, Recvs *r)
         r->fwd[c] = arena_alloc(&g_arena, sizeof(int) * (n + 1));
         r->bwd[c] = arena_alloc(&g_arena, sizeof(int) * (n + 1));
         for (size_t i = 0; i < n; i++) r->fwd[c][i] = r->bwd[c][i] = -1;
-        const Sched *s = &mp->classes[c].sched;
+        const Sched *s = &mp->sched.classes[c];
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
             if (o->kind != OP_RECV_FWD && o->kind != OP_RECV_BWD) continue;
@@ -163,10 +163,10 @@ static void trace_index_recvs(const MemPlan *mp, Recvs *r)
 }
 
 /* The receive matching send op i of class c: *rc and the op, or false. */
-static bool trace_find_recv(const MemPlan *mp, const Recvs *r, int c, int i, int *rc, int *rop)
+static bool trace_find_recv(const Plan *mp, const Recvs *r, int c, int i, int *rc, int *rop)
 {
-    const Op *o = &mp->classes[c].sched.ops[i];
-    const RankClass *cls = mp->classes[c].cls;
+    const Op *o = &mp->sched.classes[c].ops[i];
+    const RankClass *cls = mp->mem.classes[c].cls;
     if (o->chunk < 0 || o->chunk >= cls->nchunks || o->mb < 0 || o->mb >= r->m) return false;
     int mc = cls->chunks[o->chunk].model_chunk + (o->kind == OP_SEND_FWD ? 1 : -1);
     if (mc < 0 || mc >= r->nmodel || r->home[mc].cls < 0) return false;
@@ -193,9 +193,9 @@ static int trace_tid(int c, int stream)
 }
 
 /* "stage 3 (ranks ×16)": a class's process name. */
-static const char *trace_class_name(const MemPlan *mp, int c)
+static const char *trace_class_name(const Plan *mp, int c)
 {
-    const RankClass *rc = mp->classes[c].cls;
+    const RankClass *rc = mp->mem.classes[c].cls;
     return arena_printf(&g_arena, "stage %d (ranks \xc3\x97%lld)", rc->stage, (long long)rc->count);
 }
 
@@ -221,19 +221,19 @@ static cJSON *trace_buf_names(const Sched *s, const int *ids, int n)
 }
 
 /* An op's start and end in nanoseconds; a negative duration is a simulator bug. */
-static void trace_op_ns(const MemPlan *mp, const Sim *sim, int c, int i, int64_t *start, int64_t *end)
+static void trace_op_ns(const Plan *mp, const Sim *sim, int c, int i, int64_t *start, int64_t *end)
 {
     const SimOp *so = &sim->classes[c].ops[i];
     *start = trace_ns(so->start), *end = trace_ns(so->end);
     if (*end < *start || !isfinite(so->start) || !isfinite(so->end))
         die("trace: op %d (%s) of rank class %d runs from %g s to %g s", i,
-            sched_op_label(&mp->classes[c].sched, i), c, so->start, so->end);
+            sched_op_label(&mp->sched.classes[c], i), c, so->start, so->end);
 }
 
 /* One op as a complete event with its args. */
-static void trace_op(cJSON *evs, const MemPlan *mp, const Sim *sim, int c, int i, bool critical)
+static void trace_op(cJSON *evs, const Plan *mp, const Sim *sim, int c, int i, bool critical)
 {
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     const Op *o = &s->ops[i];
     int64_t t0, t1;
     trace_op_ns(mp, sim, c, i, &t0, &t1);
@@ -284,7 +284,7 @@ static void trace_flow_ev(cJSON *evs, const char *ph, const char *cat, const cha
 /* An arrow from the end of op (c, i) into op (dc, di): where the data or the
  * event arrives, which is the source's end clamped into the destination
  * (a receive or a wait may be posted long before its partner ends). */
-static void trace_flow(cJSON *evs, const MemPlan *mp, const Sim *sim, const char *cat, const char *name, int id,
+static void trace_flow(cJSON *evs, const Plan *mp, const Sim *sim, const char *cat, const char *name, int id,
                        int c, int i, int dc, int di)
 {
     int64_t s0, s1, d0, d1;
@@ -293,14 +293,14 @@ static void trace_flow(cJSON *evs, const MemPlan *mp, const Sim *sim, const char
     /* one nanosecond inside the source slice, so it binds to that slice and
      * not to the one that follows it on the stream */
     int64_t from = s1 - s0 >= 2 ? s1 - 1 : s0;
-    trace_flow_ev(evs, "s", cat, name, id, trace_pid(c), trace_tid(c, mp->classes[c].sched.ops[i].stream), from);
+    trace_flow_ev(evs, "s", cat, name, id, trace_pid(c), trace_tid(c, mp->sched.classes[c].ops[i].stream), from);
     int64_t last = d1 - d0 >= 2 ? d1 - 1 : d0;     /* inside, as above */
     int64_t to = s1 < d0 ? d0 : s1 > last ? last : s1;
-    trace_flow_ev(evs, "f", cat, name, id, trace_pid(dc), trace_tid(dc, mp->classes[dc].sched.ops[di].stream), to);
+    trace_flow_ev(evs, "f", cat, name, id, trace_pid(dc), trace_tid(dc, mp->sched.classes[dc].ops[di].stream), to);
 }
 
 /* A counter track of a class's live bytes in one space. */
-static void trace_counter(cJSON *evs, const MemPlan *mp, const Sim *sim, int c, int space, const char *name)
+static void trace_counter(cJSON *evs, const Plan *mp, const Sim *sim, int c, int space, const char *name)
 {
     int n;
     LivePoint *pt = trace_live_curve(mp, sim, c, space, &n);
@@ -321,13 +321,13 @@ static void trace_counter(cJSON *evs, const MemPlan *mp, const Sim *sim, int c, 
 }
 
 /* An instant event at the class's device peak (the highest point of its curve). */
-static void trace_peak(cJSON *evs, const MemPlan *mp, const Sim *sim, int c)
+static void trace_peak(cJSON *evs, const Plan *mp, const Sim *sim, int c)
 {
     int n, at = 0;
     LivePoint *pt = trace_live_curve(mp, sim, c, SPACE_DEVICE, &n);
     for (int i = 1; i < n; i++)
         if (pt[i].bytes > pt[at].bytes) at = i;
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "name", arena_printf(&g_arena, "device peak %s", util_bytes(pt[at].bytes)));
     cJSON_AddStringToObject(e, "cat", "memory");
@@ -338,13 +338,13 @@ static void trace_peak(cJSON *evs, const MemPlan *mp, const Sim *sim, int c)
     cJSON_AddNumberToObject(e, "tid", trace_tid(c, ST_COMPUTE));
     cJSON *a = cJSON_AddObjectToObject(e, "args");
     cJSON_AddNumberToObject(a, "bytes", (double)pt[at].bytes);
-    cJSON_AddNumberToObject(a, "arena", (double)mp->classes[c].arena[SPACE_DEVICE]);
+    cJSON_AddNumberToObject(a, "arena", (double)mp->mem.classes[c].arena[SPACE_DEVICE]);
     if (pt[at].op >= 0) cJSON_AddStringToObject(a, "op", sched_op_label(s, pt[at].op));
     cJSON_AddItemToArray(evs, e);
 }
 
 /* The trace's "metadata": what was planned and what the simulation predicts. */
-static cJSON *trace_metadata(const MemPlan *mp, const Sim *sim)
+static cJSON *trace_metadata(const Plan *mp, const Sim *sim)
 {
     const Partition *p = &mp->part;
     cJSON *m = cJSON_CreateObject();
@@ -365,28 +365,28 @@ static cJSON *trace_metadata(const MemPlan *mp, const Sim *sim)
 }
 
 /* Marks the ops on the simulation's critical path: [class][op]. */
-static bool **trace_critical(const MemPlan *mp, const Sim *sim)
+static bool **trace_critical(const Plan *mp, const Sim *sim)
 {
-    bool **crit = arena_alloc(&g_arena, sizeof(bool *) * (size_t)mp->nclasses);
-    for (int c = 0; c < mp->nclasses; c++)
-        crit[c] = arena_alloc(&g_arena, (size_t)mp->classes[c].sched.nops + 1);
+    bool **crit = arena_alloc(&g_arena, sizeof(bool *) * (size_t)mp->mem.nclasses);
+    for (int c = 0; c < mp->mem.nclasses; c++)
+        crit[c] = arena_alloc(&g_arena, (size_t)mp->sched.classes[c].nops + 1);
     for (int k = 0; k < sim->ncritical; k++) {
         SimRef r = sim->critical[k];
-        if (r.cls >= 0 && r.cls < mp->nclasses && r.op >= 0 && r.op < mp->classes[r.cls].sched.nops)
+        if (r.cls >= 0 && r.cls < mp->mem.nclasses && r.op >= 0 && r.op < mp->sched.classes[r.cls].nops)
             crit[r.cls][r.op] = true;
     }
     return crit;
 }
 
 /* The whole trace as JSON text (arena-allocated). */
-char *trace_json(const MemPlan *mp, const Sim *sim)
+char *trace_json(const Plan *mp, const Sim *sim)
 {
     if (!sim || !sim->classes) die("trace: no simulation to trace");
     cJSON *root = cJSON_CreateObject();
     cJSON *evs = cJSON_AddArrayToObject(root, "traceEvents");
     bool **crit = trace_critical(mp, sim);
-    for (int c = 0; c < mp->nclasses; c++) {
-        const Sched *s = &mp->classes[c].sched;
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const Sched *s = &mp->sched.classes[c];
         int pid = trace_pid(c);
         trace_meta(evs, "process_name", pid, -1, "name", cJSON_CreateString(trace_class_name(mp, c)));
         trace_meta(evs, "process_sort_index", pid, -1, "sort_index", cJSON_CreateNumber(c));
@@ -403,8 +403,8 @@ char *trace_json(const MemPlan *mp, const Sim *sim)
     }
     /* flows: events between streams of a class, then sends to receives */
     int id = 1;
-    for (int c = 0; c < mp->nclasses; c++) {
-        const Sched *s = &mp->classes[c].sched;
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const Sched *s = &mp->sched.classes[c];
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
             if (o->kind == OP_WAIT && o->aux >= 0 && o->aux < s->nops)
@@ -413,15 +413,15 @@ char *trace_json(const MemPlan *mp, const Sim *sim)
     }
     Recvs r;
     trace_index_recvs(mp, &r);
-    for (int c = 0; c < mp->nclasses; c++) {
-        const Sched *s = &mp->classes[c].sched;
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const Sched *s = &mp->sched.classes[c];
         for (int i = 0; i < s->nops; i++) {
             int kind = s->ops[i].kind, dc, di;
             if ((kind == OP_SEND_FWD || kind == OP_SEND_BWD) && trace_find_recv(mp, &r, c, i, &dc, &di))
                 trace_flow(evs, mp, sim, "pipeline", kind == OP_SEND_FWD ? "send_fwd" : "send_bwd", id++, c, i, dc, di);
         }
     }
-    for (int c = 0; c < mp->nclasses; c++) {
+    for (int c = 0; c < mp->mem.nclasses; c++) {
         trace_counter(evs, mp, sim, c, SPACE_DEVICE, "device live bytes");
         trace_counter(evs, mp, sim, c, SPACE_HOST, "host live bytes");
         trace_peak(evs, mp, sim, c);

@@ -129,3 +129,13 @@ bool util_write_atomic(const char *path, const char *data, size_t len)
     }
     return true;
 }
+
+/* path made absolute (an arena string); an internal error if it does not resolve. */
+const char *util_abs_path(const char *path)
+{
+    char *r = realpath(path, NULL);
+    if (!r) die("cannot resolve %s: %s", path, strerror(errno));
+    const char *a = arena_strdup(&g_arena, r);
+    free(r);
+    return a;
+}

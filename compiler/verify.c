@@ -46,7 +46,7 @@ enum { P_CLK, P_AT, P_ACC, P_FIRST, P_LAST, P_IDS, P_XS, P_XS2, P_CNT, P_BORN, P
 typedef struct Pool { void *p; size_t cap; } Pool;
 
 typedef struct V {
-    const MemPlan *mp;
+    const Plan *mp;
     FILE *out;
     int fails, reported;
     Clock *clk;                 /* the class being checked: per op, its stream's clock after it */
@@ -70,7 +70,7 @@ static void *vscratch(V *v, int k, size_t bytes)
 }
 
 /* The schedule of class c. */
-static const Sched *vsched(const V *v, int c) { return &v->mp->classes[c].sched; }
+static const Sched *vsched(const V *v, int c) { return &v->mp->sched.classes[c]; }
 
 /* One op as a failure names it: "op 12 (fwd L3 mb0) on stream compute". */
 static const char *vop(const V *v, int c, int op, int from)
@@ -451,8 +451,8 @@ static bool vmember(const V *v, int g, int c)
  * spanning classes issue; flags a class issuing into a group it is not in. */
 static void check_collectives(V *v)
 {
-    const MemPlan *mp = v->mp;
-    int nc = mp->nclasses;
+    const Plan *mp = v->mp;
+    int nc = mp->mem.nclasses;
     for (int g = VG_EMBED; g <= VG_WORLD; g++) {
         int **seq = arena_alloc(&g_arena, sizeof(int *) * (size_t)nc), *len = arena_alloc(&g_arena, sizeof(int) * (size_t)nc);
         int ref = -1;
@@ -716,7 +716,7 @@ static void report_deadlock(Run *r)
 /* Pairs the transfers, then (run) runs every class's streams in order. */
 static void check_p2p(V *v, bool run)
 {
-    Run r = {.v = v, .nc = v->mp->nclasses};
+    Run r = {.v = v, .nc = v->mp->mem.nclasses};
     r.base = arena_alloc(&g_arena, sizeof(int) * (size_t)(r.nc + 1));
     for (int c = 0; c < r.nc; c++) r.base[c + 1] = r.base[c] + vsched(v, c)->nops;
     r.N = r.base[r.nc];
@@ -777,13 +777,13 @@ static void check_p2p(V *v, bool run)
 /* ---- the entry point ----------------------------------------------------------------- */
 
 /* Checks every class's schedule; each failure is reported naming the ops. */
-bool verify_plan(const MemPlan *mp, FILE *report)
+bool verify_plan(const Plan *mp, FILE *report)
 {
     V v = {.mp = mp, .out = report};
-    v.grp = arena_alloc(&g_arena, sizeof(unsigned char *) * (size_t)(mp->nclasses + 1));
-    v.strm = arena_alloc(&g_arena, sizeof(unsigned char *) * (size_t)(mp->nclasses + 1));
-    v.dep = arena_alloc(&g_arena, sizeof(int *) * (size_t)(mp->nclasses + 1));
-    for (int c = 0; c < mp->nclasses; c++) {
+    v.grp = arena_alloc(&g_arena, sizeof(unsigned char *) * (size_t)(mp->mem.nclasses + 1));
+    v.strm = arena_alloc(&g_arena, sizeof(unsigned char *) * (size_t)(mp->mem.nclasses + 1));
+    v.dep = arena_alloc(&g_arena, sizeof(int *) * (size_t)(mp->mem.nclasses + 1));
+    for (int c = 0; c < mp->mem.nclasses; c++) {
         check_events(&v, c);
         Uses u = buffer_uses(&v, vsched(&v, c));
         check_arena(&v, c, SPACE_DEVICE, &u);

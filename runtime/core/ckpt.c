@@ -1082,7 +1082,6 @@ static int load_file(ckpt_reader *r, int fi, char *err, size_t errlen)
         }
         di++;
     }
-    int listed = 0;
     for (int ti = 0; ti < r->nt && rc == CKPT_OK; ti++) {
         rtensor *t = &r->t[ti];
         for (int ki = 0; ki < t->nk && rc == CKPT_OK; ki++) {
@@ -1107,7 +1106,6 @@ static int load_file(ckpt_reader *r, int fi, char *err, size_t errlen)
                     break;
                 }
                 used[e - st_tensor_at(f->st, 0)] = true;
-                listed++;
                 p->dtype = dt;
                 p->data = st_data(f->st, e);
                 p->bytes = e->end - e->begin;
@@ -1127,7 +1125,6 @@ static int load_file(ckpt_reader *r, int fi, char *err, size_t errlen)
     free(used);
     strmap_free(&dmap);
     cJSON_Delete(m.root);
-    (void)listed;
     return rc;
 }
 

@@ -24,6 +24,7 @@
 
 #include <mpi.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -599,6 +600,16 @@ static bool loop_launched(void)
     return loop_launch_rank() >= 0;
 }
 
+/* Test seam: SRT_TEST_SIGSTOP=R:S stops rank R with SIGSTOP at the start of
+ * step S, before the step's first collective, as a suspended or hung process
+ * would stop (tests/e2e/train_watchdog.test.sh: the others' watchdog). */
+static void loop_test_stop(const srt_ctx *c, int64_t step)
+{
+    const char *e = getenv("SRT_TEST_SIGSTOP");
+    long long r = -1, s = -1;
+    if (e && sscanf(e, "%lld:%lld", &r, &s) == 2 && r == c->rank && s == step) raise(SIGSTOP);
+}
+
 /* Syncs every stream: the end of a step (the checker forgets settled history). */
 static void loop_sync(srt_ctx *c)
 {
@@ -719,7 +730,7 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step, const tok *tk, met
     const srt_program *p = R->p;
     const srt_class *k = c->cls;
     int64_t T = p->seq_len, V = p->vocab;
-    int64_t logits = loop_buffer(k, "logits.mb0");
+    int64_t logits = loop_buffer(k, "LOGITS");
     int any = logits >= 0;
     wd_allreduce(c, &any, 1, MPI_INT, MPI_MAX, "the sample's all-reduce");
     if (!k->eval || !any) {
@@ -950,10 +961,10 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     if (R.o.trace) {
         char tp[4096];
         metrics_trace_path(tp, sizeof tp, R.o.trace, (int)c->rank, (int)c->world);
-        /* room for every op of every step: a dry count is not available, so
-         * a generous bound from the program's buffers; events past it are
+        /* room for every op of every step: a generous bound from the
+         * schedule's ops (each a few runtime ops); events past it are
          * counted as dropped, never allocated */
-        int64_t per_step = 64 * (int64_t)(k->nbuffers + k->nparams + 16);
+        int64_t per_step = 64 * (int64_t)(k->nops + k->nparams + 16);
         tr = metrics_trace_open(tp, (int)c->rank, per_step * (steps - first + 1) + 1024, err, sizeof err);
         if (!tr) loop_error(c, 0, err);
         for (int s = 0; tr && s < SRT_NSTREAMS; s++) metrics_trace_thread(tr, s, ops_stream_name((srt_stream)s));
@@ -977,6 +988,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     /* the loop: nothing in it allocates (ctx_alloc dies once the context is sealed) */
     int64_t nval = R.o.given[CLI_OPT_eval_batches] ? R.o.eval_batches : 4;
     for (int64_t s = first; s <= steps; s++) {
+        loop_test_stop(c, s);
         double t0 = metrics_now_us();
         ctx_begin_step(c, s);
         ctx_dev_guard(c, false);

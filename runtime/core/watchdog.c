@@ -72,10 +72,12 @@ void wd_fini(srt_ctx *c)
     struct wd_state *w = c->wd;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!w || !w->have_win || fin) return;
-    MPI_Win_unlock_all(w->win);
-    MPI_Win_free(&w->win);
-    w->have_win = false;
+    if (w && w->have_win && !fin) {
+        MPI_Win_unlock_all(w->win);
+        MPI_Win_free(&w->win);
+    }
+    free(w);                    /* ctx_alloc's: the context frees what it made */
+    c->wd = NULL;
 }
 
 void wd_arrive(srt_ctx *c, int slot)

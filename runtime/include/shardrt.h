@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRT_ABI_VERSION 1
+#define SRT_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,6 +126,7 @@ typedef struct srt_class {
     void (*eval)(srt_ctx *c);   /* forward only, loss into srt_loss (may be NULL) */
     const srt_segment *segs;    /* the flat segments, in flat order (who owns what) */
     int nsegs;
+    int nops;                   /* the schedule's ops in one step (a trace's room)  */
 } srt_class;
 
 /* One GEMM shape the generated code calls, declared so that a backend can

@@ -11,7 +11,7 @@ step k's global batch is windows k*G .. k*G+G-1 (mod the window count), window
 j = bytes [j*T, j*T+T]."""
 import json, sys
 import torch
-from train_compare import tensors
+from train_compare import rel, tensors, worse
 
 
 class Args:
@@ -52,8 +52,8 @@ def step1_grads(a, P, hf_grad):
         hf, g = hf_grad(name, v / (1.0 - a.b1))
         tg = P[hf].grad
         d = ((g - tg).abs().max() / tg.abs().max().clamp_min(1e-30)).item()
-        gworst = max(gworst, d)
-        if d > 1e-4:
+        gworst = worse(d, gworst)
+        if not (d <= 1e-4):
             print("step-1 gradient of %s: relative difference %.3g" % (hf, d))
             bad += 1
     if n != len(P):
@@ -66,8 +66,9 @@ def step1_grads(a, P, hf_grad):
 def train_compare(a, P, forward, hf_grad, loss_tol):
     """Trains P (forward(tok, tgt) -> loss) with AdamW at the trainer's lr of
     each step (weight decay on the matrices only, clipping at GRAD_CLIP) on the
-    trainer's batches; every loss within loss_tol relative of the log's, the
-    step-1 gradients within 1e-4 (step1_grads).  Exits 1 on a mismatch."""
+    trainer's batches; every loss and gradient norm (before clipping) within
+    loss_tol relative of the log's, the step-1 gradients within 1e-4
+    (step1_grads).  Exits 1 on a mismatch (a NaN is one)."""
     run = [o for o in map(json.loads, open(a.runlog)) if "loss" in o]
     text = open(a.data, "rb").read()
     T, G = a.seq, a.batch
@@ -77,23 +78,24 @@ def train_compare(a, P, forward, hf_grad, loss_tol):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=1.0, betas=(a.b1, a.b2), eps=a.eps, foreach=True)
     bad = 0
-    worst = 0.0
+    worst = nworst = 0.0
     for s, o in enumerate(run):
         rows = [(s * G + i) % nwin for i in range(G)]
         buf = torch.tensor([list(text[j * T: j * T + T + 1]) for j in rows], dtype=torch.long)
         loss = forward(buf[:, :T], buf[:, 1:])
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), a.clip)
+        norm = torch.nn.utils.clip_grad_norm_(list(P.values()), a.clip).item()
         if s == 0:
             bad += step1_grads(a, P, hf_grad)
         for gr in opt.param_groups:
             gr["lr"] = o["lr"]
         opt.step()
-        d = abs(loss.item() - o["loss"]) / abs(loss.item())
-        worst = max(worst, d)
-        print("step %d: torch %.7f shardc %.7f (rel %.2g)" % (o["step"], loss.item(), o["loss"], d))
-        if d > loss_tol:
+        d, dn = rel(o["loss"], loss.item()), rel(o.get("grad_norm"), norm)
+        worst, nworst = worse(d, worst), worse(dn, nworst)
+        print("step %d: torch %.7f shardc %r (rel %.2g), grad norm torch %.7f shardc %r (rel %.2g)"
+              % (o["step"], loss.item(), o["loss"], d, norm, o.get("grad_norm"), dn))
+        if not (d <= loss_tol) or not (dn <= loss_tol):
             bad += 1
-    print("losses: %d steps, worst relative difference %.3g" % (len(run), worst))
+    print("losses: %d steps, worst relative difference %.3g (grad norm %.3g)" % (len(run), worst, nworst))
     sys.exit(1 if bad else 0)

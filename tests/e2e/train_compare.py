@@ -1,22 +1,38 @@
 #!/usr/bin/env python3
 """train_compare.py — compares two training runs for the e2e tests (no numpy needed).
 
-  train_compare.py losses REF.jsonl RUN.jsonl TOL [exact]
-      every step of REF is in RUN with |loss - ref| <= TOL * |ref| (exact: bit for bit)
+  train_compare.py losses REF.jsonl RUN.jsonl TOL [exact | NORM_TOL]
+      every step of REF is in RUN with |loss - ref| <= TOL * |ref|, and its grad_norm
+      within NORM_TOL (default TOL) the same way (exact: both bit for bit)
   train_compare.py weights REF.safetensors RUN.safetensors TOL
       the same tensors, shapes and dtypes; |w - ref| <= TOL * max(1, |ref|) everywhere
-Prints the worst difference; exits 1 on a mismatch."""
-import array, json, struct, sys
+Prints the worst difference; exits 1 on a mismatch.  Every comparison is written
+`not (d <= tol)`: a NaN (or a loss the log wrote as null) fails it.  A grad_norm may
+be null (not finite) only in a step both runs skipped (fp16's overflow)."""
+import array, json, math, struct, sys
 
 
 def steps(path):
+    """step -> (loss, grad_norm, skipped), from a JSONL log."""
     out = {}
     with open(path) as f:
         for line in f:
             o = json.loads(line)
             if "loss" in o:
-                out[o["step"]] = o["loss"]
+                out[o["step"]] = (o["loss"], o.get("grad_norm"), bool(o.get("skipped")))
     return out
+
+
+def worse(d, w):
+    """The worse of a difference d and the worst so far w: a NaN stays."""
+    return w if math.isnan(w) or d <= w else d
+
+
+def rel(x, ref):
+    """|x - ref| / |ref|, NaN when either is missing or not finite."""
+    if not isinstance(x, (int, float)) or not isinstance(ref, (int, float)):
+        return math.nan
+    return abs(x - ref) / max(abs(ref), 1e-30)
 
 
 def tensors(path):
@@ -46,23 +62,32 @@ def tensors(path):
 def main():
     mode, ref, run, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     exact = len(sys.argv) > 5 and sys.argv[5] == "exact"
+    norm_tol = float(sys.argv[5]) if len(sys.argv) > 5 and not exact else tol
     bad = 0
     if mode == "losses":
         r, q = steps(ref), steps(run)
         if not r:
             sys.exit("%s: no steps" % ref)
-        worst = 0.0
-        for s, l in sorted(r.items()):
+        worst = worst_norm = 0.0
+        for s, (l, g, skipped) in sorted(r.items()):
             if s not in q:
                 print("step %d missing from %s" % (s, run))
                 bad += 1
                 continue
-            d = abs(q[s] - l) / max(abs(l), 1e-30)
-            worst = max(worst, d)
-            if (exact and q[s] != l) or d > tol:
-                print("step %d: loss %.17g vs reference %.17g (rel %.3g)" % (s, q[s], l, d))
+            ql, qg, qskipped = q[s]
+            d = rel(ql, l)
+            worst = worse(d, worst)
+            if (exact and ql != l) or not (d <= tol):
+                print("step %d: loss %r vs reference %r (rel %.3g)" % (s, ql, l, d))
                 bad += 1
-        print("losses: %d steps, worst relative difference %.3g" % (len(r), worst))
+            if g is None and qg is None and skipped and qskipped:
+                continue                    # an fp16 step both runs skipped: no finite norm
+            dn = rel(qg, g)
+            worst_norm = worse(dn, worst_norm)
+            if (exact and qg != g) or not (dn <= norm_tol):
+                print("step %d: grad_norm %r vs reference %r (rel %.3g)" % (s, qg, g, dn))
+                bad += 1
+        print("losses: %d steps, worst relative difference %.3g (grad_norm %.3g)" % (len(r), worst, worst_norm))
     else:
         r, q = tensors(ref), tensors(run)
         if sorted(r) != sorted(q):
@@ -75,13 +100,13 @@ def main():
                 bad += 1
                 continue
             for x, y in zip(vr, vq):
-                d = abs(x - y) / max(1.0, abs(x))
-                if d > worst:
+                d = abs(x - y) / max(1.0, abs(x))   # NaN when either is NaN
+                if worse(d, worst) is not worst:
                     worst, where = d, name
-            if worst > tol and not bad:
-                bad += 1
+            if math.isnan(worst):                   # the first NaN is the verdict
+                break
         print("weights: %d tensors, worst difference %.3g (%s)" % (len(r), worst, where))
-        if worst > tol:
+        if not (worst <= tol):
             bad = max(bad, 1)
     sys.exit(1 if bad else 0)
 

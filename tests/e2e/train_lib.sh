@@ -5,11 +5,13 @@
 #   train_build NAME [-D key=value ...]   $T/NAME from specs/tiny-gpt.tspec
 #   train_build_spec SPEC NAME [-D ...]   $T/NAME from SPEC
 #   train_run NP NAME [trainer options]   mpirun -np NP, output in $T/NAME.out/.err
-#   train_cmp KIND REF RUN TOL LABEL      train_compare.py; prints ok/FAIL, sets fail=1
+#   train_cmp KIND REF RUN TOL LABEL [NORM_TOL]  train_compare.py; prints ok/FAIL, sets fail=1
 #   train_layout NAME SPEC NP [-D ...] [-- trainer options]
 #                                         build, train $STEPS (4) with a checkpoint, export
 #   train_3d NAME SPEC TP PP DP [-D ...]  train_layout with the layout's parallel.* keys
-#   train_check REF RUN TOL_LOSS TOL_W LABEL   losses and exported weights against REF
+#   train_check REF RUN TOL_LOSS TOL_W LABEL [TOL_NORM]
+#                                         losses, gradient norms (TOL_NORM, default
+#                                         TOL_LOSS) and exported weights against REF
 #   train_same REF RUN TOL_W LABEL        losses bit for bit, weights within TOL_W
 SHARDC=${1:?usage: $0 SHARDC BUILD_DIR}
 BUILD=${2:?usage: $0 SHARDC BUILD_DIR}
@@ -53,7 +55,7 @@ train_run() {
 }
 
 train_cmp() {
-    if ! "$PY" tests/e2e/train_compare.py "$1" "$2" "$3" "$4" > "$T/cmp.txt"; then
+    if ! "$PY" tests/e2e/train_compare.py "$1" "$2" "$3" "$4" ${6:+"$6"} > "$T/cmp.txt"; then
         echo "FAIL: $5: $1"
         cat "$T/cmp.txt"
         fail=1
@@ -101,10 +103,11 @@ train_3d() {
     train_layout "$name" "$spec" $((tp * pp * dp)) -D parallel.tp="$tp" -D parallel.pp="$pp" -D parallel.dp="$dp" "$@"
 }
 
-# train_check REF RUN TOL_LOSS TOL_W LABEL: every step's loss of $T/RUN.jsonl
-# within TOL_LOSS relative of $T/REF.jsonl and the exported weights within TOL_W
+# train_check REF RUN TOL_LOSS TOL_W LABEL [TOL_NORM]: every step's loss of
+# $T/RUN.jsonl within TOL_LOSS relative of $T/REF.jsonl, its gradient norm
+# within TOL_NORM (default TOL_LOSS), the exported weights within TOL_W
 train_check() {
-    train_cmp losses "$T/$1.jsonl" "$T/$2.jsonl" "$3" "$5"
+    train_cmp losses "$T/$1.jsonl" "$T/$2.jsonl" "$3" "$5" "${6:-}"
     train_cmp weights "$T/$1.safetensors" "$T/$2.safetensors" "$4" "$5"
 }
 

@@ -177,8 +177,8 @@ int emit_test_main(int argc, char **argv, const srt_program *p)
     /* the plan again, for the segments */
     Item *items = spec_parse_text("spec", p->spec_text, strlen(p->spec_text));
     Spec spec;
-    MemPlan *mp = malloc(sizeof *mp);
-    if (!items || !sema_resolve(items, NULL, 0, &spec) || !mem_plan(&spec, mp, false)) {
+    Plan *mp = malloc(sizeof *mp);
+    if (!items || !sema_resolve(items, NULL, 0, &spec) || !plan_build(&spec, mp, false)) {
         fprintf(stderr, "emit-driver: the program's spec does not plan\n");
         return 3;
     }

@@ -6,7 +6,8 @@
 #     compiles with -Wall -Wextra -Werror against runtime/include/shardrt.h.
 #  2. What the generator does not support yet is refused (exit 1, "comes with
 #     issue 6"); a C compiler that fails is exit 3 with no trainer left behind.
-#  3. The 96-layer GPT-3 trainer's C is written and compiled in under 10 s.
+#  3. The 96-layer GPT-3 trainer's C is written and compiles (the time is
+#     printed, not asserted: timings belong to tests/bench).
 #  4. With the CPU runtime built (BUILD_DIR/runtime/libshardrt_cpu.a) and
 #     mpirun present: trainers of tiny-gpt and tiny-llama run for 8 steps
 #     under the race checker (SRT_CHECK=1), with tests/golden/emit-driver.c
@@ -21,6 +22,9 @@
 #  6. With the runtime's srt_main in the library: `shardc build -o` makes a
 #     real trainer of tiny-gpt (dp 4, ZeRO-3) whose logged losses and norms
 #     are the driver's.
+# A part that cannot run here (no CPU runtime or MPI, no python3-torch) makes
+# the test a skip (exit 77) unless an earlier part failed; every comparison
+# fails on NaN or infinity.
 set -u
 SHARDC=$1
 BUILD=$2
@@ -97,19 +101,24 @@ fi
 "$SHARDC" build "$SRC/specs/tiny-gpt.tspec" --runtime "$T/none" -o "$T/trainer" 2> "$T/n.err"
 [ $? = 1 ] && grep -q "was not found in $T/none" "$T/n.err" || { echo "FAIL: a missing runtime"; cat "$T/n.err"; fail=1; }
 
-# 3. the 96-layer GPT-3 in the generator's scope: C written and compiled in under 10 s
+# 3. the 96-layer GPT-3 in the generator's scope: C written and compiled
 start=$(date +%s%N)
 "$SHARDC" build "$SRC/specs/gpt3-175b.tspec" "${SCOPE[@]}" --emit-c "$T/g3.c" 2> /dev/null &&
     "$CC" -std=gnu11 -O1 -c -I "$INC" "$T/g3.c" -o "$T/g3.o" || { echo "FAIL: gpt3-175b"; fail=1; }
 ms=$((($(date +%s%N) - start) / 1000000))
-echo "emit: gpt3-175b (96 layers, 192 microbatches): C written and compiled in $ms ms ($(wc -c < "$T/g3.c") bytes)"
-[ "$ms" -lt 10000 ] || { echo "FAIL: gpt3-175b took $ms ms"; fail=1; }
+echo "emit: gpt3-175b (96 layers, 192 microbatches): C written and compiled ($ms ms, $(wc -c < "$T/g3.c") bytes)"
+
+# skip WHY: the rest cannot run here; a skip unless something failed already
+skip() {
+    echo "emit: $1"
+    [ "$fail" = 0 ] && exit 77
+    exit "$fail"
+}
 
 # 4. trainers that run: every layout gives the dp-1 numbers
 RT="$BUILD/runtime/libshardrt_cpu.a"
 if [ ! -f "$RT" ] || ! command -v mpirun > /dev/null || ! command -v mpicc > /dev/null; then
-    echo "emit: the CPU runtime or MPI is missing: the trainers are not run"
-    exit $fail
+    skip "the CPU runtime or MPI is missing: the trainers are not run"
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 SRT_CHECK=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -135,12 +144,15 @@ run() {
         { echo "FAIL: $name does not run"; tail -5 "$T/$name.err"; fail=1; return 1; }
 }
 
-# same REF NAME TOL: every number of NAME's output within TOL (relative) of REF's
+# same REF NAME TOL: every number of NAME's output within TOL (relative) of
+# REF's; a NaN or an infinity (printed "nan", "-nan", "inf") on either side fails
 same() {
     paste "$T/$1.out" "$T/$2.out" | awk -v tol="$3" -v a="$1" -v b="$2" '
         { n = NF / 2; for (i = 1; i <= n; i++) { x = $i; y = $(i + n)
-            if (x ~ /^[-0-9.e+]+$/) { d = x - y; if (d < 0) d = -d; s = x < 0 ? -x : x
-                if (d > tol * s + 1e-12) { printf "FAIL: %s vs %s line %d: %s vs %s\n", a, b, NR, x, y; bad = 1 } }
+            if (tolower(x) ~ /^[-+]?(nan|inf)/ || tolower(y) ~ /^[-+]?(nan|inf)/) {
+                printf "FAIL: %s vs %s line %d: %s vs %s (not finite)\n", a, b, NR, x, y; bad = 1 }
+            else if (x ~ /^[-0-9.e+]+$/) { d = x - y; if (d < 0) d = -d; s = x < 0 ? -x : x
+                if (!(d <= tol * s + 1e-12)) { printf "FAIL: %s vs %s line %d: %s vs %s\n", a, b, NR, x, y; bad = 1 } }
             else if (x != y) { printf "FAIL: %s vs %s line %d\n", a, b, NR; bad = 1 } } }
         END { if (NR < 9) { print "FAIL: " b " printed too little"; bad = 1 } exit bad }' || fail=1
 }
@@ -159,7 +171,7 @@ run b4z1 4 1 bf16 -D precision.grad_reduce=fp32 && same bref b4z1 2e-3
 # folded loops against the straight-line step: the same ops, so the same bits
 run loops 1 1 fp32 -D model.layers=6
 run flat 1 1 fp32 -D model.layers=6 --no-loops
-grep -q "for (int i0" "$T/loops.c" || { echo "FAIL: the 6-layer trainer has no loop"; fail=1; }
+grep -q "for (int l = 0; l < " "$T/loops.c" || { echo "FAIL: the 6-layer trainer has no layer loop"; fail=1; }
 same loops flat 0
 SPEC=tiny-llama
 mkdir -p "$T/dump-llama"
@@ -171,8 +183,7 @@ echo "emit: 29 trainers ran race-free; every layout gave the dp-1 losses, norms 
 
 # 5. against PyTorch
 if ! /usr/bin/python3 -c "import torch" 2> /dev/null; then
-    echo "emit: python3-torch is missing: the PyTorch comparison is skipped"
-    exit $fail
+    skip "python3-torch is missing: the PyTorch comparison and the real trainer are not run"
 fi
 SPEC=tiny-gpt
 mkdir -p "$T/dump-gpt"
@@ -186,8 +197,8 @@ echo "emit: tiny-gpt and tiny-llama train as their PyTorch twins do (8 steps, lo
 
 # 6. the real trainer
 if ! nm "$RT" 2> /dev/null | grep -q " T srt_main"; then
-    echo "emit: the runtime has no srt_main yet: no trainer is linked"
-    exit $fail
+    echo "FAIL: $RT has no srt_main: no trainer can be linked"
+    exit 1
 fi
 "$SHARDC" build "$SRC/specs/tiny-gpt.tspec" -o "$T/tiny_train" 2> "$T/tiny.err" &&
     timeout 120 mpirun -np 4 "$T/tiny_train" --data "$DATA" --steps 8 --log "$T/tiny.jsonl" > /dev/null 2>> "$T/tiny.err" ||
@@ -195,7 +206,8 @@ fi
 grep '"loss"' "$T/tiny.jsonl" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/step \1 loss \2 norm \3/' > "$T/real.out"
 head -n 8 "$T/d4z3.out" > "$T/d4z3.steps"
 paste "$T/d4z3.steps" "$T/real.out" | awk '
-    function off(x, y) { d = x - y; if (d < 0) d = -d; return d > 1e-6 * (x < 0 ? -x : x) }
+    function num(x) { return x ~ /^-?[0-9][0-9.]*(e[-+]?[0-9]+)?$/ }   # not "nan", "inf", "null"
+    function off(x, y) { d = x - y; if (d < 0) d = -d; return !num(x) || !num(y) || !(d <= 1e-6 * (x < 0 ? -x : x)) }
     { if (off($4, $10) || off($6, $12)) bad = 1 } END { exit bad || NR != 8 }' ||
     { echo "FAIL: the trainer's losses are not the driver's"; paste "$T/d4z3.steps" "$T/real.out"; fail=1; }
 echo "emit: shardc build -o: the tiny-gpt trainer (srt_main) logs the driver's losses"

@@ -67,7 +67,7 @@ for cfg in hf-bad/*.json; do
 done
 
 # usage: the format's argument, --hf is deepspeed's
-"$shardc" import hf > /dev/null 2> "$tmp/err"; [ $? = 2 ] && grep -q 'import hf: which config.json' "$tmp/err" ||
+"$shardc" import hf > /dev/null 2> "$tmp/err"; [ $? = 2 ] && grep -q 'shardc import: which config.json' "$tmp/err" ||
     bad usage "import hf without a config is not a usage error"
 "$shardc" import hf hf/gpt2.json --hf hf/gpt2.json > /dev/null 2>&1; [ $? = 2 ] || bad usage "--hf is accepted by import hf"
 

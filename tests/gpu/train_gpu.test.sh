@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # specs/tiny-gpt.tspec on one GPU (issue 7): the CUDA trainer against the CPU
-# backend's bf16 emulation, every one of 20 steps' losses within bf16
-# tolerance (2e-2 relative; fp32 on both: 1e-3); resume on the GPU bit for bit
+# backend's bf16 emulation, every one of 20 steps' losses and gradient norms
+# within bf16 tolerance (2e-2 relative; fp32 on both: 1e-3); resume on the GPU bit for bit
 # (10 steps straight against 5, a checkpoint, 5 more); the start-up and
 # final lines report the device, the planned arena and the measured peak
 # device memory.  Skipped (77) without a CUDA device or the CUDA runtime.
@@ -10,7 +10,8 @@
 # BUILD/cuda-emu, the CUDA runtime on emulated vendor libraries, with
 # SHARDC_GPU_STEPS (a multiple of 4; 20 by default) steps instead of 20,
 # SHARDC_GPU_SPEC instead of specs/tiny-gpt.tspec, and SHARDC_GPU_TOL_BF16 /
-# SHARDC_GPU_TOL_FP32 instead of the tolerances 2e-2 / 1e-3, the dtypes of
+# SHARDC_GPU_TOL_FP32 instead of the tolerances 2e-2 / 1e-3 (and
+# SHARDC_GPU_NORM_TOL_BF16 for bf16's gradient norms, else the same), the dtypes of
 # SHARDC_GPU_DTYPES instead of "bf16 fp32", and the words of SHARDC_GPU_DEFS
 # (-D key=value ...) added to every build.
 set -u
@@ -36,17 +37,19 @@ gpu_build() {
 gpu_run() {
     local name=$1
     shift
-    timeout 120 "$T/$name" "$@" > "$T/$name.out" 2> "$T/$name.err"
+    # a guard against a hang only: the emulated CUDA stack on a loaded 2-core machine
+    # took more than 120 s for one tiny-gpt run (steps of 48 and 59 s)
+    timeout "${SHARDC_GPU_RUN_TIMEOUT:-600}" "$T/$name" "$@" > "$T/$name.out" 2> "$T/$name.err"
 }
 for dt in ${SHARDC_GPU_DTYPES:-bf16 fp32}; do
-    tol=${SHARDC_GPU_TOL_BF16:-2e-2}
-    [ $dt = fp32 ] && tol=${SHARDC_GPU_TOL_FP32:-1e-3}
+    tol=${SHARDC_GPU_TOL_BF16:-2e-2} ntol=${SHARDC_GPU_NORM_TOL_BF16:-${SHARDC_GPU_TOL_BF16:-2e-2}}
+    [ $dt = fp32 ] && tol=${SHARDC_GPU_TOL_FP32:-1e-3} ntol=${SHARDC_GPU_TOL_FP32:-1e-3}
     train_build_spec "$SPEC" cpu_$dt "${ONE[@]}" -D precision.dtype=$dt
     gpu_build gpu_$dt "${ONE[@]}" -D precision.dtype=$dt
     train_run 1 cpu_$dt --data "$DATA" --steps $N --log "$T/cpu_$dt.jsonl" || { echo "FAIL: CPU $dt"; cat "$T/cpu_$dt.err"; exit 1; }
     gpu_run gpu_$dt --data "$DATA" --steps $N --log "$T/gpu_$dt.jsonl" || { echo "FAIL: GPU $dt"; cat "$T/gpu_$dt.out" "$T/gpu_$dt.err"; exit 1; }
     [ "$(grep -c '"loss"' "$T/gpu_$dt.jsonl")" = $N ] || { echo "FAIL: the GPU log has not $N steps"; fail=1; }
-    train_cmp losses "$T/cpu_$dt.jsonl" "$T/gpu_$dt.jsonl" $tol "GPU $dt against the CPU backend, $N steps, tol $tol"
+    train_cmp losses "$T/cpu_$dt.jsonl" "$T/gpu_$dt.jsonl" $tol "GPU $dt against the CPU backend, $N steps, tol $tol" $ntol
 done
 grep -q "shardrt: cuda: rank 0 on device" "$T/gpu_bf16.out" && grep -q "peak device memory measured" "$T/gpu_bf16.out" ||
     { echo "FAIL: no device / memory report"; cat "$T/gpu_bf16.out"; fail=1; }

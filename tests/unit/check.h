@@ -1,6 +1,7 @@
 /* check.h — the unit tests' assertions, and (for tests that can see the
  * compiler's shardc.h) diagnostic capture.  A failed CHECK prints
- * file:line and the expression and counts; main returns `failures != 0`. */
+ * file:line and the expression and counts; main returns `failures != 0`.
+ * Comparisons are written `!(err <= tol)`, so that a NaN fails them. */
 #ifndef TEST_CHECK_H
 #define TEST_CHECK_H
 
@@ -27,10 +28,11 @@ static int failures;
             failures++;                                                               \
         }                                                                             \
     } while (0)
+/* |a - b| <= rel·|b|; a NaN on either side fails (the comparison is written so). */
 #define CHECK_NEAR(a, b, rel)                                                         \
     do {                                                                              \
         double a_ = (double)(a), b_ = (double)(b);                                    \
-        if (fabs(a_ - b_) > (rel) * fabs(b_)) {                                       \
+        if (!(fabs(a_ - b_) <= (rel) * fabs(b_))) {                                   \
             fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s = %.17g, %s = %.17g\n",      \
                     __FILE__, __LINE__, #a, a_, #b, b_);                              \
             failures++;                                                               \

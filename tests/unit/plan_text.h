@@ -20,7 +20,7 @@ static const char pt_base[] =
 /* Plans pt_base with the overrides "key=value" (NULL-terminated); the
  * cluster is sized to the layout.  NULL (diagnostics on stderr) if the spec
  * does not check or plan. */
-static inline MemPlan *pt_plan(const char *const *defs)
+static inline Plan *pt_plan(const char *const *defs)
 {
     Override ov[48];
     int n = 0;
@@ -40,8 +40,8 @@ static inline MemPlan *pt_plan(const char *const *defs)
     sema_source = NULL;
     Item *items = spec_parse_text("t.tspec", pt_base, strlen(pt_base));
     Spec *s = arena_alloc(&g_arena, sizeof *s);
-    MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
-    bool ok = diag_errors == 0 && sema_resolve(items, ov, n, s) && mem_plan(s, mp, true);
+    Plan *mp = arena_alloc(&g_arena, sizeof *mp);
+    bool ok = diag_errors == 0 && sema_resolve(items, ov, n, s) && plan_build(s, mp, true);
     if (!ok) {
         fprintf(stderr, "could not plan:");
         for (int i = 0; defs && defs[i]; i++) fprintf(stderr, " -D %s", defs[i]);
@@ -52,7 +52,7 @@ static inline MemPlan *pt_plan(const char *const *defs)
 }
 
 /* pt_plan with the overrides as arguments (NULL-terminated). */
-static inline MemPlan *pt_planv(const char *first, ...)
+static inline Plan *pt_planv(const char *first, ...)
 {
     const char *defs[48];
     int n = 0;
@@ -65,7 +65,7 @@ static inline MemPlan *pt_planv(const char *first, ...)
 }
 
 /* Runs the verifier; its report (arena text) in *report. */
-static inline bool pt_verify(const MemPlan *mp, const char **report)
+static inline bool pt_verify(const Plan *mp, const char **report)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -79,9 +79,9 @@ static inline bool pt_verify(const MemPlan *mp, const char **report)
 
 /* The index of the n-th op (from 0) of class c matching kind and stream (-1:
  * any stream), or -1. */
-static inline int pt_find(const MemPlan *mp, int c, int kind, int stream, int nth)
+static inline int pt_find(const Plan *mp, int c, int kind, int stream, int nth)
 {
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     for (int i = 0; i < s->nops; i++)
         if (s->ops[i].kind == kind && (stream < 0 || s->ops[i].stream == stream) && nth-- == 0) return i;
     return -1;

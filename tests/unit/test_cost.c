@@ -10,22 +10,22 @@
 #include "../bench/costmodel/calib.h"
 
 /* The first op of a kind in class c's schedule, or -1. */
-static int find_op(const MemPlan *mp, int c, int kind)
+static int find_op(const Plan *mp, int c, int kind)
 {
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     for (int i = 0; i < s->nops; i++)
         if (s->ops[i].kind == kind) return i;
     return -1;
 }
 
 /* A small GPT planned with the given parallel, zero and cluster items. */
-static MemPlan *small_plan(const char *parallel, const char *zero, const char *cluster)
+static Plan *small_plan(const char *parallel, const char *zero, const char *cluster)
 {
     const char *text = arena_printf(&g_arena,
         "model gpt { layers = 4  hidden = 1024  heads = 16  vocab = 51200  seq_len = 1024 }\n"
         "parallel { %s }\n zero { %s }\n precision { dtype = bf16 }\n"
         "train { global_batch = 64  micro_batch = 1 }\n cluster { %s }\n", parallel, zero, cluster);
-    MemPlan *mp = cal_plan(text);
+    Plan *mp = cal_plan(text);
     if (!mp) fprintf(stderr, "does not plan:\n%s", text);
     return mp;
 }
@@ -69,14 +69,14 @@ static void test_dp_links(void)
         {"dp = 4", "stage = 3", "nodes = 4  gpus_per_node = 1  gpu = a100_80gb  network = eth100", OP_GATHER, COLL_ALLGATHER, true, 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        MemPlan *mp = small_plan(cases[k].parallel, cases[k].zero, cases[k].cluster);
+        Plan *mp = small_plan(cases[k].parallel, cases[k].zero, cases[k].cluster);
         CHECK(mp != NULL);
         if (!mp) continue;
         const Spec *s = mp->spec;
         int i = find_op(mp, 0, cases[k].kind);
         CHECK(i >= 0);
         if (i < 0) continue;
-        const Sched *sc = &mp->classes[0].sched;
+        const Sched *sc = &mp->sched.classes[0];
         CHECK_EQ(cost_group(sc, i), GRP_DP);
         double bw = cases[k].cross ? fmin(s->cluster.intra_node, cases[k].per_node * s->cluster.inter_node)
                                    : s->cluster.intra_node;
@@ -97,10 +97,10 @@ static void test_dp_links(void)
  * sends, on ops made by hand in a copy of a real schedule. */
 static void test_tp_and_pp_ops(void)
 {
-    MemPlan *mp = small_plan("tp = 4  pp = 2  dp = 1", "stage = 0", "nodes = 1  gpus_per_node = 8  gpu = h100_sxm_80gb");
+    Plan *mp = small_plan("tp = 4  pp = 2  dp = 1", "stage = 0", "nodes = 1  gpus_per_node = 8  gpu = h100_sxm_80gb");
     CHECK(mp != NULL);
     if (!mp) return;
-    Sched s = mp->classes[0].sched;
+    Sched s = mp->sched.classes[0];
     Op ops[4];
     int kinds[4] = {OP_TP_ALLREDUCE, OP_TP_ALLGATHER, OP_TP_REDUCE_SCATTER, OP_SEND_FWD};
     for (int i = 0; i < 4; i++)
@@ -119,7 +119,7 @@ static void test_tp_and_pp_ops(void)
     mp = small_plan("tp = 4  pp = 2  dp = 1", "stage = 0", "nodes = 2  gpus_per_node = 4  gpu = h100_sxm_80gb");
     CHECK(mp != NULL);
     if (!mp) return;
-    s = mp->classes[0].sched;
+    s = mp->sched.classes[0];
     s.ops = ops, s.nops = 4;
     const Spec *sp = mp->spec;
     CHECK_NEAR(cost_op_time(mp, &s, 3), sp->cluster.network_latency_us * 1e-6 + S / sp->cluster.inter_node, 1e-12);
@@ -142,9 +142,9 @@ static void test_gemm_curve(void)
 /* The FLOPs and seconds of the ops of one kind for the first layer and
  * microbatch of class 0 (one op, or tp > 1's attention and MLP parts);
  * returns how many ops. */
-static int layer_parts(const MemPlan *mp, int kind, double *flops, double *sec)
+static int layer_parts(const Plan *mp, int kind, double *flops, double *sec)
 {
-    const Sched *s = &mp->classes[0].sched;
+    const Sched *s = &mp->sched.classes[0];
     int first = find_op(mp, 0, kind), n = 0;
     double fl = 0, t = 0;
     for (int i = first; first >= 0 && i < s->nops; i++) {
@@ -162,7 +162,7 @@ static int layer_parts(const MemPlan *mp, int kind, double *flops, double *sec)
  * width; its FLOPs are the sum of the GEMMs'. */
 static void test_layer_time(void)
 {
-    MemPlan *mp = cal_plan("model gpt { layers = 2  hidden = 16384  heads = 128  vocab = 51200  seq_len = 2048 }\n"
+    Plan *mp = cal_plan("model gpt { layers = 2  hidden = 16384  heads = 128  vocab = 51200  seq_len = 2048 }\n"
                            "parallel { tp = 2  dp = 1 }\n precision { dtype = bf16 }\n"
                            "checkpointing { activations = selective }\n"
                            "train { global_batch = 2  micro_batch = 1 }\n"
@@ -199,11 +199,11 @@ static void test_layer_time(void)
  * element); NVMe reads of optimizer state by the NVMe bandwidth. */
 static void test_copies(void)
 {
-    MemPlan *mp = small_plan("dp = 2", "stage = 2", "nodes = 1  gpus_per_node = 2  gpu = a100_80gb  pcie = 20GB/s  "
+    Plan *mp = small_plan("dp = 2", "stage = 2", "nodes = 1  gpus_per_node = 2  gpu = a100_80gb  pcie = 20GB/s  "
                              "host_bandwidth = 50GB/s");
     CHECK(mp != NULL);
     if (!mp) return;
-    const Sched *s = &mp->classes[0].sched;
+    const Sched *s = &mp->sched.classes[0];
     int i = find_op(mp, 0, OP_LOAD_BATCH);
     CHECK(i >= 0 && s->ops[i].bytes > 0);
     CHECK_NEAR(cost_op_time(mp, s, i), 10e-6 + (double)s->ops[i].bytes / 20e9, 1e-12);
@@ -215,7 +215,7 @@ static void test_copies(void)
     mp = cal_plan(arena_printf(&g_arena, text, 2, "cpu"));
     CHECK(mp != NULL);
     if (!mp) return;
-    s = &mp->classes[0].sched;
+    s = &mp->sched.classes[0];
     int d2h = find_op(mp, 0, OP_GRAD_D2H), h2d = find_op(mp, 0, OP_PARAM_H2D), opt = find_op(mp, 0, OP_OPT_STEP);
     CHECK(d2h >= 0 && h2d >= 0 && opt >= 0);
     if (d2h < 0 || h2d < 0 || opt < 0) return;
@@ -227,7 +227,7 @@ static void test_copies(void)
     mp = cal_plan(arena_printf(&g_arena, text, 3, "nvme { path = \"/local_nvme\" }"));
     CHECK(mp != NULL);
     if (!mp) return;
-    s = &mp->classes[0].sched;
+    s = &mp->sched.classes[0];
     int rd = find_op(mp, 0, OP_OPT_READ);
     CHECK(rd >= 0);
     if (rd < 0) return;

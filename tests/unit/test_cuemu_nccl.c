@@ -5,7 +5,9 @@
  * fp32, bf16, fp16, int32 and uint8, in place and not, against results
  * computed here from NCCL's definitions (fp16 and bf16 summed in fp32 in
  * rank order and rounded once, bit for bit), grouped sends and receives,
- * and the calls NCCL rejects with its error codes.
+ * the calls NCCL rejects with its error codes, and asynchrony (a collective
+ * returns before its peers have issued theirs; an event after it is pending
+ * until they have).
  *
  *   test_cuemu_nccl            the checks (4 ranks)
  *   test_cuemu_nccl fault-host a collective on host memory: must die as a device fault
@@ -32,6 +34,14 @@ static int wr, ws;             /* this process's MPI world rank and size */
 static cudaStream_t stream;
 
 enum { N = 1037 };             /* odd, so no block lines up with anything */
+
+/* A collective's result, after the stream has completed it (collectives are
+ * asynchronous, as on a GPU: their results are there after a synchronisation). */
+static ncclResult_t synced(ncclResult_t r)
+{
+    if (cudaStreamSynchronize(stream) != cudaSuccess) failures++;
+    return r;
+}
 
 /* Device memory from the emulated cudart (the collectives check their buffers against it). */
 static void *dev(size_t bytes)
@@ -68,17 +78,17 @@ static void test_allreduce_f32(ncclComm_t comm, const int *members, int n)
 {
     float *in = dev(N * 4), *out = dev(N * 4);
     for (size_t i = 0; i < N; i++) in[i] = val(wr, i);
-    CHECK_EQ(ncclAllReduce(in, out, N, ncclFloat32, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(in, out, N, ncclFloat32, ncclSum, comm, stream)), ncclSuccess);
     int bad = 0;
     for (size_t i = 0; i < N; i++) bad += out[i] != ref_sum(members, n, i, val);
     CHECK_EQ(bad, 0);
     for (size_t i = 0; i < N; i++) CHECK(in[i] == val(wr, i));   /* sendbuff untouched */
-    CHECK_EQ(ncclAllReduce(in, in, N, ncclFloat32, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(in, in, N, ncclFloat32, ncclSum, comm, stream)), ncclSuccess);
     CHECK_EQ(memcmp(in, out, N * 4), 0);
     ncclRedOp_t ops[] = { ncclMax, ncclMin, ncclProd, ncclAvg };
     for (int o = 0; o < 4; o++) {
         for (size_t i = 0; i < N; i++) in[i] = val(wr, i);
-        CHECK_EQ(ncclAllReduce(in, out, N, ncclFloat32, ops[o], comm, stream), ncclSuccess);
+        CHECK_EQ(synced(ncclAllReduce(in, out, N, ncclFloat32, ops[o], comm, stream)), ncclSuccess);
         bad = 0;
         for (size_t i = 0; i < N; i++) {
             float a = val(members[0], i);
@@ -97,7 +107,7 @@ static void test_allreduce_f32(ncclComm_t comm, const int *members, int n)
     size_t big = ((size_t)4 << 20) / 4 / (size_t)n + 4099;
     float *b = dev(big * 4);
     for (size_t i = 0; i < big; i++) b[i] = val(wr, i);
-    CHECK_EQ(ncclAllReduce(b, b, big, ncclFloat32, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(b, b, big, ncclFloat32, ncclSum, comm, stream)), ncclSuccess);
     bad = 0;
     for (size_t i = 0; i < big; i++) bad += b[i] != ref_sum(members, n, i, val);
     CHECK_EQ(bad, 0);
@@ -109,8 +119,8 @@ static void test_allreduce_16(ncclComm_t comm, const int *members, int n)
 {
     uint16_t *h = dev(N * 2), *o = dev(N * 2);
     for (size_t i = 0; i < N; i++) h[i] = kc_bf16_from_f32(val(wr, i));
-    CHECK_EQ(ncclAllReduce(h, o, N, ncclBfloat16, ncclSum, comm, stream), ncclSuccess);
-    CHECK_EQ(ncclAllReduce(h, h, N, ncclBfloat16, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(h, o, N, ncclBfloat16, ncclSum, comm, stream)), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(h, h, N, ncclBfloat16, ncclSum, comm, stream)), ncclSuccess);
     int bad = 0;
     for (size_t i = 0; i < N; i++) {
         uint16_t want = kc_bf16_from_f32(ref_sum(members, n, i, val_bf16));
@@ -118,7 +128,7 @@ static void test_allreduce_16(ncclComm_t comm, const int *members, int n)
     }
     CHECK_EQ(bad, 0);
     for (size_t i = 0; i < N; i++) h[i] = kc_bf16_from_f32(val(wr, i));
-    CHECK_EQ(ncclAllReduce(h, o, N, ncclBfloat16, ncclMax, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(h, o, N, ncclBfloat16, ncclMax, comm, stream)), ncclSuccess);
     bad = 0;
     for (size_t i = 0; i < N; i++) {
         float a = val_bf16(members[0], i);
@@ -127,7 +137,7 @@ static void test_allreduce_16(ncclComm_t comm, const int *members, int n)
     }
     CHECK_EQ(bad, 0);
     for (size_t i = 0; i < N; i++) h[i] = kc_fp16_from_f32(val(wr, i));
-    CHECK_EQ(ncclAllReduce(h, o, N, ncclFloat16, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(h, o, N, ncclFloat16, ncclSum, comm, stream)), ncclSuccess);
     bad = 0;
     for (size_t i = 0; i < N; i++) bad += o[i] != kc_fp16_from_f32(ref_sum(members, n, i, val_fp16));
     CHECK_EQ(bad, 0);
@@ -144,8 +154,8 @@ static void test_allreduce_int(ncclComm_t comm, const int *members, int n)
         a[i] = (int32_t)((uint32_t)(wr + 1) * 1000003u * (uint32_t)(i + 1));   /* large: the sums wrap */
         u[i] = (uint8_t)(wr * 37 + i);
     }
-    CHECK_EQ(ncclAllReduce(a, a, N, ncclInt32, ncclSum, comm, stream), ncclSuccess);
-    CHECK_EQ(ncclAllReduce(u, u, N, ncclUint8, ncclMax, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(a, a, N, ncclInt32, ncclSum, comm, stream)), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(u, u, N, ncclUint8, ncclMax, comm, stream)), ncclSuccess);
     int bad = 0;
     for (size_t i = 0; i < N; i++) {
         uint32_t s = 0;
@@ -167,21 +177,21 @@ static void test_allgather(ncclComm_t comm, const int *members, int n, int me)
 {
     float *in = dev(N * 4), *out = dev((size_t)n * N * 4);
     for (size_t i = 0; i < N; i++) in[i] = val(wr, i);
-    CHECK_EQ(ncclAllGather(in, out, N, ncclFloat32, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllGather(in, out, N, ncclFloat32, comm, stream)), ncclSuccess);
     int bad = 0;
     for (int k = 0; k < n; k++)
         for (size_t i = 0; i < N; i++) bad += out[(size_t)k * N + i] != val(members[k], i);
     CHECK_EQ(bad, 0);
     memset(out, 0, (size_t)n * N * 4);
     for (size_t i = 0; i < N; i++) out[(size_t)me * N + i] = val(wr, i);
-    CHECK_EQ(ncclAllGather(out + (size_t)me * N, out, N, ncclFloat32, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllGather(out + (size_t)me * N, out, N, ncclFloat32, comm, stream)), ncclSuccess);
     bad = 0;
     for (int k = 0; k < n; k++)
         for (size_t i = 0; i < N; i++) bad += out[(size_t)k * N + i] != val(members[k], i);
     CHECK_EQ(bad, 0);
     uint16_t *h = dev(N * 2), *ho = dev((size_t)n * N * 2);
     for (size_t i = 0; i < N; i++) h[i] = kc_bf16_from_f32(val(wr, i));
-    CHECK_EQ(ncclAllGather(h, ho, N, ncclBfloat16, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllGather(h, ho, N, ncclBfloat16, comm, stream)), ncclSuccess);
     bad = 0;
     for (int k = 0; k < n; k++)
         for (size_t i = 0; i < N; i++) bad += ho[(size_t)k * N + i] != kc_bf16_from_f32(val(members[k], i));
@@ -198,15 +208,15 @@ static void test_reducescatter(ncclComm_t comm, const int *members, int n, int m
     size_t tot = (size_t)n * N;
     float *in = dev(tot * 4), *out = dev(N * 4);
     for (size_t i = 0; i < tot; i++) in[i] = val(wr, i);
-    CHECK_EQ(ncclReduceScatter(in, out, N, ncclFloat32, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclReduceScatter(in, out, N, ncclFloat32, ncclSum, comm, stream)), ncclSuccess);
     int bad = 0;
     for (size_t i = 0; i < N; i++) bad += out[i] != ref_sum(members, n, (size_t)me * N + i, val);
     CHECK_EQ(bad, 0);
-    CHECK_EQ(ncclReduceScatter(in, in + (size_t)me * N, N, ncclFloat32, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclReduceScatter(in, in + (size_t)me * N, N, ncclFloat32, ncclSum, comm, stream)), ncclSuccess);
     CHECK_EQ(memcmp(in + (size_t)me * N, out, N * 4), 0);
     uint16_t *h = dev(tot * 2);
     for (size_t i = 0; i < tot; i++) h[i] = kc_bf16_from_f32(val(wr, i));
-    CHECK_EQ(ncclReduceScatter(h, h + (size_t)me * N, N, ncclBfloat16, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclReduceScatter(h, h + (size_t)me * N, N, ncclBfloat16, ncclSum, comm, stream)), ncclSuccess);
     bad = 0;
     for (size_t i = 0; i < N; i++)
         bad += h[(size_t)me * N + i] != kc_bf16_from_f32(ref_sum(members, n, (size_t)me * N + i, val_bf16));
@@ -222,19 +232,19 @@ static void test_broadcast(ncclComm_t comm, const int *members, int n, int me)
     int root = n - 1;
     float *a = dev(N * 4), *b = dev(N * 4);
     for (size_t i = 0; i < N; i++) a[i] = val(wr, i);
-    CHECK_EQ(ncclBroadcast(a, a, N, ncclFloat32, root, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclBroadcast(a, a, N, ncclFloat32, root, comm, stream)), ncclSuccess);
     int bad = 0;
     for (size_t i = 0; i < N; i++) bad += a[i] != val(members[root], i);
     CHECK_EQ(bad, 0);
     for (size_t i = 0; i < N; i++) a[i] = val(wr, i) + 1.0f;
     /* a non-root's sendbuff is ignored: NULL is fine there */
-    CHECK_EQ(ncclBroadcast(me == root ? a : NULL, b, N, ncclFloat32, root, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclBroadcast(me == root ? a : NULL, b, N, ncclFloat32, root, comm, stream)), ncclSuccess);
     bad = 0;
     for (size_t i = 0; i < N; i++) bad += b[i] != val(members[root], i) + 1.0f;
     CHECK_EQ(bad, 0);
     int32_t *x = dev(N * 4);
     for (size_t i = 0; i < N; i++) x[i] = wr * 100000 + (int32_t)i;
-    CHECK_EQ(ncclBroadcast(x, x, N, ncclInt32, 0, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclBroadcast(x, x, N, ncclInt32, 0, comm, stream)), ncclSuccess);
     bad = 0;
     for (size_t i = 0; i < N; i++) bad += x[i] != members[0] * 100000 + (int32_t)i;
     CHECK_EQ(bad, 0);
@@ -258,7 +268,7 @@ static void test_collectives(ncclComm_t comm, const int *members, int n)
     test_reducescatter(comm, members, n, me);
     test_broadcast(comm, members, n, me);
     /* count 0 does nothing, even with NULL buffers */
-    CHECK_EQ(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, comm, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, comm, stream)), ncclSuccess);
 }
 
 /* Sends and receives: pairs that send to each other before receiving (grouped,
@@ -320,7 +330,7 @@ static void test_p2p(ncclComm_t world, ncclComm_t tp)
     float *c = dev(N * 4);
     for (size_t i = 0; i < N; i++) c[i] = val(wr, i);
     CHECK_EQ(ncclGroupStart(), ncclSuccess);
-    CHECK_EQ(ncclAllReduce(c, c, N, ncclFloat32, ncclSum, world, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(c, c, N, ncclFloat32, ncclSum, world, stream)), ncclSuccess);
     CHECK_EQ(ncclSend(s, N, ncclFloat32, peer, tp, stream), ncclSuccess);
     CHECK_EQ(ncclRecv(r, N, ncclFloat32, peer, tp, stream), ncclSuccess);
     CHECK(c[0] == val(wr, 0));   /* not yet */
@@ -334,6 +344,50 @@ static void test_p2p(ncclComm_t world, ncclComm_t tp)
     cudaFree(h);
     cudaFree(g);
     cudaFree(c);
+}
+
+/* cudaEventQuery from a thread that is not the MPI thread (as the CUDA backend's watchdog asks). */
+static void *query_thread(void *ev)
+{
+    static cudaError_t r;
+    r = cudaEventQuery((cudaEvent_t)ev);
+    return &r;
+}
+
+/* A collective is asynchronous: on rank 0 the call returns before the other
+ * ranks have issued theirs, an event recorded after it is pending (to the
+ * issuing thread and to another one), and it completes once they have; its
+ * result is there after cudaEventSynchronize. */
+static void test_async(ncclComm_t world)
+{
+    float *x = dev(N * 4);
+    for (size_t i = 0; i < N; i++) x[i] = val(wr, i);
+    cudaEvent_t ev;
+    CHECK_EQ(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
+    int go = 1;
+    if (wr == 0) {
+        CHECK_EQ(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, world, stream), ncclSuccess);
+        CHECK_EQ(cudaEventRecord(ev, stream), cudaSuccess);
+        CHECK_EQ(cudaEventQuery(ev), cudaErrorNotReady);
+        pthread_t t;
+        void *res = NULL;
+        CHECK_EQ(pthread_create(&t, NULL, query_thread, ev), 0);
+        pthread_join(t, &res);
+        CHECK(res && *(cudaError_t *)res == cudaErrorNotReady);
+        CHECK_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+        for (int r = 1; r < ws; r++) MPI_Send(&go, 1, MPI_INT, r, 7, MPI_COMM_WORLD);
+    } else {
+        MPI_Recv(&go, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        CHECK_EQ(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, world, stream), ncclSuccess);
+        CHECK_EQ(cudaEventRecord(ev, stream), cudaSuccess);
+    }
+    CHECK_EQ(cudaEventSynchronize(ev), cudaSuccess);
+    CHECK_EQ(cudaEventQuery(ev), cudaSuccess);
+    int all[4] = { 0, 1, 2, 3 }, bad = 0;
+    for (size_t i = 0; i < N; i++) bad += x[i] != ref_sum(all, ws, i, val);
+    CHECK_EQ(bad, 0);
+    cudaEventDestroy(ev);
+    cudaFree(x);
 }
 
 /* A collective from a second thread (the emulation's MPI is the main thread's only). */
@@ -389,13 +443,13 @@ static void test_rejections(ncclComm_t world, ncclUniqueId id)
     CHECK_HAS(ncclGetLastError(NULL), "not in a group call");
     /* a rejected call in a group fails the whole group, which then runs nothing */
     CHECK_EQ(ncclGroupStart(), ncclSuccess);
-    CHECK_EQ(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, world, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, world, stream)), ncclSuccess);
     CHECK_EQ(ncclSend(x, N, ncclFloat32, -3, world, stream), ncclInvalidArgument);
     CHECK_EQ(ncclGroupEnd(), ncclInvalidArgument);
     CHECK(x[0] == 1.0f);
     /* and the next group starts clean */
     CHECK_EQ(ncclGroupStart(), ncclSuccess);
-    CHECK_EQ(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, world, stream), ncclSuccess);
+    CHECK_EQ(synced(ncclAllReduce(x, x, N, ncclFloat32, ncclSum, world, stream)), ncclSuccess);
     CHECK_EQ(ncclGroupEnd(), ncclSuccess);
     CHECK(x[0] == (float)ws);
     int level = 0;
@@ -521,6 +575,7 @@ int main(int argc, char **argv)
     test_collectives(tp, tm, 2);
     test_collectives(dp, dm, 2);
     test_p2p(world, tp);
+    test_async(world);
     test_rejections(world, id);
     test_lifecycle(world);
     ncclComm_t mine[3] = { dp, tp, world };

@@ -122,7 +122,7 @@ static void fd_check(const char *kernel, LossFn f, void *ctx, const Wrt *wrt, in
             wrt[w].x[i] = save;
             double fd = (lp - lm) / (2.0 * h);
             double err = fabs(fd - wrt[w].grad[i]);
-            if (err > maxerr) maxerr = err;
+            if (!(err <= maxerr)) maxerr = err;     /* a NaN sticks, and fails the check */
             if (fabs(wrt[w].grad[i]) > maxg) maxg = fabs(wrt[w].grad[i]);
         }
         f(ctx);   /* leave the outputs of the unperturbed inputs behind */

@@ -20,14 +20,14 @@ static void spec_7b5(Spec *s)
 }
 
 /* Model states (GB) of one rank, scaled to exactly 7.5B parameters. */
-static double states_gb(const MemPlan *mp)
+static double states_gb(const Plan *mp)
 {
     int64_t host = 0;
-    const Sched *s = &mp->classes[0].sched;
+    const Sched *s = &mp->sched.classes[0];
     for (int k = 0; k < s->nbufs; k++)
         if (s->bufs[k].persistent && s->bufs[k].space != SPACE_DEVICE && s->bufs[k].cat <= CAT_OPTIMIZER)
             host += s->bufs[k].bytes;
-    double b = (double)(mp->classes[0].model_states + host);
+    double b = (double)(mp->mem.classes[0].model_states + host);
     return b / 1e9 * (7.5e9 / (double)mp->model.params);
 }
 
@@ -39,10 +39,10 @@ static void test_zero_table(void)
         {64, {"31.4", "16.6", "1.88"}}, {256, {"30.4", "15.4", "0.47"}}, {1024, {"30.1", "15.1", "0.12"}},
     };
     Spec s;
-    MemPlan *mp = malloc(sizeof *mp);
+    Plan *mp = malloc(sizeof *mp);
     spec_7b5(&s);
     s.parallel.microbatches = 1;
-    CHECK(mem_plan(&s, mp, false));
+    CHECK(plan_build(&s, mp, false));
     CHECK_EQ(mp->model.params, 7499997184LL);
     CHECK_NEAR(states_gb(mp), 120.0, 1e-4);     /* baseline 16Ψ */
     for (size_t r = 0; r < sizeof table / sizeof table[0]; r++)
@@ -50,7 +50,7 @@ static void test_zero_table(void)
             s.parallel.dp = table[r].nd;
             s.zero.stage = stage;
             fx_batch(&s);
-            CHECK(mem_plan(&s, mp, false));
+            CHECK(plan_build(&s, mp, false));
             const char *txt = table[r].v[stage - 1], *dot = strchr(txt, '.');
             double want = atof(txt), tol = dot ? 0.5 * pow(10, -(double)strlen(dot + 1)) : 0.5;
             double got = states_gb(mp);
@@ -63,10 +63,10 @@ static void test_zero_table(void)
 }
 
 /* Bytes of the largest fp32 gradient copy the optimizer step makes. */
-static int64_t grad32(const MemPlan *mp)
+static int64_t grad32(const Plan *mp)
 {
     int64_t best = 0;
-    const Sched *s = &mp->classes[0].sched;
+    const Sched *s = &mp->sched.classes[0];
     for (int k = 0; k < s->nbufs; k++)
         if (strcmp(s->bufs[k].name, "optimizer.grads_fp32") == 0 && s->bufs[k].bytes > best) best = s->bufs[k].bytes;
     return best;
@@ -77,7 +77,7 @@ static int64_t grad32(const MemPlan *mp)
 static void test_megatron_table(void)
 {
     Spec s;
-    MemPlan *mp = malloc(sizeof *mp);
+    Plan *mp = malloc(sizeof *mp);
     const struct { int dtype, grads; double fixed, sharded; } rows[] = {
         {DT_FP16, DT_FP16, 4, 16}, {DT_BF16, DT_FP32, 6, 12}, {DT_FP32, DT_FP32, 8, 8}};
     for (int r = 0; r < 3; r++)
@@ -87,18 +87,18 @@ static void test_megatron_table(void)
             s.zero.stage = 1, s.parallel.dp = d;
             s.zero.sub_group_size = 1LL << 40;      /* the step's fp32 grads cover the shard, as Megatron's */
             fx_batch(&s);
-            CHECK(mem_plan(&s, mp, false));
-            double per = (double)(mp->classes[0].model_states + grad32(mp)) / (double)mp->model.params;
+            CHECK(plan_build(&s, mp, false));
+            double per = (double)(mp->mem.classes[0].model_states + grad32(mp)) / (double)mp->model.params;
             CHECK_NEAR(per, rows[r].fixed + rows[r].sharded / d, 2e-4);
         }
     free(mp);
 }
 
 /* Checks one plan: no overlap, arena >= lower bound, within 10% of it. */
-static void check_plan(const MemPlan *mp, const char *what)
+static void check_plan(const Plan *mp, const char *what)
 {
-    for (int i = 0; i < mp->nclasses; i++) {
-        const ClassMem *cm = &mp->classes[i];
+    for (int i = 0; i < mp->mem.nclasses; i++) {
+        const ClassMem *cm = &mp->mem.classes[i];
         if (!mem_check_overlap(cm)) {
             fprintf(stderr, "%s: class %d: live buffers overlap\n", what, i);
             failures++;
@@ -119,7 +119,7 @@ static void check_plan(const MemPlan *mp, const char *what)
  * checkpointing, offload and sp varied across the matrix. */
 static void test_matrix(void)
 {
-    MemPlan *mp = malloc(sizeof *mp);
+    Plan *mp = malloc(sizeof *mp);
     int n = 0;
     for (int tp = 1; tp <= 4; tp *= 2)
         for (int pp = 1; pp <= 4; pp *= 2)
@@ -151,7 +151,7 @@ static void test_matrix(void)
                     if (zero == 3 && n % 3 == 2) s.offload.params = n % 6 == 2 ? OFF_NVME : OFF_CPU;
                     if (zero == 3 && n % 7 == 3 && s.offload.optimizer) s.offload.optimizer_ratio = 0.5;
                     fx_batch(&s);
-                    if (!mem_plan(&s, mp, false)) {
+                    if (!plan_build(&s, mp, false)) {
                         fprintf(stderr, "layout %d did not plan\n", n);
                         failures++;
                         continue;
@@ -165,7 +165,7 @@ static void test_matrix(void)
 /* Buffers named like `pattern` (a substring) live at once, at most. */
 static int max_live_named(const ClassMem *cm, const char *pattern)
 {
-    const Sched *s = &cm->sched;
+    const Sched *s = cm->sched;
     int *d = calloc((size_t)s->nops + 2, sizeof(int)), best = 0;
     for (int k = 0; k < s->nbufs; k++)
         if (strstr(s->bufs[k].name, pattern)) d[s->bufs[k].first]++, d[s->bufs[k].last + 1]--;
@@ -180,7 +180,7 @@ static int max_live_named(const ClassMem *cm, const char *pattern)
 /* Bytes of buffers named like `pattern` live at once, at most. */
 static int64_t max_bytes_named(const ClassMem *cm, const char *pattern)
 {
-    const Sched *s = &cm->sched;
+    const Sched *s = cm->sched;
     int64_t *d = calloc((size_t)s->nops + 2, sizeof(int64_t)), best = 0, live = 0;
     for (int k = 0; k < s->nbufs; k++)
         if (strstr(s->bufs[k].name, pattern)) d[s->bufs[k].first] += s->bufs[k].bytes, d[s->bufs[k].last + 1] -= s->bufs[k].bytes;
@@ -197,26 +197,26 @@ static int64_t max_bytes_named(const ClassMem *cm, const char *pattern)
 static void test_schedule_lifetimes(void)
 {
     Spec s;
-    MemPlan *mp = malloc(sizeof *mp);
+    Plan *mp = malloc(sizeof *mp);
     fx_spec(&s);
     s.model.layers = 8;
     s.parallel.pp = 4, s.parallel.microbatches = 8;
     fx_batch(&s);
     for (int sch = SCHED_GPIPE; sch <= SCHED_1F1B; sch++) {
         s.parallel.schedule = sch;
-        CHECK(mem_plan(&s, mp, false));
+        CHECK(plan_build(&s, mp, false));
         for (int st = 0; st < 4; st++) {
             int inflight = sch == SCHED_GPIPE ? 8 : 4 - st;
-            CHECK_EQ(max_live_named(&mp->classes[st], ".saved"), inflight * 2);     /* 2 layers per stage */
-            CHECK_EQ(max_live_named(&mp->classes[st], ".x"), inflight * 2);
+            CHECK_EQ(max_live_named(&mp->mem.classes[st], ".saved"), inflight * 2);     /* 2 layers per stage */
+            CHECK_EQ(max_live_named(&mp->mem.classes[st], ".x"), inflight * 2);
         }
     }
     s.parallel.schedule = SCHED_1F1B;
     s.checkpointing.activations = CKPT_FULL, s.checkpointing.every = 2;
-    CHECK(mem_plan(&s, mp, false));
-    CHECK_EQ(max_live_named(&mp->classes[0], ".saved"), 0);
-    CHECK_EQ(max_live_named(&mp->classes[0], ".ckpt"), 4);       /* one checkpoint per 2 layers */
-    CHECK_EQ(max_live_named(&mp->classes[0], ".recomputed"), 2);  /* one group replayed at a time */
+    CHECK(plan_build(&s, mp, false));
+    CHECK_EQ(max_live_named(&mp->mem.classes[0], ".saved"), 0);
+    CHECK_EQ(max_live_named(&mp->mem.classes[0], ".ckpt"), 4);       /* one checkpoint per 2 layers */
+    CHECK_EQ(max_live_named(&mp->mem.classes[0], ".recomputed"), 2);  /* one group replayed at a time */
     free(mp);
 }
 
@@ -225,28 +225,28 @@ static void test_schedule_lifetimes(void)
 static void test_zero3_window(void)
 {
     Spec s;
-    MemPlan *mp = malloc(sizeof *mp);
+    Plan *mp = malloc(sizeof *mp);
     fx_spec(&s);
     s.model.layers = 12, s.parallel.dp = 4, s.zero.stage = 3, s.parallel.microbatches = 2;
     s.zero.param_persistence_threshold = 0, s.zero.max_reuse_distance = 0;
     s.zero.prefetch_bucket = 100000, s.zero.max_live_parameters = 150000;
     fx_batch(&s);
-    CHECK(mem_plan(&s, mp, false));
-    const ClassMem *cm = &mp->classes[0];
+    CHECK(plan_build(&s, mp, false));
+    const ClassMem *cm = &mp->mem.classes[0];
     int64_t unit = 0;
     for (int i = 0; i < cm->cls->nsegs; i++)
         if (cm->cls->segs[i].padded > unit) unit = cm->cls->segs[i].padded;
     CHECK(max_bytes_named(cm, "params.gathered") <= (150000 + unit) * 2);
     CHECK(max_bytes_named(cm, "params.gathered") > 0);
     int gathers = 0;
-    for (int i = 0; i < cm->sched.nops; i++) gathers += cm->sched.ops[i].kind == OP_GATHER;
+    for (int i = 0; i < cm->sched->nops; i++) gathers += cm->sched->ops[i].kind == OP_GATHER;
     /* per microbatch: 12 layers forward and backward; the embedding (tied:
      * tokens and positions are two units) and the head (final norm, tokens) */
     CHECK_EQ(gathers, 2 * (2 * 12 + 4));
     s.zero.max_reuse_distance = 1000000000;        /* DeepSpeed's default keeps a small model gathered */
-    CHECK(mem_plan(&s, mp, false));
+    CHECK(plan_build(&s, mp, false));
     gathers = 0;
-    for (int i = 0; i < mp->classes[0].sched.nops; i++) gathers += mp->classes[0].sched.ops[i].kind == OP_GATHER;
+    for (int i = 0; i < mp->sched.classes[0].nops; i++) gathers += mp->sched.classes[0].ops[i].kind == OP_GATHER;
     CHECK(gathers < 2 * (2 * 12 + 4));
     free(mp);
 }
@@ -268,19 +268,19 @@ static bool has_path(const cJSON *o, const char *path)
 static void test_verdict_and_fixes(void)
 {
     Spec s;
-    MemPlan *mp = malloc(sizeof *mp), *alt = malloc(sizeof *alt);
+    Plan *mp = malloc(sizeof *mp), *alt = malloc(sizeof *alt);
     fx_spec(&s);
     fx_llama(&s, 32, 4096, 32, 11008);
     s.parallel.dp = 8, s.train.micro_batch = 4, s.parallel.microbatches = 2;
     s.checkpointing.activations = CKPT_SELECTIVE;
     fx_batch(&s);
-    CHECK(mem_plan(&s, mp, false));
-    CHECK(!mp->fits && !mp->fits_device && mp->fits_gpus);
-    mem_fixes(mp);
+    CHECK(plan_build(&s, mp, false));
+    CHECK(!mp->mem.fits && !mp->mem.fits_device && mp->mem.fits_gpus);
+    fix_find(mp);
     CHECK(mp->nfixes >= 4);
     int fitting = 0;
     for (int i = 0; i < mp->nfixes; i++) {
-        CHECK(mp->fixes[i].saves == mp->classes[mp->worst].device_total - mp->fixes[i].device_total);
+        CHECK(mp->fixes[i].saves == mp->mem.classes[mp->mem.worst].device_total - mp->fixes[i].device_total);
         fitting += mp->fixes[i].fits;
         if (i > 0 && mp->fixes[i].fits) CHECK(mp->fixes[i - 1].fits);     /* fitting fixes first */
     }
@@ -288,13 +288,13 @@ static void test_verdict_and_fixes(void)
     /* apply "-D zero.stage=1": it must be listed with the same answer */
     Spec z = s;
     z.zero.stage = 1;
-    CHECK(mem_plan(&z, alt, false));
+    CHECK(plan_build(&z, alt, false));
     bool listed = false;
     for (int i = 0; i < mp->nfixes; i++)
         if (strcmp(mp->fixes[i].change, "-D zero.stage=1") == 0) {
             listed = true;
-            CHECK(mp->fixes[i].fits == alt->fits);
-            CHECK_EQ(mp->fixes[i].device_total, alt->classes[alt->worst].device_total);
+            CHECK(mp->fixes[i].fits == alt->mem.fits);
+            CHECK_EQ(mp->fixes[i].device_total, alt->mem.classes[alt->mem.worst].device_total);
         }
     CHECK(listed);
     /* the JSON has the documented keys */
@@ -323,13 +323,13 @@ static void test_verdict_and_fixes(void)
 static void test_too_many_gpus(void)
 {
     Spec s;
-    MemPlan *mp = malloc(sizeof *mp);
+    Plan *mp = malloc(sizeof *mp);
     fx_spec(&s);
     s.parallel.dp = 16, s.parallel.microbatches = 1;
     fx_batch(&s);
-    CHECK(mem_plan(&s, mp, false));
-    CHECK(!mp->fits && !mp->fits_gpus && mp->fits_device);
-    mem_fixes(mp);
+    CHECK(plan_build(&s, mp, false));
+    CHECK(!mp->mem.fits && !mp->mem.fits_gpus && mp->mem.fits_device);
+    fix_find(mp);
     bool dp = false, nodes = false;
     for (int i = 0; i < mp->nfixes; i++) {
         if (strcmp(mp->fixes[i].change, "-D parallel.dp=8 -D train.grad_accum=2") == 0) dp = mp->fixes[i].fits;
@@ -349,13 +349,13 @@ static void test_command(void)
     diag_stream = sink;
     stdout = sink;
     char *bad[] = {"--bogus"}, *rank[] = {"--rank", "99"}, *ok[] = {"--rank", "0"};
-    CHECK_EQ(report_plan_main(&s, 1, bad), EXIT_USAGE);
-    CHECK_EQ(report_plan_main(&s, 2, rank), EXIT_USAGE);
-    CHECK_EQ(report_plan_main(&s, 2, ok), EXIT_OK);
+    CHECK_EQ(drv_run_spec("plan", &s, 1, bad), EXIT_USAGE);
+    CHECK_EQ(drv_run_spec("plan", &s, 2, rank), EXIT_USAGE);
+    CHECK_EQ(drv_run_spec("plan", &s, 2, ok), EXIT_OK);
     s.cluster.gpu_memory = 1 << 20;         /* 1 MiB: does not fit, still exit 0 */
-    CHECK_EQ(report_plan_main(&s, 0, NULL), EXIT_OK);
+    CHECK_EQ(drv_run_spec("plan", &s, 0, NULL), EXIT_OK);
     s.parallel.tp = 3;                      /* cannot be planned: exit 1 */
-    CHECK_EQ(report_plan_main(&s, 0, NULL), EXIT_USER);
+    CHECK_EQ(drv_run_spec("plan", &s, 0, NULL), EXIT_USER);
     stdout = saved;
     diag_stream = NULL;
     fclose(sink);

@@ -170,7 +170,7 @@ static void test_errors(void)
 }
 
 /* A small GPT on the CPU backend with the profile at path. */
-static MemPlan *cpu_plan(const char *path, int ranks, const char *parallel)
+static Plan *cpu_plan(const char *path, int ranks, const char *parallel)
 {
     return cal_plan(arena_printf(&g_arena,
         "model gpt { layers = 2  hidden = 128  heads = 4  vocab = 256  seq_len = 64 }\n"
@@ -180,11 +180,11 @@ static MemPlan *cpu_plan(const char *path, int ranks, const char *parallel)
 }
 
 /* The step (and, with op_kind >= 0, the first such op's duration in class 0). */
-static double step_of(MemPlan *mp, int op_kind, double *op_s)
+static double step_of(Plan *mp, int op_kind, double *op_s)
 {
     Sim sim;
     sim_run(mp, &sim);
-    const Sched *s = &mp->classes[0].sched;
+    const Sched *s = &mp->sched.classes[0];
     for (int i = 0; op_kind >= 0 && i < s->nops; i++)
         if (s->ops[i].kind == op_kind) {
             *op_s = sim.classes[0].ops[i].end - sim.classes[0].ops[i].start;
@@ -197,7 +197,7 @@ static double step_of(MemPlan *mp, int op_kind, double *op_s)
 static void test_model(void)
 {
     const char *slow = write_tmp(profile_text(1, "", true)), *fast = write_tmp(profile_text(2, "", true));
-    MemPlan *a = cpu_plan(slow, 1, "dp = 1"), *b = cpu_plan(fast, 1, "dp = 1");
+    Plan *a = cpu_plan(slow, 1, "dp = 1"), *b = cpu_plan(fast, 1, "dp = 1");
     CHECK(a && b);
     if (!a || !b) return;
     CHECK(a->spec->cluster.gpu == GPU_CPU);   /* a CPU profile plans the CPU backend */
@@ -208,10 +208,10 @@ static void test_model(void)
     Sim sim;
     sim_run(a, &sim);
     double sum = 0;
-    for (int i = 0; i < a->classes[0].sched.nops; i++) sum += sim.classes[0].ops[i].end - sim.classes[0].ops[i].start;
+    for (int i = 0; i < a->sched.classes[0].nops; i++) sum += sim.classes[0].ops[i].end - sim.classes[0].ops[i].start;
     CHECK_NEAR(sim.step_time, sum, 1e-9);
     /* the same work per rank on more ranks than cores: a rank's layer is no faster */
-    MemPlan *d2 = cpu_plan(slow, 2, "dp = 2"), *d4 = cpu_plan(slow, 4, "dp = 4"), *d8 = cpu_plan(slow, 8, "dp = 8");
+    Plan *d2 = cpu_plan(slow, 2, "dp = 2"), *d4 = cpu_plan(slow, 4, "dp = 4"), *d8 = cpu_plan(slow, 8, "dp = 8");
     CHECK(d2 && d4 && d8);
     if (!d2 || !d4 || !d8) return;
     double l2 = 0, l4 = 0, l8 = 0;

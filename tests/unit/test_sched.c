@@ -28,9 +28,9 @@
 #include "plan_text.h"
 
 /* Plans, checks the verifier passes, and returns the plan (NULL: failed). */
-static MemPlan *plan_ok(const char *const *defs)
+static Plan *plan_ok(const char *const *defs)
 {
-    MemPlan *mp = pt_plan(defs);
+    Plan *mp = pt_plan(defs);
     CHECK(mp != NULL);
     if (!mp) return NULL;
     const char *rep;
@@ -59,9 +59,9 @@ static const char *order_text(const PipeUnit *u, int n, int v)
 
 /* The units of class c in the order its op list runs them: a forward starts
  * at its first layer's forward, a backward at its last layer's. */
-static int units_of_list(const MemPlan *mp, int c, PipeUnit *out)
+static int units_of_list(const Plan *mp, int c, PipeUnit *out)
 {
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     const RankClass *rc = s->cls;
     int n = 0;
     for (int i = 0; i < s->nops; i++) {
@@ -81,7 +81,7 @@ static void test_pipeline_orders(void)
     static const char *const names[] = {"gpipe", "1f1b", "interleaved"};
     const int p = 4, m = 8, v = 2;
     for (int sch = 0; sch < 3; sch++) {
-        MemPlan *mp = sch == 2 ? PLAN("parallel.pp=4", "parallel.microbatches=8", "parallel.schedule=interleaved",
+        Plan *mp = sch == 2 ? PLAN("parallel.pp=4", "parallel.microbatches=8", "parallel.schedule=interleaved",
                                       "parallel.virtual_stages=2")
                                : PLAN("parallel.pp=4", "parallel.microbatches=8",
                                       arena_printf(&g_arena, "parallel.schedule=%s", names[sch]));
@@ -142,10 +142,10 @@ static bool compute_waits(const Sched *s, int from, int at, int target)
 /* The ops of layer L, microbatch mb, on the compute and tp streams in list
  * order (waits and the replicated gradients' all-reduce left out), as
  * "fwd.attn tp_allreduce.attn …". */
-static const char *layer_ops(const MemPlan *mp, int c, int L, int mb)
+static const char *layer_ops(const Plan *mp, int c, int L, int mb)
 {
     static const char *const subs[] = {"", ".attn", ".mlp", ".grads"};
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     char *out = "";
     for (int i = 0; i < s->nops; i++) {
         const Op *o = &s->ops[i];
@@ -159,9 +159,9 @@ static const char *layer_ops(const MemPlan *mp, int c, int L, int mb)
 static void test_tp_split(void)
 {
     /* tp 2: g after each part in forward, f's all-reduce after each in backward */
-    MemPlan *mp = PLAN("parallel.tp=2", "parallel.microbatches=2");
+    Plan *mp = PLAN("parallel.tp=2", "parallel.microbatches=2");
     if (mp) {
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         CHECK_STR(layer_ops(mp, 0, 3, 0),
                   "fwd.attn tp_allreduce.attn fwd.mlp tp_allreduce.mlp bwd.mlp tp_allreduce.mlp bwd.attn tp_allreduce.attn");
         int A = -1, M = -1, R = -1;
@@ -197,7 +197,7 @@ static void test_tp_split(void)
                   "tp_allgather.mlp tp_allgather.mlp bwd.mlp tp_reduce_scatter.mlp "
                   "tp_allgather.attn tp_allgather.attn bwd.attn tp_reduce_scatter.attn");
         int ag = pt_find(mp, 0, OP_TP_ALLGATHER, ST_TP_COMM, 0);
-        CHECK(ag >= 0 && mp->classes[0].sched.ops[ag].bytes == mp->part.act.full);
+        CHECK(ag >= 0 && mp->sched.classes[0].ops[ag].bytes == mp->part.act.full);
         CHECK(mp->part.act.x * 2 == mp->part.act.full);         /* the shard is half the sequence */
     }
     /* full recompute re-issues the forward's collectives before the backward */
@@ -215,7 +215,7 @@ static void test_tp_split(void)
      * group's last (a reset once dropped them when every > 1) */
     mp = PLAN("checkpointing.activations=full", "checkpointing.every=4");
     if (mp) {
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         int bwds = 0;
         for (int i = 0; i < s->nops; i++) {
             if (s->ops[i].kind != OP_LAYER_BWD) continue;
@@ -229,7 +229,7 @@ static void test_tp_split(void)
     /* partitioned activations: the checkpoint slice is all-gathered before the recompute */
     mp = PLAN("parallel.tp=2", "checkpointing.activations=full", "checkpointing.partition_activations=on");
     if (mp) {
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         int ag = -1, rc = -1;
         for (int i = 0; i < s->nops; i++) {
             if (s->ops[i].layer != 5) continue;
@@ -263,10 +263,10 @@ static int compute_ops_before_wait(const Sched *s, int a)
 static void test_zero(void)
 {
     for (int overlap = 0; overlap < 2; overlap++) {
-        MemPlan *mp = PLAN("parallel.dp=2", "zero.stage=2", "zero.reduce_bucket=20000", "parallel.microbatches=2",
+        Plan *mp = PLAN("parallel.dp=2", "zero.stage=2", "zero.reduce_bucket=20000", "parallel.microbatches=2",
                            overlap ? "zero.overlap_comm=on" : "zero.overlap_comm=off");
         if (!mp) continue;
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         int reduces = 0, overlapped = 0;
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
@@ -288,10 +288,10 @@ static void test_zero(void)
         if (overlap) CHECK(overlapped > 0);
     }
     /* ZeRO-3: every unit gathered before its use in forward and again in backward */
-    MemPlan *mp = PLAN("parallel.dp=2", "zero.stage=3", "zero.param_persistence_threshold=0",
+    Plan *mp = PLAN("parallel.dp=2", "zero.stage=3", "zero.param_persistence_threshold=0",
                        "zero.max_reuse_distance=0", "zero.prefetch_bucket=1");
     if (mp) {
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         for (int u = 0; u < s->cls->nsegs; u++) {
             int n = 0;
             for (int i = 0; i < s->nops; i++) n += s->ops[i].kind == OP_GATHER && s->ops[i].aux == u;
@@ -320,7 +320,7 @@ static void test_zero(void)
                   "zero.param_persistence_threshold=0", "zero.max_reuse_distance=0",
                   keep ? "zero.gather_across_microbatches=on" : "zero.gather_across_microbatches=off");
         if (mp) gathers[keep] = pt_find(mp, 0, OP_GATHER, -1, 0) >= 0;
-        for (int i = 0; mp && i < mp->classes[0].sched.nops; i++) gathers[keep] += mp->classes[0].sched.ops[i].kind == OP_GATHER;
+        for (int i = 0; mp && i < mp->sched.classes[0].nops; i++) gathers[keep] += mp->sched.classes[0].ops[i].kind == OP_GATHER;
     }
     CHECK(gathers[1] < gathers[0]);
 }
@@ -329,13 +329,13 @@ static void test_zero(void)
 
 static void test_offload(void)
 {
-    MemPlan *mp = PLAN("parallel.dp=2", "zero.stage=2", "offload.optimizer=cpu");
+    Plan *mp = PLAN("parallel.dp=2", "zero.stage=2", "offload.optimizer=cpu");
     if (mp) {
         int d = pt_find(mp, 0, OP_GRAD_D2H, -1, 0), o = pt_find(mp, 0, OP_OPT_STEP, -1, 0);
         int h = pt_find(mp, 0, OP_PARAM_H2D, -1, 0);
         CHECK(d >= 0 && o > d && h > o);
         if (d >= 0 && o > d && h > o) {
-            const Op *ops = mp->classes[0].sched.ops;
+            const Op *ops = mp->sched.classes[0].ops;
             CHECK_EQ(ops[d].stream, ST_COPY);
             CHECK_EQ(ops[o].stream, ST_HOST);
             CHECK_EQ(ops[h].stream, ST_COPY);
@@ -353,7 +353,7 @@ static void test_offload(void)
     mp = PLAN("parallel.dp=2", "zero.stage=2", "offload.optimizer=nvme", "offload.optimizer.path=\"/nvme\"",
               "zero.sub_group_size=20000");
     if (mp) {
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         int steps = 0;
         for (int i = 0; i < s->nops; i++) steps += s->ops[i].kind == OP_OPT_STEP;
         CHECK(steps >= 3);
@@ -371,7 +371,7 @@ static void test_offload(void)
     /* cpu checkpointing: out after the forward, back before the recompute */
     mp = PLAN("checkpointing.activations=full", "checkpointing.cpu=on");
     if (mp) {
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         int fwd = -1, out = -1, in = -1, rc = -1;
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
@@ -390,28 +390,28 @@ static void test_offload(void)
 static void test_grad_norm(void)
 {
     for (int fp16 = 0; fp16 < 2; fp16++) {
-        MemPlan *mp = PLAN("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "zero.stage=1", "train.grad_clip=1.0",
+        Plan *mp = PLAN("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "zero.stage=1", "train.grad_clip=1.0",
                            fp16 ? "precision.dtype=fp16" : "precision.dtype=bf16");
         if (!mp) continue;
-        for (int c = 0; c < mp->nclasses; c++) {
+        for (int c = 0; c < mp->mem.nclasses; c++) {
             int sq = pt_find(mp, c, OP_GRAD_SUMSQ, ST_COMPUTE, 0), n0 = pt_find(mp, c, OP_GRAD_NORM, ST_DP_COMM, 0);
             int n1 = pt_find(mp, c, OP_GRAD_NORM, ST_DP_COMM, 1), opt = pt_find(mp, c, OP_OPT_STEP, -1, 0);
             CHECK(sq >= 0 && n0 > sq && opt > n0);
             CHECK_EQ(n1 >= 0, fp16);
-            const Op *ops = mp->classes[c].sched.ops;
+            const Op *ops = mp->sched.classes[c].ops;
             if (n0 >= 0) CHECK_EQ(ops[n0].aux, fp16 ? 1 : 0);
-            if (n0 >= 0 && opt > n0) CHECK(compute_waits(&mp->classes[c].sched, n0, opt, fp16 ? n1 : n0));
+            if (n0 >= 0 && opt > n0) CHECK(compute_waits(&mp->sched.classes[c], n0, opt, fp16 ? n1 : n0));
         }
     }
     /* no clipping, not fp16: no norm at all */
-    MemPlan *mp = PLAN("parallel.dp=2", "train.grad_clip=0");
+    Plan *mp = PLAN("parallel.dp=2", "train.grad_clip=0");
     if (mp) CHECK(pt_find(mp, 0, OP_GRAD_SUMSQ, -1, 0) < 0 && pt_find(mp, 0, OP_GRAD_NORM, -1, 0) < 0);
 }
 
 /* The tied embedding's gradient all-reduce between the first and last stage. */
 static void test_tied(void)
 {
-    MemPlan *mp = PLAN("parallel.pp=4", "parallel.microbatches=4");
+    Plan *mp = PLAN("parallel.pp=4", "parallel.microbatches=4");
     if (!mp) return;
     CHECK(pt_find(mp, 0, OP_TIED_REDUCE, ST_PP_COMM, 0) >= 0);
     CHECK(pt_find(mp, 3, OP_TIED_REDUCE, ST_PP_COMM, 0) >= 0);
@@ -422,12 +422,12 @@ static void test_tied(void)
 /* Every op's stream is set; every wait names an earlier op; op labels. */
 static void test_streams_and_labels(void)
 {
-    MemPlan *mp = PLAN("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "zero.stage=3", "parallel.schedule=interleaved",
+    Plan *mp = PLAN("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "zero.stage=3", "parallel.schedule=interleaved",
                        "parallel.virtual_stages=2", "parallel.microbatches=4", "offload.optimizer=cpu");
     if (!mp) return;
     bool used[NSTREAMS] = {false};
-    for (int c = 0; c < mp->nclasses; c++) {
-        const Sched *s = &mp->classes[c].sched;
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const Sched *s = &mp->sched.classes[c];
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
             CHECK(o->stream >= 0 && o->stream < NSTREAMS);
@@ -437,10 +437,10 @@ static void test_streams_and_labels(void)
         }
     }
     for (int st = 0; st < NSTREAMS; st++) CHECK(used[st]);
-    const Sched *s = &mp->classes[0].sched;
+    const Sched *s = &mp->sched.classes[0];
     int r = pt_find(mp, 1, OP_RECV_FWD, -1, 0), t = pt_find(mp, 0, OP_TP_ALLREDUCE, -1, 0);
     CHECK(r >= 0 && t >= 0);
-    if (r >= 0) CHECK_STR(sched_op_label(&mp->classes[1].sched, r), "recv_fwd mb0 chunk0");
+    if (r >= 0) CHECK_STR(sched_op_label(&mp->sched.classes[1], r), "recv_fwd mb0 chunk0");
     const char *label = t >= 0 ? sched_op_label(s, t) : "";
     CHECK(strncmp(label, "tp_allreduce embed mb0", 22) == 0);
 }

@@ -4,18 +4,18 @@
  * compute-only plan against the GEMM efficiency; the critical path; exposed
  * communication; a hand-broken schedule whose sends wait on each other is
  * reported as a deadlock naming the ops (and sim_run dies with exit 3); a 1T
- * model on 16 384 GPUs simulates well under a second. */
+ * model on 16 384 GPUs (64 rank classes) simulates to a plausible MFU (how
+ * long that takes is tests/bench/plan's: a test asserts no time). */
 #include "plan_fixture.h"
 #include "sim.h"
 #include "../bench/costmodel/calib.h"
 
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 /* A uniform GPT whose stages cost the same: a tiny vocabulary (the head and
  * embedding are noise), links so fast that communication is negligible. */
-static MemPlan *uniform_plan(const char *sched, int p, int m, int v)
+static Plan *uniform_plan(const char *sched, int p, int m, int v)
 {
     int layers = p * v * 2;
     const char *text = arena_printf(&g_arena,
@@ -26,7 +26,7 @@ static MemPlan *uniform_plan(const char *sched, int p, int m, int v)
         "cluster { nodes = 1  gpus_per_node = %d  gpu = h100_sxm_80gb  intra_node = 1000000GB/s\n"
         "          inter_node = 1000000GB/s  network_latency_us = 0 }\n",
         layers, p, sched, v > 1 ? arena_printf(&g_arena, "virtual_stages = %d", v) : "", m, p);
-    MemPlan *mp = cal_plan(text);
+    Plan *mp = cal_plan(text);
     if (!mp) fprintf(stderr, "%s", text);
     return mp;
 }
@@ -41,7 +41,7 @@ static void test_bubbles(void)
         {"interleaved", 4, 16, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        MemPlan *mp = uniform_plan(cases[i].sched, cases[i].p, cases[i].m, cases[i].v);
+        Plan *mp = uniform_plan(cases[i].sched, cases[i].p, cases[i].m, cases[i].v);
         CHECK(mp != NULL);
         if (!mp) continue;
         CHECK_EQ(mp->part.m, cases[i].m);
@@ -59,7 +59,7 @@ static void test_bubbles(void)
             failures++;
         }
         /* every stage idles about as long (equal stage times) */
-        for (int c = 0; c < mp->nclasses; c++)
+        for (int c = 0; c < mp->mem.nclasses; c++)
             CHECK_NEAR(sim.classes[c].bubble / sim.classes[c].work, want, 0.06);
         CHECK(sim.exposed[GRP_PP] < 0.01);
         /* the step is the ideal compute stretched by the bubble, plus the optimizer */
@@ -77,7 +77,7 @@ static void test_bubbles(void)
 static void test_dp_under_pp(void)
 {
     int p = 4, m = 8;
-    MemPlan *mp = cal_plan(arena_printf(&g_arena,
+    Plan *mp = cal_plan(arena_printf(&g_arena,
         "model gpt { layers = %d  hidden = 4096  heads = 32  vocab = 128  seq_len = 2048 }\n"
         "parallel { pp = %d  dp = 2  schedule = 1f1b }\n zero { stage = 1  reduce_bucket = 3e8 }\n"
         "precision { dtype = bf16 }\n"
@@ -91,7 +91,7 @@ static void test_dp_under_pp(void)
     Sim sim;
     sim_run(mp, &sim);
     double want = (double)(p - 1) / m, work = 0, reduce = 0, pp = 0;
-    for (int c = 0; c < mp->nclasses; c++) {
+    for (int c = 0; c < mp->mem.nclasses; c++) {
         work = fmax(work, sim.classes[c].work);
         reduce = fmax(reduce, sim.classes[c].busy[ST_DP_COMM]);     /* the reductions and parameter gathers */
         pp = fmax(pp, sim.classes[c].busy[ST_PP_COMM]);
@@ -118,7 +118,7 @@ static void test_dp_under_pp(void)
 static void test_tp_under_pp(void)
 {
     int p = 4, m = 8;
-    MemPlan *mp = cal_plan(arena_printf(&g_arena,
+    Plan *mp = cal_plan(arena_printf(&g_arena,
         "model gpt { layers = %d  hidden = 8192  heads = 64  vocab = 128  seq_len = 2048 }\n"
         "parallel { tp = 2  pp = %d  dp = 1  schedule = 1f1b }\n precision { dtype = bf16 }\n"
         "train { global_batch = %d  micro_batch = 1  grad_clip = 0 }\n"
@@ -141,7 +141,7 @@ static void test_tp_under_pp(void)
  * of the layer's GEMMs and attention core (less the small memory-bound work). */
 static void test_mfu_compute_only(void)
 {
-    MemPlan *mp = cal_plan("model gpt { layers = 4  hidden = 12288  heads = 96  vocab = 128  seq_len = 2048 }\n"
+    Plan *mp = cal_plan("model gpt { layers = 4  hidden = 12288  heads = 96  vocab = 128  seq_len = 2048 }\n"
                            "parallel { dp = 1 }\n precision { dtype = bf16 }\n"
                            "train { global_batch = 16  micro_batch = 1  grad_clip = 0 }\n"
                            "cluster { nodes = 1  gpus_per_node = 1  gpu = a100_80gb }\n");
@@ -175,7 +175,7 @@ static void test_mfu_compute_only(void)
  * the one before it, and its stretches add up to the step. */
 static void test_critical_path(void)
 {
-    MemPlan *mp = uniform_plan("1f1b", 4, 8, 1);
+    Plan *mp = uniform_plan("1f1b", 4, 8, 1);
     CHECK(mp != NULL);
     if (!mp) return;
     Sim sim;
@@ -212,7 +212,7 @@ static void test_exposed(void)
     double ex[2];
     const char *nets[2] = {"network = ib400", "network = eth100"};
     for (int i = 0; i < 2; i++) {
-        MemPlan *mp = cal_plan(arena_printf(&g_arena,
+        Plan *mp = cal_plan(arena_printf(&g_arena,
             "model gpt { layers = 8  hidden = 4096  heads = 32  vocab = 51200  seq_len = 2048 }\n"
             "parallel { dp = 4 }\n zero { stage = 3  overlap_comm = on }\n precision { dtype = bf16 }\n"
             "train { global_batch = 8  micro_batch = 1 }\n"
@@ -231,15 +231,15 @@ static void test_exposed(void)
 
 /* A pp = 2 plan whose schedules are replaced by hand: per stage, two ops on
  * the pp stream.  Returns the plan. */
-static MemPlan *two_stage_plan(const int kinds[2][2])
+static Plan *two_stage_plan(const int kinds[2][2])
 {
-    MemPlan *mp = cal_plan("model gpt { layers = 2  hidden = 256  heads = 4  vocab = 128  seq_len = 128 }\n"
+    Plan *mp = cal_plan("model gpt { layers = 2  hidden = 256  heads = 4  vocab = 128  seq_len = 128 }\n"
                            "parallel { pp = 2  dp = 1 }\n precision { dtype = bf16 }\n"
                            "train { global_batch = 1  micro_batch = 1 }\n"
                            "cluster { nodes = 1  gpus_per_node = 2  gpu = h100_sxm_80gb }\n");
     if (!mp) return NULL;
     for (int c = 0; c < 2; c++) {
-        Sched *s = &mp->classes[c].sched;
+        Sched *s = &mp->sched.classes[c];
         s->nops = 2;
         for (int i = 0; i < 2; i++) {
             Op *o = &s->ops[i];
@@ -258,7 +258,7 @@ static MemPlan *two_stage_plan(const int kinds[2][2])
 static void test_deadlock(void)
 {
     const int crossed[2][2] = {{OP_SEND_FWD, OP_RECV_BWD}, {OP_SEND_BWD, OP_RECV_FWD}};
-    MemPlan *mp = two_stage_plan(crossed);
+    Plan *mp = two_stage_plan(crossed);
     CHECK(mp != NULL);
     if (!mp) return;
     Sim sim;
@@ -281,8 +281,8 @@ static void test_deadlock(void)
     /* a receive nobody sends */
     const int lonely[2][2] = {{OP_RECV_BWD, OP_WAIT}, {OP_SEND_BWD, OP_WAIT}};
     mp = two_stage_plan(lonely);
-    for (int c = 0; c < 2; c++) mp->classes[c].sched.nops = 1;
-    mp->classes[1].sched.ops[0].kind = OP_SEND_FWD;
+    for (int c = 0; c < 2; c++) mp->sched.classes[c].nops = 1;
+    mp->sched.classes[1].ops[0].kind = OP_SEND_FWD;
     err = sim_simulate(mp, NULL, &sim);
     CHECK(err != NULL && strstr(err, "no stage sends it"));
     /* sim_run dies naming the ops */
@@ -314,42 +314,36 @@ static void test_deadlock(void)
 static void test_wait_cycle(void)
 {
     const int kinds[2][2] = {{OP_WAIT, OP_WAIT}, {OP_WAIT, OP_WAIT}};
-    MemPlan *mp = two_stage_plan(kinds);
+    Plan *mp = two_stage_plan(kinds);
     CHECK(mp != NULL);
     if (!mp) return;
     for (int c = 0; c < 2; c++) {
-        Sched *s = &mp->classes[c].sched;
+        Sched *s = &mp->sched.classes[c];
         s->ops[0].stream = ST_COMPUTE, s->ops[0].aux = 1;
         s->ops[1].stream = ST_DP_COMM, s->ops[1].aux = 0;
     }
     Sim sim;
     const char *err = sim_simulate(mp, NULL, &sim);
     CHECK(err != NULL && strstr(err, "stage 0 compute op 0 wait") && strstr(err, "waits for stage 0 dp-comm op 1"));
-    for (int c = 0; c < 2; c++) mp->classes[c].sched.ops[1].kind = OP_GRAD_REDUCE;
+    for (int c = 0; c < 2; c++) mp->sched.classes[c].ops[1].kind = OP_GRAD_REDUCE;
     CHECK(sim_simulate(mp, NULL, &sim) == NULL);
     CHECK(sim.classes[0].ops[0].start == sim.classes[0].ops[1].end);
 }
 
-/* The 1T-parameter GPT on 16 384 GPUs (64 rank classes) simulates, with a
- * sane result.  Its time is printed, not asserted (a loaded machine or a
- * sanitizer build makes any bound flaky): tests/bench/plan/run.sh measures it. */
-static void test_speed(void)
+/* The 1T-parameter GPT on 16 384 GPUs (64 rank classes) simulates, to a
+ * plausible step (tests/bench/plan/run.sh times it). */
+static void test_1t(void)
 {
-    MemPlan *mp = cal_plan("model gpt { layers = 128  hidden = 25600  heads = 160  vocab = 51200  seq_len = 2048 }\n"
+    Plan *mp = cal_plan("model gpt { layers = 128  hidden = 25600  heads = 160  vocab = 51200  seq_len = 2048 }\n"
                            "parallel { tp = 8  pp = 64  dp = 32  sequence_parallel = on  schedule = 1f1b }\n"
                            "zero { stage = 1 }\n precision { dtype = bf16  master_weights = fp32  grad_reduce = fp32 }\n"
                            "checkpointing { activations = full }\n train { global_batch = 3072  micro_batch = 1 }\n"
                            "cluster { nodes = 2048  gpus_per_node = 8  gpu = h100_sxm_80gb }\n");
     CHECK(mp != NULL);
     if (!mp) return;
-    CHECK_EQ(mp->nclasses, 64);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    CHECK_EQ(mp->mem.nclasses, 64);
     Sim sim;
     sim_run(mp, &sim);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    double sec = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    printf("test_sim: 1T GPT on 16 384 GPUs simulated in %.3f s\n", sec);
     CHECK(sim.step_time > 0 && sim.mfu > 0.05 && sim.mfu < 1);
     CHECK(sim.hfu > sim.mfu);       /* full recompute */
 }
@@ -364,6 +358,6 @@ int main(void)
     test_exposed();
     test_deadlock();
     test_wait_cycle();
-    test_speed();
+    test_1t();
     return fx_done("test_sim");
 }

@@ -20,12 +20,12 @@
 /* Fills sim with a step of plan mp: in list order, each op starts when its
  * stream is free (an OP_WAIT also not before the op it waits for ends);
  * serial: one clock for all streams instead. */
-static void fake_sim(const MemPlan *mp, Sim *sim, bool serial)
+static void fake_sim(const Plan *mp, Sim *sim, bool serial)
 {
     memset(sim, 0, sizeof *sim);
-    sim->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)mp->nclasses);
-    for (int c = 0; c < mp->nclasses; c++) {
-        const Sched *s = &mp->classes[c].sched;
+    sim->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)mp->mem.nclasses);
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const Sched *s = &mp->sched.classes[c];
         SimClass *sc = &sim->classes[c];
         sc->ops = arena_alloc(&g_arena, sizeof(SimOp) * (size_t)(s->nops + 1));
         double clock[NSTREAMS] = {0}, serial_clock = 0;
@@ -48,7 +48,7 @@ static void fake_sim(const MemPlan *mp, Sim *sim, bool serial)
         if (sc->end > sim->step_time) sim->step_time = sc->end;
     }
     /* the critical path: class 0's compute ops, enough to test the marks */
-    const Sched *s0 = &mp->classes[0].sched;
+    const Sched *s0 = &mp->sched.classes[0];
     sim->critical = arena_alloc(&g_arena, sizeof(SimRef) * (size_t)(s0->nops + 1));
     for (int i = 0; i < s0->nops; i++)
         if (s0->ops[i].stream == ST_COMPUTE) sim->critical[sim->ncritical++] = (SimRef){0, i};
@@ -57,10 +57,10 @@ static void fake_sim(const MemPlan *mp, Sim *sim, bool serial)
 }
 
 /* Plans a spec; false (with a message) if it cannot be planned. */
-static bool plan(Spec *s, MemPlan *mp)
+static bool plan(Spec *s, Plan *mp)
 {
     fx_batch(s);
-    if (!part_check(s, false) || !mem_plan(s, mp, false)) {
+    if (!part_check(s, false) || !plan_build(s, mp, false)) {
         fprintf(stderr, "could not plan tp %lld pp %lld dp %lld\n", (long long)s->parallel.tp,
                 (long long)s->parallel.pp, (long long)s->parallel.dp);
         failures++;
@@ -70,12 +70,12 @@ static bool plan(Spec *s, MemPlan *mp)
 }
 
 /* With ops run in list order, the curve at each op is mem_live_at there. */
-static void test_live_curve(const MemPlan *mp)
+static void test_live_curve(const Plan *mp)
 {
     Sim sim;
     fake_sim(mp, &sim, true);
-    for (int c = 0; c < mp->nclasses; c++) {
-        const ClassMem *cm = &mp->classes[c];
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const ClassMem *cm = &mp->mem.classes[c];
         for (int space = SPACE_DEVICE; space <= SPACE_HOST; space++) {
             int n;
             LivePoint *pt = trace_live_curve(mp, &sim, c, space, &n);
@@ -83,7 +83,7 @@ static void test_live_curve(const MemPlan *mp)
             CHECK(pt[0].t == 0);
             for (int k = 1; k < n; k++) CHECK(pt[k].t > pt[k - 1].t);
             int k = 0, bad = 0;
-            for (int i = 0; i < cm->sched.nops; i++) {
+            for (int i = 0; i < cm->sched->nops; i++) {
                 double mid = (sim.classes[c].ops[i].start + sim.classes[c].ops[i].end) / 2;
                 while (k + 1 < n && pt[k + 1].t <= mid) k++;
                 if (pt[k].bytes != mem_live_at(cm, space, i)) bad++;
@@ -129,7 +129,7 @@ static bool in_slice(cJSON *evs, int pid, int tid, double ts)
 }
 
 /* The trace of a plan parses back with every op, name, flow and counter. */
-static void test_trace(const MemPlan *mp, const char *what)
+static void test_trace(const Plan *mp, const char *what)
 {
     Sim sim;
     fake_sim(mp, &sim, false);
@@ -141,14 +141,14 @@ static void test_trace(const MemPlan *mp, const char *what)
     CHECK(cJSON_IsArray(evs));
     CHECK(strcmp(str(root, "displayTimeUnit"), "ms") == 0);
     CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "metadata")));
-    int nc = mp->nclasses;
+    int nc = mp->mem.nclasses;
     int **seen = calloc((size_t)nc, sizeof(int *));
     bool *named = calloc((size_t)nc, sizeof(bool));
     const char *(*threads)[NSTREAMS] = calloc((size_t)nc, sizeof *threads);
     double *last_dev = calloc((size_t)nc, sizeof(double));
     int *ncounter = calloc((size_t)nc, sizeof(int));
     for (int c = 0; c < nc; c++) {
-        seen[c] = calloc((size_t)mp->classes[c].sched.nops + 1, sizeof(int));
+        seen[c] = calloc((size_t)mp->sched.classes[c].nops + 1, sizeof(int));
         last_dev[c] = -1;
     }
     Flow *flows = calloc(MAX_FLOWS, sizeof(Flow));
@@ -160,13 +160,13 @@ static void test_trace(const MemPlan *mp, const char *what)
         int pid = (int)num(e, "pid"), c = pid - 1;
         CHECK(c >= 0 && c < nc);
         if (c < 0 || c >= nc) continue;
-        const Sched *s = &mp->classes[c].sched;
+        const Sched *s = &mp->sched.classes[c];
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
         if (strcmp(ph, "M") == 0) {
             const char *name = str(e, "name");
             if (strcmp(name, "process_name") == 0) {
-                const char *want = arena_printf(&g_arena, "stage %d (ranks \xc3\x97%lld)", mp->classes[c].cls->stage,
-                                                (long long)mp->classes[c].cls->count);
+                const char *want = arena_printf(&g_arena, "stage %d (ranks \xc3\x97%lld)", mp->mem.classes[c].cls->stage,
+                                                (long long)mp->mem.classes[c].cls->count);
                 CHECK(strcmp(str(args, "name"), want) == 0);
                 named[c] = true;
             } else if (strcmp(name, "thread_name") == 0) {
@@ -225,7 +225,7 @@ static void test_trace(const MemPlan *mp, const char *what)
         }
     }
     for (int c = 0; c < nc; c++) {
-        const Sched *s = &mp->classes[c].sched;
+        const Sched *s = &mp->sched.classes[c];
         CHECK(named[c]);
         int missing = 0;
         for (int i = 0; i < s->nops; i++) missing += seen[c][i] != 1;
@@ -265,8 +265,8 @@ static void test_trace(const MemPlan *mp, const char *what)
     CHECK_EQ(outside, 0);
     int nwaits = 0, nsends = 0;
     for (int c = 0; c < nc; c++)
-        for (int i = 0; i < mp->classes[c].sched.nops; i++) {
-            int k = mp->classes[c].sched.ops[i].kind;
+        for (int i = 0; i < mp->sched.classes[c].nops; i++) {
+            int k = mp->sched.classes[c].ops[i].kind;
             nwaits += k == OP_WAIT, nsends += k == OP_SEND_FWD || k == OP_SEND_BWD;
         }
     CHECK_EQ(nwait_flows, nwaits);
@@ -280,7 +280,7 @@ static void test_trace(const MemPlan *mp, const char *what)
 }
 
 /* The page is self-contained, escaped, and its data block parses. */
-static void test_html(const MemPlan *mp)
+static void test_html(const Plan *mp)
 {
     Sim sim;
     fake_sim(mp, &sim, false);
@@ -298,7 +298,7 @@ static void test_html(const MemPlan *mp)
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) CHECK(strstr(page, ids[i]) != NULL);
     int options = 0;
     for (const char *p = page; (p = strstr(p, "<option ")); p++) options++;
-    CHECK_EQ(options, mp->nclasses);
+    CHECK_EQ(options, mp->mem.nclasses);
     /* the data block: JSON up to its closing tag, one entry per class */
     const char *open = strstr(page, "<script type=\"application/json\" id=\"plan-data\">");
     CHECK(open != NULL);
@@ -312,7 +312,7 @@ static void test_html(const MemPlan *mp)
     CHECK(d != NULL);
     if (!d) return;
     cJSON *classes = cJSON_GetObjectItemCaseSensitive(d, "classes");
-    CHECK_EQ(cJSON_GetArraySize(classes), mp->nclasses);
+    CHECK_EQ(cJSON_GetArraySize(classes), mp->mem.nclasses);
     const cJSON *c;
     int k = 0;
     cJSON_ArrayForEach(c, classes)
@@ -331,7 +331,7 @@ static void test_html(const MemPlan *mp)
             CHECK(cJSON_GetArrayItem(b, 1)->valuedouble >= 0);
             CHECK(cJSON_IsString(cJSON_GetArrayItem(b, 3)));
         }
-        CHECK_EQ(ops, mp->classes[k].sched.nops);
+        CHECK_EQ(ops, mp->sched.classes[k].nops);
         const cJSON *peak = cJSON_GetObjectItemCaseSensitive(c, "peak");
         CHECK(num(peak, "bytes") > 0);
         CHECK(strlen(str(peak, "op")) > 0);
@@ -344,7 +344,7 @@ static void test_html(const MemPlan *mp)
 int main(void)
 {
     Spec s;
-    MemPlan *mp;
+    Plan *mp;
 
     /* tp 2 (sequence parallel) x pp 2 x dp 2, 1f1b, ZeRO 1, 4 microbatches */
     fx_spec(&s);

@@ -18,24 +18,24 @@
 /* ---- mutation helpers ---------------------------------------------------------------- */
 
 /* Turns op i of class c into a wait for nothing (a no-op). */
-static void mut_noop(MemPlan *mp, int c, int i)
+static void mut_noop(Plan *mp, int c, int i)
 {
-    Op *o = &mp->classes[c].sched.ops[i];
+    Op *o = &mp->sched.classes[c].ops[i];
     o->kind = OP_WAIT, o->aux = -1, o->nrd = o->nwr = 0, o->bytes = 0, o->flops = 0;
 }
 
 /* Swaps ops i and j of class c (the waits naming them keep their indices). */
-static void mut_swap(MemPlan *mp, int c, int i, int j)
+static void mut_swap(Plan *mp, int c, int i, int j)
 {
-    Op *ops = mp->classes[c].sched.ops, t = ops[i];
+    Op *ops = mp->sched.classes[c].ops, t = ops[i];
     ops[i] = ops[j], ops[j] = t;
 }
 
 /* The n-th OP_WAIT of class c on stream `stream` whose target has `kind`
  * and whose next op on the same stream has `next_kind` (either -1: any). */
-static int find_wait(const MemPlan *mp, int c, int stream, int kind, int next_kind, int nth)
+static int find_wait(const Plan *mp, int c, int stream, int kind, int next_kind, int nth)
 {
-    const Sched *s = &mp->classes[c].sched;
+    const Sched *s = &mp->sched.classes[c];
     for (int i = 0; i < s->nops; i++) {
         const Op *o = &s->ops[i];
         if (o->kind != OP_WAIT || o->stream != stream || o->aux < 0) continue;
@@ -49,7 +49,7 @@ static int find_wait(const MemPlan *mp, int c, int stream, int kind, int next_ki
 }
 
 /* Verifies mp, expecting a failure whose report says `what`. */
-static void expect_caught(const MemPlan *mp, const char *what, const char *mutation)
+static void expect_caught(const Plan *mp, const char *what, const char *mutation)
 {
     const char *rep;
     bool ok = pt_verify(mp, &rep);
@@ -64,7 +64,7 @@ static void expect_caught(const MemPlan *mp, const char *what, const char *mutat
 static void test_drop_wait(void)
 {
     const char *rep;
-    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "zero.stage=2",
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "zero.stage=2",
                            "zero.overlap_comm=on", "parallel.microbatches=4", NULL);
     CHECK(mp != NULL);
     if (!mp) return;
@@ -74,29 +74,29 @@ static void test_drop_wait(void)
     int w = find_wait(mp, 0, ST_DP_COMM, -1, OP_GRAD_REDUCE, 0);
     CHECK(w >= 0);
     if (w >= 0) {
-        int aux = mp->classes[0].sched.ops[w].aux;
+        int aux = mp->sched.classes[0].ops[w].aux;
         mut_noop(mp, 0, w);
         expect_caught(mp, "not ordered after its write by an event", "(a) dp-comm wait for the gradients' producer");
-        mp->classes[0].sched.ops[w] = (Op){.kind = OP_WAIT, .stream = ST_DP_COMM, .aux = aux, .part_lo = -1, .part_hi = -1};
+        mp->sched.classes[0].ops[w] = (Op){.kind = OP_WAIT, .stream = ST_DP_COMM, .aux = aux, .part_lo = -1, .part_hi = -1};
         CHECK(pt_verify(mp, &rep));
     }
     /* the compute stream waits for the received activation */
     w = find_wait(mp, 1, ST_COMPUTE, OP_RECV_FWD, -1, 0);
     CHECK(w >= 0);
     if (w >= 0) {
-        Op keep = mp->classes[1].sched.ops[w];
+        Op keep = mp->sched.classes[1].ops[w];
         mut_noop(mp, 1, w);
         expect_caught(mp, "read of act.", "(a) compute wait for a receive");
-        mp->classes[1].sched.ops[w] = keep;
+        mp->sched.classes[1].ops[w] = keep;
     }
     /* the tp stream waits for the attention part whose partial sums it reduces */
     w = find_wait(mp, 0, ST_TP_COMM, OP_LAYER_FWD, OP_TP_ALLREDUCE, 0);
     CHECK(w >= 0);
     if (w >= 0) {
-        Op keep = mp->classes[0].sched.ops[w];
+        Op keep = mp->sched.classes[0].ops[w];
         mut_noop(mp, 0, w);
         expect_caught(mp, "not ordered after its write by an event", "(a) tp-comm wait for a layer part");
-        mp->classes[0].sched.ops[w] = keep;
+        mp->sched.classes[0].ops[w] = keep;
     }
     CHECK(pt_verify(mp, &rep));
 }
@@ -106,12 +106,12 @@ static void test_drop_wait(void)
  * alone (no buffer of the op depends on the awaited one). */
 static void test_drop_fence(void)
 {
-    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=3", "parallel.microbatches=2", NULL);
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=3", "parallel.microbatches=2", NULL);
     CHECK(mp != NULL);
     if (!mp) return;
     int arena_only = 0, caught = 0, waits = 0;
-    for (int c = 0; c < mp->nclasses; c++) {
-        Sched *s = &mp->classes[c].sched;
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        Sched *s = &mp->sched.classes[c];
         for (int i = 0; i < s->nops; i++) {
             if (s->ops[i].kind != OP_WAIT || s->ops[i].aux < 0) continue;
             Op keep = s->ops[i];
@@ -135,10 +135,10 @@ static void test_drop_fence(void)
  * streams deleted fails: the verifier is not vacuous. */
 static void test_no_events(void)
 {
-    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=1", NULL);
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=1", NULL);
     CHECK(mp != NULL);
     if (!mp) return;
-    Sched *s = &mp->classes[0].sched;
+    Sched *s = &mp->sched.classes[0];
     for (int i = 0; i < s->nops; i++)
         if (s->ops[i].kind == OP_WAIT && s->ops[i].stream != ST_COMPUTE) s->ops[i].aux = -1;
     expect_caught(mp, "not ordered after its write by an event", "events stripped");
@@ -150,7 +150,7 @@ static void test_swap_collectives(void)
 {
     /* fp16 with clipping: the overflow flag's and the norm's all-reduce over
      * the world, a group spanning both stages */
-    MemPlan *mp = pt_planv("parallel.pp=2", "parallel.dp=2", "precision.dtype=fp16", "train.grad_clip=1.0",
+    Plan *mp = pt_planv("parallel.pp=2", "parallel.dp=2", "precision.dtype=fp16", "train.grad_clip=1.0",
                            "parallel.microbatches=2", NULL);
     CHECK(mp != NULL);
     if (!mp) return;
@@ -159,7 +159,7 @@ static void test_swap_collectives(void)
     int a = pt_find(mp, 1, OP_GRAD_NORM, ST_DP_COMM, 0), b = pt_find(mp, 1, OP_GRAD_NORM, ST_DP_COMM, 1);
     CHECK(a >= 0 && b > a);
     if (a < 0 || b < 0) return;
-    CHECK_EQ(mp->classes[1].sched.ops[a].aux, 1);       /* the overflow flag first, as Megatron */
+    CHECK_EQ(mp->sched.classes[1].ops[a].aux, 1);       /* the overflow flag first, as Megatron */
     mut_swap(mp, 1, a, b);
     expect_caught(mp, "collectives in a different order or size across the world group", "(b) swapped collectives");
     mut_swap(mp, 1, a, b);
@@ -171,7 +171,7 @@ static void test_swap_collectives(void)
     int t = pt_find(mp, 1, OP_TIED_REDUCE, -1, 0);
     CHECK(t >= 0 && pt_find(mp, 0, OP_TIED_REDUCE, -1, 0) >= 0);
     if (t < 0) return;
-    mp->classes[1].sched.ops[t].bytes /= 2;
+    mp->sched.classes[1].ops[t].bytes /= 2;
     expect_caught(mp, "the embed group", "(b) a collective of another size");
     /* a collective of the tied group issued by a class outside it */
     mp = pt_planv("parallel.pp=4", "parallel.microbatches=4", NULL);
@@ -181,8 +181,8 @@ static void test_swap_collectives(void)
     if (w < 0) w = pt_find(mp, 1, OP_OPT_STEP, -1, 0);
     CHECK(w >= 0);
     if (w < 0) return;
-    mp->classes[1].sched.ops[w].kind = OP_TIED_REDUCE;
-    mp->classes[1].sched.ops[w].stream = ST_PP_COMM;
+    mp->sched.classes[1].ops[w].kind = OP_TIED_REDUCE;
+    mp->sched.classes[1].ops[w].stream = ST_PP_COMM;
     expect_caught(mp, "issued outside it", "(b) a collective outside its group");
 }
 
@@ -192,7 +192,7 @@ static void test_drop_recv(void)
 {
     static const char *const scheds[] = {"gpipe", "1f1b", "interleaved"};
     for (int k = 0; k < 3; k++) {
-        MemPlan *mp = pt_planv("parallel.pp=4", arena_printf(&g_arena, "parallel.schedule=%s", scheds[k]),
+        Plan *mp = pt_planv("parallel.pp=4", arena_printf(&g_arena, "parallel.schedule=%s", scheds[k]),
                                "parallel.microbatches=8", NULL);
         CHECK(mp != NULL);
         if (!mp) continue;
@@ -209,7 +209,7 @@ static void test_drop_recv(void)
         CHECK(mp != NULL);
         if (!mp) continue;
         int rb = pt_find(mp, 0, OP_RECV_BWD, ST_PP_COMM, 0), sf = -1;
-        const Sched *s = &mp->classes[0].sched;
+        const Sched *s = &mp->sched.classes[0];
         for (int i = rb + 1; rb >= 0 && i < s->nops && sf < 0; i++)
             if (s->ops[i].kind == OP_SEND_FWD) sf = i;
         if (rb < 0 || sf < 0) continue;      /* gpipe sends every forward before it receives */
@@ -225,10 +225,10 @@ static void test_drop_recv(void)
 
 static void test_overlap(void)
 {
-    MemPlan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=2", "parallel.microbatches=2", NULL);
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "zero.stage=2", "parallel.microbatches=2", NULL);
     CHECK(mp != NULL);
     if (!mp) return;
-    Sched *s = &mp->classes[0].sched;
+    Sched *s = &mp->sched.classes[0];
     int a = -1, b = -1;
     for (int i = 0; i < s->nbufs && b < 0; i++)
         for (int j = 0; j < s->nbufs && b < 0; j++) {
@@ -297,13 +297,13 @@ static void test_matrix(void)
     long ops = 0;
     for (int n = 0; n < 60; n++) {
         const char **d = layout(n);
-        MemPlan *mp = pt_plan(d);
+        Plan *mp = pt_plan(d);
         if (!mp) {
             failures++;
             continue;
         }
         planned++;
-        for (int c = 0; c < mp->nclasses; c++) ops += mp->classes[c].sched.nops;
+        for (int c = 0; c < mp->mem.nclasses; c++) ops += mp->sched.classes[c].nops;
         const char *rep;
         if (!pt_verify(mp, &rep)) {
             fprintf(stderr, "layout %d:", n);
@@ -311,7 +311,7 @@ static void test_matrix(void)
             fprintf(stderr, "\n%s", rep);
             failures++;
         }
-        for (int c = 0; c < mp->nclasses; c++) CHECK(mem_check_overlap(&mp->classes[c]));
+        for (int c = 0; c < mp->mem.nclasses; c++) CHECK(mem_check_overlap(&mp->mem.classes[c]));
     }
     CHECK(planned >= 50);
     printf("test_verify: %d layouts planned and verified (%ld ops)\n", planned, ops);
@@ -330,8 +330,8 @@ static void test_specs(void)
         sema_source = NULL;
         Item *items = spec_parse_text(specs[i], text, len);
         Spec *s = arena_alloc(&g_arena, sizeof *s);
-        MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
-        bool ok = diag_errors == 0 && sema_resolve(items, NULL, 0, s) && mem_plan(s, mp, true);
+        Plan *mp = arena_alloc(&g_arena, sizeof *mp);
+        bool ok = diag_errors == 0 && sema_resolve(items, NULL, 0, s) && plan_build(s, mp, true);
         CHECK(ok);
         const char *rep;
         if (ok && !pt_verify(mp, &rep)) {

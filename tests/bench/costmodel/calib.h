@@ -43,15 +43,15 @@ static const CalRow cal_rows[] = {
 enum { CAL_NROWS = (int)(sizeof cal_rows / sizeof cal_rows[0]), CAL_SEQ = 2048, CAL_VOCAB = 51200 };
 
 /* Plans spec text end to end; NULL (diagnostics on stderr) if it does not check. */
-static inline MemPlan *cal_plan(const char *text)
+static inline Plan *cal_plan(const char *text)
 {
     diag_reset();
     sema_source = NULL;
     Item *items = spec_parse_text("calibration.tspec", text, strlen(text));
     Spec *s = arena_alloc(&g_arena, sizeof *s);
     if (diag_errors || !sema_resolve(items, NULL, 0, s)) return NULL;
-    MemPlan *mp = arena_alloc(&g_arena, sizeof *mp);
-    return mem_plan(s, mp, true) ? mp : NULL;
+    Plan *mp = arena_alloc(&g_arena, sizeof *mp);
+    return plan_build(s, mp, true) ? mp : NULL;
 }
 
 /* Model chunks per pipeline rank the row runs with (1: plain 1F1B). */
@@ -95,7 +95,7 @@ static inline double cal_table(FILE *out)
                      "pp", "gpus", "B", "  schedule", "step (s)", "predicted", "paper", "error", "bubble", "tp+dp");
     for (int i = 0; i < CAL_NROWS; i++) {
         const CalRow *r = &cal_rows[i];
-        MemPlan *mp = cal_plan(cal_spec(r));
+        Plan *mp = cal_plan(cal_spec(r));
         Sim sim;
         const char *why = mp ? sim_simulate(mp, NULL, &sim) : "the spec does not plan";
         if (why) {
@@ -138,7 +138,7 @@ static inline bool cal_zero3(FILE *out, double exposed[3])
             "checkpointing { activations = full }\n"
             "train { global_batch = 64  micro_batch = 2 }\n"
             "cluster { %s  gpu = a100_80gb }\n", CAL_VOCAB, CAL_SEQ, nets[i]);
-        MemPlan *mp = cal_plan(text);
+        Plan *mp = cal_plan(text);
         Sim sim;
         const char *err = mp ? sim_simulate(mp, NULL, &sim) : "the spec does not plan";
         if (err) {

@@ -29,4 +29,15 @@ big=$(best_ms "$spec")
 small=$(best_ms "$spec" -D parallel.dp=1 -D cluster.nodes=64 -D train.global_batch=96)
 echo "plan time, 16 384 GPUs (tp 8, pp 64, dp 32): ${big} ms   (best of $runs; target < 1000 ms)"
 echo "plan time,    512 GPUs (tp 8, pp 64, dp  1): ${small} ms   (same model, same microbatches per pipeline)"
+
+# the simulation alone against the planning, in one process (bench_sim.c)
+build=$(dirname "$shardc")
+if [ -f "$build/libshardc_core.a" ] && [ -f "$build/CMakeCache.txt" ]; then
+  cmake --build "$build" --target shardc_core >/dev/null
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  ${CC:-cc} -std=gnu11 -O2 -I"$root/compiler" -I"$build/gen" "$here/bench_sim.c" "$build/libshardc_core.a" \
+    -lcjson -lclang-14 -L/usr/lib/llvm-14/lib -lm -o "$tmp/bench_sim"
+  "$tmp/bench_sim" "$runs"
+fi
 if [ "$big" -ge 1000 ]; then echo "SLOW: over 1 s"; exit 1; fi

@@ -13,7 +13,14 @@
  * error code; what would be an illegal address on a GPU (a copy reaching
  * outside an allocation, a copy whose kind contradicts its pointers) is a
  * cuemu_fault that ends the process.
+ *
+ * The one exception to work at issue is deferred work (cuemu_defer: the
+ * emulated NCCL's collectives): it completes later, as a GPU's would, so an
+ * event recorded after it stays pending (cudaEventQuery: cudaErrorNotReady)
+ * until the stream's next work, a wait for the event, or a host
+ * synchronisation completes it (below, "deferred work").
  */
+#define _GNU_SOURCE             /* nanosleep under -std=c11 */
 #include <cuda_runtime_api.h>
 
 #include "cuemu.h"
@@ -24,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum {
     EMRT_GUARD = 4096,          /* guard bytes after every allocation          */
@@ -76,6 +84,8 @@ typedef struct emrt_handle {
     int live;
     unsigned flags;
     emrt_clock clk;             /* a stream's clock; an event's snapshot in clk.vc */
+    const void *dq_stream;      /* an event: the stream of its last record and   */
+    uint64_t dq_ticket;         /* the deferred work before it there (0: none)   */
 } emrt_handle;
 
 static pthread_mutex_t emrt_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -322,7 +332,7 @@ static emrt_handle *emrt_handle_new(int kind, unsigned flags)
 {
     emrt_handle *h = calloc(1, sizeof *h);
     if (!h) return NULL;
-    *h = (emrt_handle){kind, 1, flags, {-1, 0, {NULL, 0}}};
+    *h = (emrt_handle){kind, 1, flags, {-1, 0, {NULL, 0}}, NULL, 0};
     pthread_mutex_lock(&emrt_mu);
     if (2 * (emrt_nhandles + 1) > emrt_handle_cap) {   /* grow: rehash into twice the slots */
         emrt_handle **old = emrt_handles;
@@ -595,6 +605,7 @@ static void emrt_rc_check(emrt_alloc *al, emrt_clock *c, const void *s, const ch
 /* The race detector's entry: checks and records an access issued on stream s. */
 void cuemu_access(const char *who, const char *what, const void *s, const void *p, size_t bytes, bool write)
 {
+    cuemu_settle(s);            /* the stream's deferred work comes before this */
     if (!emrt_rc_on() || !p) return;
     pthread_mutex_lock(&emrt_mu);
     emrt_clock *c = emrt_rc_clock(s);
@@ -688,10 +699,140 @@ void cuemu_host_acquire(const void *obj)
     pthread_mutex_unlock(&emrt_mu);
 }
 
-/* Whether s may take work; if not, the thread's last error says so. */
+/* ---- deferred work ------------------------------------------------------------------
+ *
+ * An item of deferred work belongs to a stream and has a ticket (issue order,
+ * over all streams).  Its poll makes progress without blocking and says when
+ * it is done; only the thread that issued it polls it (the emulated NCCL's
+ * MPI is that thread's).  It completes, in stream order, before the stream's
+ * next work (cuemu_access, cuemu_stream_live), at a wait for an event
+ * recorded after it (cudaStreamWaitEvent, cudaEventSynchronize), and at the
+ * host synchronisations; cudaEventQuery and cudaStreamQuery poll it once on
+ * the issuing thread and only look from any other (a watchdog thread sees a
+ * collective that waits for a stopped peer as pending, as on a GPU). */
+
+typedef struct emrt_dq {
+    const void *s;
+    uint64_t ticket;
+    bool (*poll)(void *arg);
+    void *arg;
+    pthread_t owner;
+    struct emrt_dq *next;
+} emrt_dq;
+
+static pthread_mutex_t emrt_dq_mu = PTHREAD_MUTEX_INITIALIZER;
+static emrt_dq *emrt_dq_head, *emrt_dq_tail;
+static uint64_t emrt_dq_last;               /* the last ticket given out          */
+
+/* Whether deferred work s (NULL: any stream) has before ticket upto (mutex held):
+ * the first such item, or NULL. */
+static emrt_dq *emrt_dq_first(const void *s, uint64_t upto)
+{
+    for (emrt_dq *d = emrt_dq_head; d; d = d->next)
+        if (d->ticket <= upto && (!s || d->s == s)) return d;
+    return NULL;
+}
+
+/* Unlinks and frees d (mutex held). */
+static void emrt_dq_remove(emrt_dq *d)
+{
+    emrt_dq **pp = &emrt_dq_head;
+    while (*pp != d) pp = &(*pp)->next;
+    *pp = d->next;
+    if (emrt_dq_tail == d) {
+        emrt_dq_tail = NULL;
+        for (emrt_dq *e = emrt_dq_head; e; e = e->next) emrt_dq_tail = e;
+    }
+    free(d);
+}
+
+/* One pass over the calling thread's deferred work, as a GPU runs every
+ * stream at once: each stream's first item is polled once (a stream's work
+ * completes in order), those done removed.  Whether one was. */
+static bool emrt_dq_pass(void)
+{
+    enum { MAX = 64 };
+    emrt_dq *cand[MAX];
+    int n = 0;
+    pthread_mutex_lock(&emrt_dq_mu);
+    for (emrt_dq *d = emrt_dq_head; d && n < MAX; d = d->next) {
+        bool first = true;
+        for (emrt_dq *e = emrt_dq_head; e != d && first; e = e->next) first = e->s != d->s;
+        if (first && pthread_equal(d->owner, pthread_self())) cand[n++] = d;
+    }
+    pthread_mutex_unlock(&emrt_dq_mu);
+    bool progressed = false;
+    for (int i = 0; i < n; i++) {
+        if (!cand[i]->poll(cand[i]->arg)) continue;
+        pthread_mutex_lock(&emrt_dq_mu);
+        emrt_dq_remove(cand[i]);
+        pthread_mutex_unlock(&emrt_dq_mu);
+        progressed = true;
+    }
+    return progressed;
+}
+
+/* Completes stream s's deferred work up to ticket upto (s NULL or the legacy
+ * default stream: every stream's), moving every stream's along meanwhile
+ * (one stream's collective may need a peer that first waits for another's);
+ * block false: one pass.  Whether none of it is left.  Work of another
+ * thread is only waited for (its thread completes it). */
+static bool emrt_dq_settle(const void *s, uint64_t upto, bool block)
+{
+    if (s == (const void *)cudaStreamLegacy) s = NULL;
+    long nap = 10000;
+    for (;;) {
+        bool progressed = emrt_dq_pass();
+        pthread_mutex_lock(&emrt_dq_mu);
+        bool pending = emrt_dq_first(s, upto) != NULL;
+        pthread_mutex_unlock(&emrt_dq_mu);
+        if (!pending) return true;
+        if (!block) return false;
+        if (progressed) {
+            nap = 10000;
+            continue;
+        }
+        struct timespec ts = { 0, nap };    /* a peer is late: sleep, not spin */
+        nanosleep(&ts, NULL);
+        if (nap < 1000000) nap *= 2;
+    }
+}
+
+void cuemu_defer(const void *s, bool (*poll)(void *arg), void *arg)
+{
+    emrt_dq *d = calloc(1, sizeof *d);
+    if (!d) cuemu_fault("cuemu_defer", "out of host memory");
+    pthread_mutex_lock(&emrt_dq_mu);
+    *d = (emrt_dq){ s == (const void *)cudaStreamLegacy ? NULL : s, ++emrt_dq_last, poll, arg, pthread_self(), NULL };
+    if (emrt_dq_tail) emrt_dq_tail->next = d;
+    else emrt_dq_head = d;
+    emrt_dq_tail = d;
+    pthread_mutex_unlock(&emrt_dq_mu);
+}
+
+void cuemu_settle(const void *s)
+{
+    emrt_dq_settle(s, UINT64_MAX, true);
+}
+
+/* The ticket of stream s's last deferred work (0: none pending). */
+static uint64_t emrt_dq_mark(const void *s)
+{
+    uint64_t t = 0;
+    pthread_mutex_lock(&emrt_dq_mu);
+    for (emrt_dq *d = emrt_dq_head; d; d = d->next)
+        if (d->s == s || s == NULL || s == (const void *)cudaStreamLegacy) t = d->ticket;
+    pthread_mutex_unlock(&emrt_dq_mu);
+    return t;
+}
+
+/* Whether s may take work; if not, the thread's last error says so.  Its
+ * deferred work completes first (a launch follows it on the stream). */
 bool cuemu_stream_live(const void *s)
 {
-    return emrt_stream_ok((cudaStream_t)s) == cudaSuccess;
+    bool ok = emrt_stream_ok((cudaStream_t)s) == cudaSuccess;
+    if (ok) cuemu_settle(s);
+    return ok;
 }
 
 /* ---- device management ----------------------------------------------------------- */
@@ -756,6 +897,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 /* Waits for every stream: the host knows all work complete, and the guards are checked. */
 cudaError_t cudaDeviceSynchronize(void)
 {
+    cuemu_settle(NULL);
     emrt_sync_count(EMRT_SYNC_DEVICE);
     emrt_rc_sync_device();
     emrt_check_guards("cudaDeviceSynchronize");
@@ -912,6 +1054,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
                    (kind == cudaMemcpyDefault && emrt_is_device(src));
     bool pageable_h2d = dst_dev && !src_dev && !emrt_is_pinned(src);
+    cuemu_settle(NULL);
     if (pageable_h2d) emrt_rc_sync_stream(NULL);
     emrt_copy_access("cudaMemcpy", NULL, dst, src, count);
     memmove(dst, src, count);
@@ -990,6 +1133,7 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 /* Destroys a stream; its handle stays known, so later use is an error. */
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
+    if (emrt_stream_ok(stream) == cudaSuccess) cuemu_settle(stream);
     return emrt_handle_destroy(stream, 's');
 }
 
@@ -997,16 +1141,20 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
-    if (e == cudaSuccess) emrt_sync_count(EMRT_SYNC_STREAM), emrt_rc_sync_stream(stream), emrt_check_guards("cudaStreamSynchronize");
+    if (e == cudaSuccess) cuemu_settle(stream), emrt_sync_count(EMRT_SYNC_STREAM), emrt_rc_sync_stream(stream),
+                          emrt_check_guards("cudaStreamSynchronize");
     return e;
 }
 
-/* cudaSuccess (the stream's work is done): the host has seen it complete. */
+/* cudaSuccess when the stream's work is done (the host has then seen it
+ * complete); cudaErrorNotReady while deferred work is pending. */
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
     cudaError_t e = emrt_stream_ok(stream);
-    if (e == cudaSuccess) emrt_rc_sync_stream(stream);
-    return e;
+    if (e != cudaSuccess) return e;
+    if (!emrt_dq_settle(stream, UINT64_MAX, false)) return cudaErrorNotReady;
+    emrt_rc_sync_stream(stream);
+    return cudaSuccess;
 }
 
 /* Makes stream's later work wait for event's last record. */
@@ -1016,6 +1164,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (e != cudaSuccess) return e;
     if ((e = emrt_event_ok(event)) != cudaSuccess) return e;
     if (flags & ~(unsigned)cudaEventWaitExternal) return emrt_err(cudaErrorInvalidValue);
+    emrt_handle *eh = emrt_handle_of(event, 'e');
+    emrt_dq_settle(eh->dq_stream, eh->dq_ticket, true);   /* work at issue: the event's work is done first */
     if (emrt_rc_on()) {   /* the stream's later work follows the event's last record */
         pthread_mutex_lock(&emrt_mu);
         emrt_clock *c = emrt_rc_clock(stream);
@@ -1056,6 +1206,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     cudaError_t e = emrt_event_ok(event);
     if (e != cudaSuccess) return e;
     if ((e = emrt_stream_ok(stream)) != cudaSuccess) return e;
+    emrt_handle *eh = emrt_handle_of(event, 'e');
+    eh->dq_stream = stream == (cudaStream_t)cudaStreamLegacy ? NULL : (const void *)stream;
+    eh->dq_ticket = emrt_dq_mark(eh->dq_stream);
     if (emrt_rc_on()) {   /* a snapshot of the stream's work so far, as an operation on it */
         pthread_mutex_lock(&emrt_mu);
         emrt_clock *c = emrt_rc_clock(stream);
@@ -1069,19 +1222,26 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     return cudaSuccess;
 }
 
-/* cudaSuccess (the work before a record is done when it is issued): the host
- * has seen the record complete. */
+/* cudaSuccess when the work before the event's last record is done (the host
+ * has then seen the record complete; work is done at issue unless deferred):
+ * cudaErrorNotReady while deferred work before it is pending. */
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
     cudaError_t e = emrt_event_ok(event);
-    if (e == cudaSuccess) emrt_rc_poll(emrt_handle_of(event, 'e')), emrt_rc_sync_event(emrt_handle_of(event, 'e'));
-    return e;
+    if (e != cudaSuccess) return e;
+    emrt_handle *h = emrt_handle_of(event, 'e');
+    if (!emrt_dq_settle(h->dq_stream, h->dq_ticket, false)) return cudaErrorNotReady;
+    emrt_rc_poll(h), emrt_rc_sync_event(h);
+    return cudaSuccess;
 }
 
 /* Waits for event's last record: the host knows that work complete. */
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     cudaError_t e = emrt_event_ok(event);
-    if (e == cudaSuccess) emrt_sync_count(EMRT_SYNC_EVENT), emrt_rc_sync_event(emrt_handle_of(event, 'e'));
-    return e;
+    if (e != cudaSuccess) return e;
+    emrt_handle *h = emrt_handle_of(event, 'e');
+    emrt_dq_settle(h->dq_stream, h->dq_ticket, true);
+    emrt_sync_count(EMRT_SYNC_EVENT), emrt_rc_sync_event(h);
+    return cudaSuccess;
 }

@@ -4,7 +4,8 @@
  * same generated C, the same runtime/cuda objects compiled against the real
  * headers) runs on a machine without a GPU: device memory is host memory,
  * every stream runs its work synchronously at issue time and in issue order,
- * and an event is complete when it is recorded.
+ * and an event is complete when it is recorded — except deferred work
+ * (cuemu_defer), which completes later, as a GPU's work does.
  */
 #ifndef CUEMU_H
 #define CUEMU_H
@@ -48,8 +49,19 @@ void cuemu_host_release(const void *obj);
 void cuemu_host_acquire(const void *obj);
 
 /* Whether s is 0, a special stream or a live stream; if not, the thread's
- * last error is cudaErrorInvalidResourceHandle (a launch on it fails). */
+ * last error is cudaErrorInvalidResourceHandle (a launch on it fails).  A
+ * live stream's deferred work completes first (the launch follows it). */
 bool cuemu_stream_live(const void *s);
+
+/* Deferred work on stream s (the emulated NCCL's collectives, cudart.c):
+ * poll(arg) makes progress without blocking and returns true once the work
+ * is done (it then owns arg no more).  Only the calling thread polls it.  It
+ * completes in stream order before s's next work, at a wait for an event
+ * recorded after it and at host synchronisations; until then an event
+ * recorded after it is pending (cudaEventQuery: cudaErrorNotReady). */
+void cuemu_defer(const void *s, bool (*poll)(void *arg), void *arg);
+/* Completes s's deferred work now (s NULL or the legacy default stream: all). */
+void cuemu_settle(const void *s);
 
 #ifdef __cplusplus
 }

@@ -3,9 +3,15 @@
  *
  * One emulated rank per MPI process: a communicator wraps a duplicate of an
  * MPI communicator, so ncclCommInitRank needs the world's size and this
- * process's world rank, and ncclCommSplit is MPI_Comm_split.  Streams run
- * their work at issue time (cuemu.h), so a collective does its MPI
- * operations inside the call.  Reductions gather every rank's contribution
+ * process's world rank, and ncclCommSplit is MPI_Comm_split.  A
+ * collective is asynchronous, as on a GPU: the call checks it, posts its
+ * first non-blocking MPI operation and returns; the rest is deferred work of
+ * its stream (cuemu_defer), completed before the stream's next work, at an
+ * event wait or a host synchronisation (cudart.c), so an event recorded
+ * after a collective that waits for a stopped peer stays pending and the
+ * CUDA backend's watchdog sees it.  Collectives of one communicator are
+ * posted in issue order: a new call completes the communicator's earlier
+ * one first.  Reductions gather every rank's contribution
  * and combine them here, in rank order, so that every rank gets the same
  * bits on every run; fp16 and bf16 are summed in fp32 and rounded once
  * (kernels/cpu/cast.c's conversions).  Calls inside ncclGroupStart/End are
@@ -73,6 +79,7 @@ static char emnc_last[1024];
 static _Thread_local int emnc_depth;
 static _Thread_local ncclResult_t emnc_group_err;
 static _Thread_local emnc_op *emnc_q;
+static _Thread_local const void **emnc_qs;     /* each queued call's stream */
 static _Thread_local size_t emnc_qn, emnc_qcap;
 
 /* Elements combined per step, so that scratch stays small and MPI counts fit an int. */
@@ -273,20 +280,6 @@ static void emnc_fold(ncclDataType_t dt, ncclRedOp_t op, int n, const void *in, 
     }
 }
 
-/* Scratch for n blocks of one chunk (grown, never shrunk). */
-static void *emnc_scratch(size_t bytes)
-{
-    static _Thread_local void *buf;
-    static _Thread_local size_t cap;
-    if (bytes > cap) {
-        void *p = realloc(buf, bytes);
-        if (!p) cuemu_fault("nccl", "out of host memory for %zu bytes of scratch", bytes);
-        buf = p;
-        cap = bytes;
-    }
-    return buf;
-}
-
 /* Elements per chunk for n ranks' blocks of elements of es bytes. */
 static size_t emnc_chunk(size_t es, int n)
 {
@@ -294,112 +287,205 @@ static size_t emnc_chunk(size_t es, int n)
     return c ? c : 1;
 }
 
-/* all-reduce: recv = op over ranks of send (in place when send == recv). */
-static ncclResult_t emnc_allreduce(const emnc_op *o)
+/* A collective in flight: the call (its communicator's MPI handle, rank and
+ * size copied: an abort may free the communicator meanwhile), the chunk on
+ * the move and its request, the scratch of one chunk.  Chunks go one after
+ * the other: units [off, off + c) of total (elements; bytes for a broadcast). */
+typedef struct emnc_flight {
+    emnc_op o;
+    MPI_Comm mpi;
+    int rank, nranks;
+    size_t es, total, cc;       /* bytes a unit, units in all, units a chunk */
+    size_t off, c;
+    MPI_Request req;
+    char *buf;                  /* n blocks of a chunk (reduce-scatter: twice) */
+    const void *stream;
+    struct emnc_flight *next;
+} emnc_flight;
+
+/* The collectives in flight, newest first (the MPI thread's only). */
+static emnc_flight *emnc_flights;
+
+/* A failure of a collective in flight, which ncclCommGetAsyncError reports
+ * (on every communicator: the emulation keeps one for the process). */
+static ncclResult_t emnc_async_err = ncclSuccess;
+
+/* Posts the MPI operation of the chunk at f->off; false (the async error
+ * set) when MPI refuses it. */
+static bool emnc_post(emnc_flight *f)
 {
-    size_t es = emnc_dsize(o->dt), bytes = o->count * es;
-    int n = o->comm->nranks;
-    emnc_range(o, "sendbuff", o->send, bytes);
-    emnc_range(o, "recvbuff", o->recv, bytes);
-    emnc_overlap(o, o->send, bytes, o->recv, bytes, o->send == o->recv);
-    size_t cc = emnc_chunk(es, n);
-    char *all = emnc_scratch(cc * es * (size_t)n);
-    for (size_t off = 0; off < o->count; off += cc) {
-        size_t c = o->count - off < cc ? o->count - off : cc;
-        int rc = MPI_Allgather((const char *)o->send + off * es, (int)(c * es), MPI_BYTE, all, (int)(c * es),
-                               MPI_BYTE, o->comm->mpi);
-        if (rc != MPI_SUCCESS) return emnc_mpi_err("ncclAllReduce: MPI_Allgather", rc);
-        emnc_fold(o->dt, o->op, n, all, c, (char *)o->recv + off * es);
+    const emnc_op *o = &f->o;
+    size_t es = f->es, n = (size_t)f->nranks;
+    f->c = f->total - f->off < f->cc ? f->total - f->off : f->cc;
+    int bytes = (int)(f->c * es), rc = MPI_SUCCESS;
+    const char *src = (const char *)o->send + f->off * es;
+    switch (o->kind) {
+    case EMNC_ALLREDUCE: case EMNC_ALLGATHER:
+        rc = MPI_Iallgather(src, bytes, MPI_BYTE, f->buf, bytes, MPI_BYTE, f->mpi, &f->req);
+        break;
+    case EMNC_REDUCESCATTER:
+        for (size_t r = 0; r < n; r++)   /* block r's chunk goes to rank r */
+            memcpy(f->buf + r * f->c * es, (const char *)o->send + (r * o->count + f->off) * es, f->c * es);
+        rc = MPI_Ialltoall(f->buf, bytes, MPI_BYTE, f->buf + n * f->cc * es, bytes, MPI_BYTE, f->mpi, &f->req);
+        break;
+    case EMNC_BROADCAST:
+        rc = MPI_Ibcast((char *)o->recv + f->off, bytes, MPI_BYTE, o->peer, f->mpi, &f->req);
+        break;
+    case EMNC_REDUCE:
+        rc = MPI_Igather(src, bytes, MPI_BYTE, f->buf, bytes, MPI_BYTE, o->peer, f->mpi, &f->req);
+        break;
+    default:
+        break;
     }
-    return ncclSuccess;
+    if (rc == MPI_SUCCESS) return true;
+    emnc_mpi_err(o->name, rc);
+    __atomic_store_n(&emnc_async_err, ncclSystemError, __ATOMIC_RELAXED);
+    return false;
 }
 
-/* all-gather: recv(r) = rank r's send (in place when send == recv + rank * count). */
-static ncclResult_t emnc_allgather(const emnc_op *o)
+/* The chunk at f->off has arrived: its results into recvbuff. */
+static void emnc_land(emnc_flight *f)
 {
-    size_t es = emnc_dsize(o->dt), bytes = o->count * es;
-    int n = o->comm->nranks;
-    emnc_range(o, "sendbuff", o->send, bytes);
-    emnc_range(o, "recvbuff", o->recv, bytes * (size_t)n);
-    emnc_overlap(o, o->send, bytes, o->recv, bytes * (size_t)n,
-                 o->send == (const char *)o->recv + (size_t)o->comm->rank * bytes);
-    size_t cc = emnc_chunk(es, n);
-    char *all = emnc_scratch(cc * es * (size_t)n);
-    for (size_t off = 0; off < o->count; off += cc) {
-        size_t c = o->count - off < cc ? o->count - off : cc;
-        int rc = MPI_Allgather((const char *)o->send + off * es, (int)(c * es), MPI_BYTE, all, (int)(c * es),
-                               MPI_BYTE, o->comm->mpi);
-        if (rc != MPI_SUCCESS) return emnc_mpi_err("ncclAllGather: MPI_Allgather", rc);
-        for (int r = 0; r < n; r++)
-            memcpy((char *)o->recv + ((size_t)r * o->count + off) * es, all + (size_t)r * c * es, c * es);
+    const emnc_op *o = &f->o;
+    size_t es = f->es, n = (size_t)f->nranks;
+    switch (o->kind) {
+    case EMNC_ALLREDUCE:
+        emnc_fold(o->dt, o->op, f->nranks, f->buf, f->c, (char *)o->recv + f->off * es);
+        break;
+    case EMNC_ALLGATHER:
+        for (size_t r = 0; r < n; r++)
+            memcpy((char *)o->recv + (r * o->count + f->off) * es, f->buf + r * f->c * es, f->c * es);
+        break;
+    case EMNC_REDUCESCATTER:
+        emnc_fold(o->dt, o->op, f->nranks, f->buf + n * f->cc * es, f->c, (char *)o->recv + f->off * es);
+        break;
+    case EMNC_REDUCE:
+        if (f->rank == o->peer) emnc_fold(o->dt, o->op, f->nranks, f->buf, f->c, (char *)o->recv + f->off * es);
+        break;
+    default:
+        break;
     }
-    return ncclSuccess;
 }
 
-/* reduce-scatter: recv = op over ranks of their send block `rank` (in place when
- * recv == send + rank * count). */
-static ncclResult_t emnc_reducescatter(const emnc_op *o)
+/* Unlinks and frees f. */
+static void emnc_flight_done(emnc_flight *f)
 {
-    size_t es = emnc_dsize(o->dt), bytes = o->count * es;
-    int n = o->comm->nranks;
-    emnc_range(o, "sendbuff", o->send, bytes * (size_t)n);
-    emnc_range(o, "recvbuff", o->recv, bytes);
-    emnc_overlap(o, o->send, bytes * (size_t)n, o->recv, bytes,
-                 (const char *)o->send + (size_t)o->comm->rank * bytes == o->recv);
-    size_t cc = emnc_chunk(es, n);
-    char *buf = emnc_scratch(2 * cc * es * (size_t)n);
-    char *mine = buf, *theirs = buf + cc * es * (size_t)n;
-    for (size_t off = 0; off < o->count; off += cc) {
-        size_t c = o->count - off < cc ? o->count - off : cc;
-        for (int r = 0; r < n; r++)   /* block r's chunk goes to rank r */
-            memcpy(mine + (size_t)r * c * es, (const char *)o->send + ((size_t)r * o->count + off) * es, c * es);
-        int rc = MPI_Alltoall(mine, (int)(c * es), MPI_BYTE, theirs, (int)(c * es), MPI_BYTE, o->comm->mpi);
-        if (rc != MPI_SUCCESS) return emnc_mpi_err("ncclReduceScatter: MPI_Alltoall", rc);
-        emnc_fold(o->dt, o->op, n, theirs, c, (char *)o->recv + off * es);
-    }
-    return ncclSuccess;
+    emnc_flight **pp = &emnc_flights;
+    while (*pp && *pp != f) pp = &(*pp)->next;
+    if (*pp) *pp = f->next;
+    free(f->buf);
+    free(f);
 }
 
-/* broadcast: every recv = root's send (sendbuff is read on the root only). */
-static ncclResult_t emnc_broadcast(const emnc_op *o)
+/* The deferred work's poll (cudart.c calls it, on the MPI thread): lands
+ * each chunk that has arrived and posts the next; true once the last has
+ * landed (or MPI failed: ncclCommGetAsyncError then says so). */
+static bool emnc_progress(void *arg)
 {
-    size_t es = emnc_dsize(o->dt), bytes = o->count * es;
+    emnc_flight *f = arg;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&f->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            emnc_err(ncclSystemError, "%s : MPI_Test failed", f->o.name);
+            __atomic_store_n(&emnc_async_err, ncclSystemError, __ATOMIC_RELAXED);
+            f->off = f->total;
+        } else if (!done) {
+            return false;
+        } else {
+            emnc_land(f);
+            f->off += f->c;
+        }
+        if (f->off >= f->total || !emnc_post(f)) {
+            emnc_flight_done(f);
+            return true;
+        }
+    }
+}
+
+/* Completes the collectives in flight on MPI communicator mpi (MPI_COMM_NULL: all). */
+static void emnc_settle(MPI_Comm mpi)
+{
+    for (emnc_flight *f = emnc_flights; f;) {
+        if (mpi != MPI_COMM_NULL && f->mpi != mpi) {
+            f = f->next;
+            continue;
+        }
+        cuemu_settle(f->stream);    /* completes f, after its stream's earlier work */
+        f = emnc_flights;           /* the list changed: from the start */
+    }
+}
+
+/* A device fault unless collective o's buffers are device memory, laid out
+ * as NCCL allows (in place only in NCCL's layouts). */
+static void emnc_buffers(const emnc_op *o)
+{
+    size_t bytes = o->count * emnc_dsize(o->dt), n = (size_t)o->comm->nranks;
     bool root = o->comm->rank == o->peer;
-    if (root) {
+    switch (o->kind) {
+    case EMNC_ALLREDUCE:
         emnc_range(o, "sendbuff", o->send, bytes);
-        emnc_overlap(o, o->send, bytes, o->recv, bytes, o->send == o->recv);
-    }
-    emnc_range(o, "recvbuff", o->recv, bytes);
-    if (root && o->send != o->recv) memcpy(o->recv, o->send, bytes);
-    size_t cc = EMNC_CHUNK_BYTES;
-    for (size_t off = 0; off < bytes; off += cc) {
-        size_t c = bytes - off < cc ? bytes - off : cc;
-        int rc = MPI_Bcast((char *)o->recv + off, (int)c, MPI_BYTE, o->peer, o->comm->mpi);
-        if (rc != MPI_SUCCESS) return emnc_mpi_err("ncclBroadcast: MPI_Bcast", rc);
-    }
-    return ncclSuccess;
-}
-
-/* reduce: root's recv = op over ranks of send (recvbuff is written on the root only). */
-static ncclResult_t emnc_reduce(const emnc_op *o)
-{
-    size_t es = emnc_dsize(o->dt), bytes = o->count * es;
-    int n = o->comm->nranks;
-    bool root = o->comm->rank == o->peer;
-    emnc_range(o, "sendbuff", o->send, bytes);
-    if (root) {
         emnc_range(o, "recvbuff", o->recv, bytes);
         emnc_overlap(o, o->send, bytes, o->recv, bytes, o->send == o->recv);
+        break;
+    case EMNC_ALLGATHER:
+        emnc_range(o, "sendbuff", o->send, bytes);
+        emnc_range(o, "recvbuff", o->recv, bytes * n);
+        emnc_overlap(o, o->send, bytes, o->recv, bytes * n,
+                     o->send == (const char *)o->recv + (size_t)o->comm->rank * bytes);
+        break;
+    case EMNC_REDUCESCATTER:
+        emnc_range(o, "sendbuff", o->send, bytes * n);
+        emnc_range(o, "recvbuff", o->recv, bytes);
+        emnc_overlap(o, o->send, bytes * n, o->recv, bytes,
+                     (const char *)o->send + (size_t)o->comm->rank * bytes == o->recv);
+        break;
+    case EMNC_BROADCAST:   /* sendbuff is read on the root only */
+        if (root) {
+            emnc_range(o, "sendbuff", o->send, bytes);
+            emnc_overlap(o, o->send, bytes, o->recv, bytes, o->send == o->recv);
+        }
+        emnc_range(o, "recvbuff", o->recv, bytes);
+        break;
+    case EMNC_REDUCE:      /* recvbuff is written on the root only */
+        emnc_range(o, "sendbuff", o->send, bytes);
+        if (root) {
+            emnc_range(o, "recvbuff", o->recv, bytes);
+            emnc_overlap(o, o->send, bytes, o->recv, bytes, o->send == o->recv);
+        }
+        break;
+    default:
+        break;
     }
-    size_t cc = emnc_chunk(es, n);
-    char *all = emnc_scratch(cc * es * (size_t)n);
-    for (size_t off = 0; off < o->count; off += cc) {
-        size_t c = o->count - off < cc ? o->count - off : cc;
-        int rc = MPI_Gather((const char *)o->send + off * es, (int)(c * es), MPI_BYTE, all, (int)(c * es), MPI_BYTE,
-                            o->peer, o->comm->mpi);
-        if (rc != MPI_SUCCESS) return emnc_mpi_err("ncclReduce: MPI_Gather", rc);
-        if (root) emnc_fold(o->dt, o->op, n, all, c, (char *)o->recv + off * es);
+}
+
+/* Starts collective o on stream s: its buffers checked, the communicator's
+ * collective in flight completed, its first chunk posted; the rest is s's
+ * deferred work. */
+static ncclResult_t emnc_start(const emnc_op *o, const void *s)
+{
+    if (o->kind == EMNC_SEND || o->kind == EMNC_RECV) return emnc_err(ncclInternalError, "%s : not a collective", o->name);
+    emnc_buffers(o);
+    emnc_settle(o->comm->mpi);      /* MPI's collectives on one communicator go in one order everywhere */
+    size_t es = emnc_dsize(o->dt), n = (size_t)o->comm->nranks;
+    bool bcast = o->kind == EMNC_BROADCAST;
+    size_t cc = bcast ? EMNC_CHUNK_BYTES : emnc_chunk(es, o->comm->nranks);
+    emnc_flight *f = calloc(1, sizeof *f);
+    char *buf = bcast ? NULL : malloc(cc * es * n * (o->kind == EMNC_REDUCESCATTER ? 2 : 1));
+    if (!f || (!bcast && !buf)) {
+        free(f);
+        free(buf);
+        return emnc_err(ncclSystemError, "%s : out of host memory", o->name);
     }
+    *f = (emnc_flight){ *o, o->comm->mpi, o->comm->rank, o->comm->nranks, bcast ? 1 : es,
+                        bcast ? o->count * es : o->count, cc, 0, 0, MPI_REQUEST_NULL, buf, s, emnc_flights };
+    if (bcast && f->rank == o->peer && o->send != o->recv) memcpy(o->recv, o->send, o->count * es);
+    if (!emnc_post(f)) {
+        free(buf);
+        free(f);
+        return ncclSystemError;
+    }
+    emnc_flights = f;
+    cuemu_defer(s, emnc_progress, f);
     return ncclSuccess;
 }
 
@@ -441,23 +527,21 @@ static void emnc_recv_done(const emnc_op *o, const MPI_Status *s, int rc)
                     "NCCL needs the same count and datatype on both sides", got, s->MPI_TAG, o->peer, want, (int)o->dt);
 }
 
-/* Runs one collective now. */
-static ncclResult_t emnc_run_coll(const emnc_op *o)
+/* Runs one collective of a group now: started, then completed. */
+static ncclResult_t emnc_run_coll(const emnc_op *o, const void *s)
 {
-    switch (o->kind) {
-    case EMNC_ALLREDUCE: return emnc_allreduce(o);
-    case EMNC_ALLGATHER: return emnc_allgather(o);
-    case EMNC_REDUCESCATTER: return emnc_reducescatter(o);
-    case EMNC_BROADCAST: return emnc_broadcast(o);
-    case EMNC_REDUCE: return emnc_reduce(o);
-    default: return emnc_err(ncclInternalError, "%s : not a collective", o->name);
-    }
+    ncclResult_t r = emnc_start(o, s);
+    if (r == ncclSuccess) emnc_settle(o->comm->mpi);
+    return r;
 }
 
-/* Runs one call outside a group: a collective, or a blocking send or receive. */
-static ncclResult_t emnc_run_one(const emnc_op *o)
+/* Runs one call outside a group: a collective (started: it completes
+ * later), or a blocking send or receive (after the communicator's
+ * collectives in flight). */
+static ncclResult_t emnc_run_one(const emnc_op *o, const void *stream)
 {
-    if (o->kind != EMNC_SEND && o->kind != EMNC_RECV) return emnc_run_coll(o);
+    if (o->kind != EMNC_SEND && o->kind != EMNC_RECV) return emnc_start(o, stream);
+    emnc_settle(o->comm->mpi);
     if (o->kind == EMNC_SEND) return emnc_p2p_post(o, true, NULL);
     MPI_Request req;
     ncclResult_t r = emnc_p2p_post(o, false, &req);
@@ -470,9 +554,11 @@ static ncclResult_t emnc_run_one(const emnc_op *o)
 }
 
 /* Runs a whole group: every send and receive posted, the collectives in
- * issue order, then the sends and receives completed. */
-static ncclResult_t emnc_run_group(const emnc_op *q, size_t nq)
+ * issue order, then the sends and receives completed (the collectives in
+ * flight before it first: MPI's order on each communicator). */
+static ncclResult_t emnc_run_group(const emnc_op *q, const void *const *qs, size_t nq)
 {
+    emnc_settle(MPI_COMM_NULL);
     MPI_Request *req = calloc(nq ? nq : 1, sizeof *req);
     MPI_Status *st = calloc(nq ? nq : 1, sizeof *st);
     if (!req || !st) {
@@ -486,7 +572,7 @@ static ncclResult_t emnc_run_group(const emnc_op *q, size_t nq)
         if ((q[i].kind == EMNC_SEND || q[i].kind == EMNC_RECV) && r == ncclSuccess) r = emnc_p2p_post(&q[i], false, &req[i]);
     }
     for (size_t i = 0; i < nq && r == ncclSuccess; i++)
-        if (q[i].kind != EMNC_SEND && q[i].kind != EMNC_RECV) r = emnc_run_coll(&q[i]);
+        if (q[i].kind != EMNC_SEND && q[i].kind != EMNC_RECV) r = emnc_run_coll(&q[i], qs[i]);
     int rc = MPI_Waitall((int)nq, req, st);
     for (size_t i = 0; i < nq && r == ncclSuccess; i++)
         if (q[i].kind == EMNC_RECV) emnc_recv_done(&q[i], &st[i], rc);
@@ -549,14 +635,17 @@ static ncclResult_t emnc_issue(emnc_op o, cudaStream_t s)
     if ((r = emnc_thread_check(o.name)) != ncclSuccess) return r;
     if (o.count == 0 && o.kind != EMNC_SEND && o.kind != EMNC_RECV) return ncclSuccess;   /* NCCL: nothing to do */
     if (o.count) emnc_access(&o, s);
-    if (emnc_depth == 0) return emnc_run_one(&o);
+    if (emnc_depth == 0) return emnc_run_one(&o, s);
     if (emnc_qn == emnc_qcap) {
         size_t cap = emnc_qcap ? 2 * emnc_qcap : 16;
         emnc_op *q = realloc(emnc_q, cap * sizeof *q);
-        if (!q) return emnc_err(ncclSystemError, "%s : out of host memory", o.name);
-        emnc_q = q;
+        if (q) emnc_q = q;
+        const void **qs = realloc(emnc_qs, cap * sizeof *qs);
+        if (qs) emnc_qs = qs;
+        if (!q || !qs) return emnc_err(ncclSystemError, "%s : out of host memory", o.name);
         emnc_qcap = cap;
     }
+    emnc_qs[emnc_qn] = s;
     emnc_q[emnc_qn++] = o;
     return ncclSuccess;
 }
@@ -715,11 +804,12 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     return ncclSuccess;
 }
 
-/* Ends the communicator's work (all of it is done already); it takes no more calls. */
+/* Ends the communicator's work (its collectives in flight complete); it takes no more calls. */
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     ncclResult_t r = emnc_comm_check(comm, "ncclCommFinalize");
     if (r != ncclSuccess) return r;
+    if (emnc_thread_ok()) emnc_settle(comm->mpi);
     if (comm->finalized)
         return emnc_err(ncclInvalidArgument, "ncclCommFinalize : comm %p (rank = %d) has already been finalized",
                         (void *)comm, comm->rank);
@@ -738,25 +828,27 @@ static ncclResult_t emnc_comm_free(ncclComm_t comm, const char *who)
     return ncclSuccess;
 }
 
-/* Frees the communicator (NULL is allowed and does nothing). */
+/* Frees the communicator after its collectives in flight (NULL is allowed and does nothing). */
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
+    if (comm && emnc_is_live(comm) && emnc_thread_ok()) emnc_settle(comm->mpi);
     return emnc_comm_free(comm, "ncclCommDestroy");
 }
 
-/* Frees the communicator without waiting for its work (none is ever pending here). */
+/* Frees the communicator without waiting for its work (a collective in
+ * flight is abandoned: the process is about to end). */
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
     return emnc_comm_free(comm, "ncclCommAbort");
 }
 
-/* No asynchronous error can happen when every call completes inside itself. */
+/* A collective in flight that MPI failed (any thread may ask: the watchdog's does). */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
     ncclResult_t r = emnc_comm_check(comm, "ncclCommGetAsyncError");
     if (r != ncclSuccess) return r;
     if (!asyncError) return emnc_err(ncclInvalidArgument, "ncclCommGetAsyncError : asyncError argument is NULL");
-    *asyncError = ncclSuccess;
+    *asyncError = __atomic_load_n(&emnc_async_err, __ATOMIC_RELAXED);
     return ncclSuccess;
 }
 
@@ -861,5 +953,5 @@ ncclResult_t ncclGroupEnd(void)
     emnc_qn = 0;
     emnc_group_err = ncclSuccess;
     if (r != ncclSuccess) return r;
-    return emnc_run_group(emnc_q, nq);
+    return emnc_run_group(emnc_q, emnc_qs, nq);
 }

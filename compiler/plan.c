@@ -1,0 +1,22 @@
+/* plan.c — the planning passes, in order: the model's inventory, the
+ * partition over ranks, the schedule of one step, the memory plan.  Each
+ * takes the one before's output (plan.h); `shardc plan` and `shardc build`
+ * run them after loading the spec (main.c), fix.c on changed copies of it.
+ */
+#include "plan.h"
+
+#include <string.h>
+
+/* Model -> partition -> schedule -> memory plan. */
+bool plan_build(const Spec *s, Plan *pl, bool report)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->spec = s;
+    if (!part_check(s, report)) return false;
+    model_build(s, &pl->model);
+    part_build(s, &pl->model, &pl->part);
+    if (!part_check_staging(s, &pl->part, report)) return false;
+    sched_build(&pl->part, &pl->sched);
+    mem_plan(&pl->part, &pl->sched, &pl->mem);
+    return true;
+}
