@@ -48,36 +48,20 @@ static void show(Progress *pg, const char *line)
     fflush(stderr);
 }
 
-/* Runs a command line through sh with extra environment (NAME=VALUE words),
- * its stdout shown line by line; returns the exit status (-1 if it could not
- * run or died of a signal). */
+/* Runs a command line through sh with extra environment (NAME=VALUE words
+ * before it), its stdout shown line by line; returns the exit status (-1 if
+ * it could not run or died of a signal). */
 static int run_phase(Progress *pg, const char *env, const char *cmd)
 {
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
-        char *e = strdup(env);
-        for (char *w = strtok(e, " "); w; w = strtok(NULL, " ")) putenv(w);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        fprintf(stderr, "shardc calibrate: cannot run /bin/sh: %s\n", strerror(errno));
-        _exit(127);
-    }
-    close(fds[1]);
-    FILE *f = fdopen(fds[0], "r");
+    FILE *f = popen(arena_printf(&g_arena, "%s %s", env, cmd), "r");
+    if (!f) return -1;
     char line[512];
-    while (f && fgets(line, sizeof line, f)) {
+    while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
         if (*line) show(pg, line);
     }
-    if (f) fclose(f);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int status = pclose(f);
+    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /* A word for sh, single-quoted. */
