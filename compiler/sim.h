@@ -37,6 +37,12 @@ double cost_peak(const Spec *s);
 double cost_gemm_eff(double M, double N, double K);
 /* Fraction of peak of the attention core with head dimension hd. */
 double cost_attn_eff(double hd);
+/* Fraction of the HBM bandwidth a streaming kernel reaches. */
+double cost_hbm_eff(void);
+/* Whether the spec's backend runs each op when it is issued (the CPU backend
+ * priced from a profile): a rank's ops then follow one another in schedule
+ * order, whatever their streams; sends and receives are only posted. */
+bool cost_at_issue(const Spec *s);
 /* Bytes/s of a group's link: NVLink inside a node, else per_node NICs
  * (cluster.inter_node each), capped by NVLink. */
 double cost_link_bandwidth(const Spec *s, bool cross, int64_t per_node);
