@@ -16,7 +16,9 @@
 #     peak, ours / torch in tokens/s, and the ceiling: torch's median step over
 #     the model FLOPs at 100% of the peak, the most any fp32 trainer could
 #     gain on torch here;
-#  3. the host AdamW (kc_adamw_step) in parameters/s against
+#  3. launches: the README's commands against the best launch for the same
+#     ranks (below);
+#  4. the host AdamW (kc_adamw_step) in parameters/s against
 #     torch.optim.AdamW(foreach=True), and in GB/s against the machine's copy
 #     bandwidth (bench_adamw.c).
 # Data: tiny Shakespeare read as bytes (timing only); torch trains on random
@@ -89,6 +91,52 @@ for key, label, T in cases:
 print("(medians over the steps after the second: ours", len(ours), "steps, torch", len(torch), "of the last case;"
       " ceiling: torch's step over the model FLOPs at 100% of the sgemm peak)")
 PY
+
+# 3. launches: the commands README.md and docs/trainer.md give, against the
+# best launch for the same ranks (GPT-2 124M, T = 64, LAUNCH_STEPS steps,
+# OMP_NUM_THREADS unset so the trainer chooses its threads): one rank bare,
+# under `mpirun -np 1 --bind-to none`, and under a plain `mpirun -np 1` (bound
+# to one core: the launch the trainer warns about); two ranks (dp 2) as the
+# README launches them, `--oversubscribe --bind-to none`, against each rank
+# pinned to a core of its own (`--bind-to core`, one thread each).
+if command -v mpirun > /dev/null; then
+    LS=${LAUNCH_STEPS:-8}
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    # shellcheck disable=SC2086
+    "$B/shardc" build $GPT -D model.seq_len=64 -D parallel.dp=2 -D cluster.gpus_per_node=2 -D train.global_batch=8 \
+        -o "$tmp/dp2" > "$tmp/dp2.build" 2>&1 || { cat "$tmp/dp2.build"; exit 1; }
+    launch() {   # launch NAME BINARY MPIRUN-PREFIX...
+        name=$1 bin=$2
+        shift 2
+        # shellcheck disable=SC2068
+        env -u OMP_NUM_THREADS $@ "$bin" --data examples/data/tinyshakespeare.txt --steps "$LS" --eval-every 0 \
+            --log "$tmp/$name.jsonl" > "$tmp/$name.out" 2>&1 || { cat "$tmp/$name.out"; exit 1; }
+        grep -h "shardrt: cpu: warning" "$tmp/$name.out" | sed 's/^/    /' || true
+    }
+    launch l_bare "$tmp/gpt2_t64"
+    launch l_np1_none "$tmp/gpt2_t64" mpirun -np 1 --bind-to none
+    launch l_np1 "$tmp/gpt2_t64" mpirun -np 1
+    launch l_dp2_readme "$tmp/dp2" mpirun -np 2 --oversubscribe --bind-to none
+    launch l_dp2_core "$tmp/dp2" mpirun -np 2 --bind-to core
+    "$PY" - "$tmp" <<'PY'
+import json, statistics, sys
+tmp = sys.argv[1]
+def med(name):
+    rows = [json.loads(l) for l in open(f"{tmp}/{name}.jsonl")]
+    ms = [r["step_ms"] for r in rows if "step_ms" in r and r["step"] > 2]
+    return statistics.median(ms), min(ms), max(ms)
+print("launches, GPT-2 124M T = 64 (medians over the steps after the second):")
+best1 = med("l_bare")[0]
+for name, label, ref in [("l_bare", "1 rank, ./trainer (README)", best1),
+                         ("l_np1_none", "1 rank, mpirun -np 1 --bind-to none (README)", best1),
+                         ("l_np1", "1 rank, mpirun -np 1 (bound to a core)", best1),
+                         ("l_dp2_readme", "dp 2, mpirun -np 2 --oversubscribe --bind-to none (README)", None),
+                         ("l_dp2_core", "dp 2, mpirun -np 2 --bind-to core (pinned)", None)]:
+    m, lo, hi = med(name)
+    if ref is None: ref = med("l_dp2_core")[0]
+    print(f"  {label:60} {m:7.0f} ms ({lo:.0f}..{hi:.0f})  {ref / m:5.2f}x of the best")
+PY
+fi
 
 ${CC:-cc} -std=gnu11 -O3 -march=native -fopenmp -fno-math-errno -fno-trapping-math -Ikernels/cpu \
     tests/bench/cpu/bench_adamw.c kernels/cpu/*.c -o "$tmp/adamw" -lopenblas -lm
