@@ -805,10 +805,17 @@ int srt_main(int argc, char **argv, const srt_program *prog)
         return 0;
     }
     if (cr != CLI_OK) {
+        /* The other ranks wait until rank 0 has spoken: mpirun ends the job at
+         * the first non-zero exit, and a rank leaving at once could cut the
+         * message off before rank 0 wrote it (seen on a loaded machine). */
+        MPI_Init(&argc, &argv);
         if (speak) {
             fprintf(stderr, "%s: %s\n", argv[0], err);
             cli_help(stderr, argv[0]);
+            fflush(stderr);
         }
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
         return 2;
     }
     MPI_Init(&argc, &argv);
