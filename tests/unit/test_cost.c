@@ -246,7 +246,7 @@ static void test_calibration(void)
 {
     char buf[1 << 14];
     FILE *f = fmemopen(buf, sizeof buf, "w");
-    double mae = cal_table(f), ex[3];
+    double mae = cal_table(f, SET_CAL, false), ex[3];
     fclose(f);
     printf("%s", buf);
     CHECK(mae >= 0);
