@@ -11,8 +11,9 @@
  *    the group spans (NVLink inside a node, the network across nodes);
  *  - copies: PCIe, NVMe.
  *
- * The constants are calibrated once against Megatron-LM's published A100
- * table (tests/bench/costmodel, docs/cost-model.md); no per-row fudge.
+ * The compute constants form one profile per GPU generation (CostProfile),
+ * fitted on a named calibration set and checked on a disjoint validation set
+ * (tests/bench/costmodel, docs/cost-model.md); no per-row fudge.
  */
 #include "sim.h"
 
@@ -20,18 +21,27 @@
 
 /* ---- the calibrated constants (docs/cost-model.md) ---------------------------- */
 
-/* Best fraction of peak a large GEMM sustains inside a training step. */
-#define COST_GEMM_EFF 0.72
-/* The GEMM dimension at which one factor of the shape curve is 1/2: a GEMM's
- * efficiency is COST_GEMM_EFF · Π over (M, N, K) of x / (x + COST_GEMM_DIM). */
-#define COST_GEMM_DIM 128.0
-/* Best fraction of peak of the attention core (QK^T, softmax, ·V and their
- * backward); its shape factor is the head dimension's, hd / (hd + COST_GEMM_DIM). */
-#define COST_ATTN_EFF 0.40
-/* Fraction of the HBM bandwidth a streaming elementwise kernel reaches. */
-#define COST_HBM_EFF 0.80
-/* Launch and tail of one kernel, seconds. */
-#define COST_KERNEL_S 4e-6
+/* Per GPU generation (and the software stack its calibration set ran), the
+ * compute constants; the rest (peaks, HBM, links) comes from the spec's
+ * cluster.  A100: fitted on Narayanan et al. Table 1 (7 rows; Megatron-LM
+ * 2021, attention unfused).  Hopper (H100, H200, H800): Megatron-Core with
+ * Transformer Engine and cuDNN's fused attention, fitted on 3 rows of the
+ * Megatron-Core H100 table.  The CPU backend keeps the A100 constants until
+ * a machine profile measured by `shardc calibrate` replaces them. */
+static const CostProfile cost_profiles[] = {
+    {"a100", 0.72, 128.0, 0.40, 0.80, 4e-6},
+    {"hopper", 0.80, 256.0, 0.80, 0.80, 4e-6},
+};
+
+/* The compute constants of the spec's GPU. */
+const CostProfile *cost_profile(const Spec *s)
+{
+    switch (s->cluster.gpu) {
+    case GPU_H100_SXM_80GB: case GPU_H200_141GB: case GPU_H800_80GB: return &cost_profiles[1];
+    default: return &cost_profiles[0];
+    }
+}
+
 /* Setup of one PCIe or NVMe transfer, seconds. */
 #define COST_COPY_S 10e-6
 
@@ -45,19 +55,22 @@ double cost_peak(const Spec *s)
 }
 
 /* One factor of the shape curve. */
-static double dim_factor(double x) { return x > 0 ? x / (x + COST_GEMM_DIM) : 0; }
+static double dim_factor(const CostProfile *cp, double x) { return x > 0 ? x / (x + cp->gemm_dim) : 0; }
 
 /* Fraction of peak an M×K by K×N GEMM reaches. */
-double cost_gemm_eff(double M, double N, double K)
+double cost_gemm_eff(const CostProfile *cp, double M, double N, double K)
 {
-    return COST_GEMM_EFF * dim_factor(M) * dim_factor(N) * dim_factor(K);
+    return cp->gemm_eff * dim_factor(cp, M) * dim_factor(cp, N) * dim_factor(cp, K);
 }
 
 /* Fraction of peak the attention core reaches with head dimension hd. */
-double cost_attn_eff(double hd) { return COST_ATTN_EFF * dim_factor(hd); }
+double cost_attn_eff(const CostProfile *cp, double hd) { return cp->attn_eff * dim_factor(cp, hd); }
 
 /* Seconds to stream bytes through HBM. */
-static double hbm_time(const Spec *s, double bytes) { return bytes / (s->cluster.hbm_bandwidth * COST_HBM_EFF); }
+static double hbm_time(const Spec *s, double bytes) { return bytes / (s->cluster.hbm_bandwidth * cost_profile(s)->hbm_eff); }
+
+/* Launch and tail of n kernels, seconds. */
+static double kernels_time(const Spec *s, double n) { return n * cost_profile(s)->kernel_s; }
 
 /* The pieces of a transformer layer (bits of a mask). */
 enum { PC_QKV = 1, PC_PROJ = 2, PC_CORE = 4, PC_MLP_IN = 8, PC_MLP_OUT = 16,
@@ -81,6 +94,7 @@ static double layer_sec_per_flop(const Partition *p, int pieces)
     double T = (double)p->T, t = (double)p->tp, h = (double)m->h, hd = (double)m->hd;
     double a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
     double peak = cost_peak(p->spec);
+    const CostProfile *cp = cost_profile(p->spec);
     struct { int piece; double M, N, K; } g[4] = {
         {PC_QKV, T, (a + 2 * kv) * hd / t, h},          /* column-parallel            */
         {PC_PROJ, T, h, a * hd / t},                    /* row-parallel               */
@@ -92,12 +106,12 @@ static double layer_sec_per_flop(const Partition *p, int pieces)
         if (!(pieces & g[i].piece)) continue;
         double f = 2 * g[i].M * g[i].N * g[i].K;
         flops += f;
-        sec += f / (peak * cost_gemm_eff(g[i].M, g[i].N, g[i].K));
+        sec += f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
     }
     if (pieces & PC_CORE) {
         double fa = 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
         flops += fa;
-        sec += fa / (peak * cost_attn_eff(hd));
+        sec += fa / (peak * cost_attn_eff(cp, hd));
     }
     return sec / flops;
 }
@@ -122,9 +136,9 @@ static double layer_time(const Partition *p, const Op *o, bool bwd)
 {
     int pieces = op_pieces(p, o);
     double t = o->flops * layer_sec_per_flop(p, pieces);
-    if (pieces == PC_CORE) return t + COST_KERNEL_S;
+    if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
-    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) + (bwd ? 2 : 1) * kernels * COST_KERNEL_S;
+    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels);
 }
 
 /* The head: final norm, logits GEMM, fused cross-entropy and their backward. */
@@ -132,9 +146,9 @@ static double head_time(const Partition *p, const Op *o)
 {
     const Model *m = p->model;
     double T = (double)p->T, h = (double)m->h, vt = (double)m->Vpad / (double)p->tp;
-    double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(T, vt, h));
+    double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(cost_profile(p->spec), T, vt, h));
     double bytes = (double)p->wbytes * (5 * (double)p->T_sp * h + 3 * T * vt);
-    return t + hbm_time(p->spec, bytes) + 8 * COST_KERNEL_S;
+    return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, 8);
 }
 
 /* Elements of the optimizer sub-group an OP_OPT_READ / OP_OPT_WRITE moves:
@@ -314,7 +328,7 @@ static double sumsq_time(const Sched *s, const Op *o)
 {
     const Spec *sp = s->part->spec;
     if (o->stream == ST_HOST) return read_bytes(s, o, SPACE_HOST) / sp->cluster.host_bandwidth;
-    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + COST_KERNEL_S;
+    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, 1);
 }
 
 /* Seconds of one optimizer sub-group's AdamW step: on the device fp32 master,
@@ -326,7 +340,7 @@ static double opt_time(const Sched *s, const Op *o)
     double n = o->flops / 16.0;
     if (o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
     double per = 24.0 + (p->gbytes < 4 && p->spec->precision.dtype != DT_FP32 ? 4 : p->gbytes) + p->wbytes;
-    return hbm_time(p->spec, n * per) + 2 * COST_KERNEL_S;
+    return hbm_time(p->spec, n * per) + kernels_time(p->spec, 2);
 }
 
 /* Seconds the op occupies its stream once it has started. */
@@ -346,7 +360,7 @@ double cost_op_time(const Plan *mp, const Sched *s, int op)
     case OP_HEAD: return head_time(p, o);
     case OP_EMBED_FWD: case OP_EMBED_BWD:
         /* a row gather (or scatter-add) of [T, h] plus the positions */
-        return hbm_time(sp, 3.0 * (double)p->T * (double)p->model->h * p->wbytes) + 2 * COST_KERNEL_S;
+        return hbm_time(sp, 3.0 * (double)p->T * (double)p->model->h * p->wbytes) + kernels_time(sp, 2);
     case OP_OPT_STEP: return opt_time(s, o);
     case OP_GRAD_SUMSQ: return sumsq_time(s, o);
     case OP_GRAD_NORM:

@@ -33,10 +33,20 @@ const char *cost_group_name(int group);
 typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_SENDRECV } Collective;
 /* Dense peak FLOP/s of the spec's GPU at the training dtype (fp32 or bf16/fp16). */
 double cost_peak(const Spec *s);
+/* The compute constants of one GPU generation (cost.c, docs/cost-model.md):
+ * a GEMM of M×K by K×N reaches gemm_eff · Π f(x) of peak, f(x) = x / (x +
+ * gemm_dim); the attention core attn_eff · f(head dim); a streaming kernel
+ * hbm_eff of HBM bandwidth; each kernel launch and tail costs kernel_s. */
+typedef struct CostProfile {
+    const char *name;
+    double gemm_eff, gemm_dim, attn_eff, hbm_eff, kernel_s;
+} CostProfile;
+/* The profile of the spec's GPU. */
+const CostProfile *cost_profile(const Spec *s);
 /* Fraction of peak an M×K by K×N GEMM reaches (the calibrated shape curve). */
-double cost_gemm_eff(double M, double N, double K);
+double cost_gemm_eff(const CostProfile *cp, double M, double N, double K);
 /* Fraction of peak of the attention core with head dimension hd. */
-double cost_attn_eff(double hd);
+double cost_attn_eff(const CostProfile *cp, double hd);
 /* Bytes/s of a group's link: NVLink inside a node, else per_node NICs
  * (cluster.inter_node each), capped by NVLink. */
 double cost_link_bandwidth(const Spec *s, bool cross, int64_t per_node);
