@@ -104,6 +104,10 @@ const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out);
 /* The schedule summary of `shardc plan`: per stream busy time, bubble,
  * exposed communication, step time, tokens/s, MFU. */
 void sim_summary(FILE *out, const Plan *mp, const Sim *sim);
+/* The critical path's seconds by op kind: each op on it adds the time from
+ * its predecessor's end to its own (the stretches add up to the step);
+ * by[NOPKINDS]. */
+void sim_critical_by_kind(const Plan *mp, const Sim *sim, double *by);
 
 /* ---- verify.c: the schedule verifier -------------------------------------- */
 
