@@ -238,10 +238,18 @@ static Span group_span(const Partition *p, int stage, int group, int op_kind)
     }
 }
 
-/* Seconds of one ring hop's latency on the link a span uses. */
+/* Seconds of latency per ring step of a span's collective, averaged over the
+ * n - 1 steps a chunk travels round the ring (NCCL's ring model): with its
+ * members on `nodes` nodes (per_node on each), nodes - 1 of the steps cross
+ * the network and the others stay on NVLink.  A group with one member per
+ * node crosses the network at every step; one inside a node never. */
 static double hop_latency(const Spec *s, const Span *sp)
 {
-    return sp->cross ? s->cluster.network_latency_us * 1e-6 : cluster_nets[NET_NVLINK].latency_us * 1e-6;
+    double nvl = cluster_nets[NET_NVLINK].latency_us * 1e-6, net = s->cluster.network_latency_us * 1e-6;
+    if (!sp->cross || sp->n < 2) return nvl;
+    double n = (double)sp->n, nodes = ceil(n / (double)(sp->per_node > 0 ? sp->per_node : 1));
+    if (nodes < 2) nodes = 2;
+    return ((n - nodes) * nvl + (nodes - 1) * net) / (n - 1);
 }
 
 /* Bytes/s of the link a span uses: NVLink inside a node; across nodes each GPU

@@ -49,7 +49,8 @@ static void test_collective_formulas(void)
     CHECK(cost_link_bandwidth(&s, true, 8) == 300e9);
 }
 
-/* The dp collectives of real plans on each kind of link. */
+/* The dp collectives of real plans on each kind of link: bandwidth by the
+ * NICs the group's members bring, latency by the steps that cross nodes. */
 static void test_dp_links(void)
 {
     static const struct {
@@ -80,11 +81,14 @@ static void test_dp_links(void)
         CHECK_EQ(cost_group(sc, i), GRP_DP);
         double bw = cases[k].cross ? fmin(s->cluster.intra_node, cases[k].per_node * s->cluster.inter_node)
                                    : s->cluster.intra_node;
-        double hop = (cases[k].cross ? s->cluster.network_latency_us : cluster_nets[NET_NVLINK].latency_us) * 1e-6;
-        double n = (double)mp->part.dp, S = (double)sc->ops[i].bytes;
+        /* NCCL's ring latency: of the n - 1 steps a chunk travels, nodes - 1
+         * cross the network, the others stay on NVLink */
+        double nvl = cluster_nets[NET_NVLINK].latency_us * 1e-6, net = s->cluster.network_latency_us * 1e-6;
+        double n = (double)mp->part.dp, S = (double)sc->ops[i].bytes, nodes = n / cases[k].per_node;
+        double lat = cases[k].cross ? (n - nodes) * nvl + (nodes - 1) * net : (n - 1) * nvl;
         double f = cases[k].coll == COLL_ALLREDUCE ? 2 * (n - 1) / n : (n - 1) / n;
         double phases = cases[k].coll == COLL_ALLREDUCE ? 2 : 1;
-        double want = phases * (n - 1) * hop + S * f / bw;
+        double want = phases * lat + S * f / bw;
         if (fabs(cost_op_time(mp, sc, i) - want) > 1e-9 * want) {
             fprintf(stderr, "case %zu (%s; %s): %s takes %.9g s, the formula says %.9g s\n", k, cases[k].parallel,
                     cases[k].cluster, sched_op_label(sc, i), cost_op_time(mp, sc, i), want);

@@ -20,5 +20,5 @@ int main(void)
     printf("\nmean absolute error: A100 calibration %.1f%%, validation %.1f%%; H100 calibration %.1f%%, validation %.1f%%\n",
            100 * mae[0], 100 * mae[1], 100 * mae[2], 100 * mae[3]);
     if (!cal_zero3(stdout, exposed)) return 1;
-    return 0;
+    return mae[0] < 0.10 ? 0 : 1;       /* the A100 calibration, as test_cost.c asserts */
 }

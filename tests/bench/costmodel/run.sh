@@ -12,6 +12,8 @@
 # interleaved schedule (2 model chunks per stage where the stage's layers
 # split evenly) instead of 1F1B, to show how much the assumption matters.
 # Self-contained: it needs no GPU and no network; about a minute on one core.
+# Exit status 1 if the A100 calibration error is 10% or more, or a row does
+# not plan.
 set -eu
 cd "$(dirname "$0")/../../.."
 chunks=1
