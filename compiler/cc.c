@@ -58,6 +58,14 @@ static const char *find_runtime_file(const char *dir, const char *const *subs, c
     return p;
 }
 
+/* A runtime file (a library, shardrt_calibrate) where shardc build looks for
+ * its libraries: under dir when given, else the build tree shardc runs from. */
+const char *cc_runtime_file(const char *dir, const char *name)
+{
+    static const char *const subs[] = {"", "lib", "runtime", "bin", NULL};
+    return find_runtime_file(dir, subs, name, NULL);
+}
+
 /* Runs argv (a NULL-terminated list), its output into *out; returns the exit
  * status (-1 when it could not start or died of a signal). */
 static int run_captured(char *const *argv, char **out)

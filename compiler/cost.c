@@ -14,6 +14,11 @@
  * The compute constants form one profile per GPU generation (CostProfile),
  * fitted on a named calibration set and checked on a disjoint validation set
  * (tests/bench/costmodel, docs/cost-model.md); no per-row fudge.
+ *
+ * A spec whose cluster.profile measured the CPU backend (shardc calibrate) is
+ * priced by the CPU model instead ("the CPU backend" below): the same pieces
+ * at the profile's measured rates, ranks sharing the node's cores, and the
+ * backend's execution, every op run when it is issued (cost_at_issue).
  */
 #include "sim.h"
 
@@ -26,21 +31,24 @@
  * cluster.  A100: fitted on Narayanan et al. Table 1 (7 rows; Megatron-LM
  * 2021, attention unfused).  Hopper (H100, H200, H800): Megatron-Core with
  * Transformer Engine and cuDNN's fused attention, fitted on 3 rows of the
- * Megatron-Core H100 table.  The CPU backend keeps the A100 constants until
- * a machine profile measured by `shardc calibrate` replaces them. */
+ * Megatron-Core H100 table.  A CPU profile (cluster.profile) prices the CPU
+ * backend by its own measured rates instead (below). */
 static const CostProfile cost_profiles[] = {
     {"a100", 0.72, 128.0, 0.40, 0.80, 4e-6},
     {"hopper", 0.80, 256.0, 0.80, 0.80, 4e-6},
 };
 
-/* The compute constants of the spec's GPU. */
-const CostProfile *cost_profile(const Spec *s)
+/* The compute constants of a GPU (enum GpuProfile). */
+const CostProfile *cost_profile_gpu(int gpu)
 {
-    switch (s->cluster.gpu) {
+    switch (gpu) {
     case GPU_H100_SXM_80GB: case GPU_H200_141GB: case GPU_H800_80GB: return &cost_profiles[1];
     default: return &cost_profiles[0];
     }
 }
+
+/* The compute constants of the spec's GPU. */
+const CostProfile *cost_profile(const Spec *s) { return cost_profile_gpu(s->cluster.gpu); }
 
 /* Setup of one PCIe or NVMe transfer, seconds. */
 #define COST_COPY_S 10e-6
@@ -85,33 +93,91 @@ static int op_pieces(const Partition *p, const Op *o)
     return o->sub == SUB_ATTN ? PC_ATTN : o->sub == SUB_MLP ? PC_MLP : PC_ALL;
 }
 
+/* ---- the CPU backend, from a measured profile ------------------------------------
+ * A rank's kernels run at the profile's rates for the threads it has (the
+ * README's launch: cores / ranks on the node), slowed by the sharing test's
+ * factor for that many ranks on the node (or the cores' share, w·threads /
+ * cores, where it was not measured); an op costs its kernels' GEMM seconds
+ * (the measured FLOP/s at each GEMM's shape), attention seconds, streamed
+ * bytes at the measured bandwidth for their size, and a fixed cost per
+ * kernel; collectives the alpha-beta measured for their op, group size and
+ * ranks per node. */
+
+/* What prices a rank on the CPU backend. */
+typedef struct CpuRank {
+    const Profile *pf;
+    int dt;                     /* enum DType                                   */
+    double threads;
+    double share_gemm, share_ew;/* slowdowns of sharing the node's cores         */
+    int64_t w;                  /* ranks on a node                              */
+} CpuRank;
+
+/* Whether the spec is priced by the CPU model (a CPU profile). */
+static bool cpu_priced(const Spec *s) { return s->cluster.profile && s->cluster.profile->backend == PROFILE_CPU; }
+
+/* Whether the backend runs every op when it is issued (sim.c then orders a
+ * rank's ops as they are issued; sends and receives are only posted then). */
+bool cost_at_issue(const Spec *s) { return cpu_priced(s); }
+
+static CpuRank cpu_rank(const Partition *p)
+{
+    const Spec *s = p->spec;
+    const Profile *pf = s->cluster.profile;
+    int64_t w = p->world < s->cluster.gpus_per_node ? p->world : s->cluster.gpus_per_node;
+    int t = profile_threads(pf, w);
+    return (CpuRank){pf, s->precision.dtype, t, profile_sharing(pf, w, t, true), profile_sharing(pf, w, t, false), w};
+}
+
+/* Seconds of one GEMM (bwd: srt_matmul_bwd's two, 4·M·N·K FLOPs). */
+static double cpu_gemm(const CpuRank *r, bool bwd, double M, double N, double K)
+{
+    double f = (bwd ? 4 : 2) * M * N * K;
+    return f > 0 ? f / profile_gemm_rate(r->pf, r->dt, bwd, r->threads, M, N, K) * r->share_gemm : 0;
+}
+
+/* Seconds of kernels streaming `bytes` in the working dtype, `each` bytes a kernel. */
+static double cpu_stream(const CpuRank *r, double bytes, double each)
+{
+    return bytes > 0 ? bytes / profile_stream_rate(r->pf, r->dt, r->threads, each > 0 ? each : bytes) * r->share_ew : 0;
+}
+
+/* Seconds of n kernels' fixed cost. */
+static double cpu_kernels(const CpuRank *r, double n) { return n * profile_launch(r->pf, r->threads) * r->share_ew; }
+
 /* Seconds per FLOP of the given pieces of one transformer layer's forward on
  * this rank: its linears (qkv, attention output, MLP in, MLP out) and the
- * attention core, each at its own efficiency, FLOP-weighted. */
-static double layer_sec_per_flop(const Partition *p, int pieces)
+ * attention core, each at its own efficiency, FLOP-weighted.  bwd: the
+ * backward's own measured rates (the CPU model; the GPU's curve is the same
+ * both ways). */
+static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd)
 {
     const Model *m = p->model;
     double T = (double)p->T, t = (double)p->tp, h = (double)m->h, hd = (double)m->hd;
     double a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
     double peak = cost_peak(p->spec);
-    const CostProfile *cp = cost_profile(p->spec);
     struct { int piece; double M, N, K; } g[4] = {
         {PC_QKV, T, (a + 2 * kv) * hd / t, h},          /* column-parallel            */
         {PC_PROJ, T, h, a * hd / t},                    /* row-parallel               */
         {PC_MLP_IN, T, (m->gated ? 2 : 1) * ffn / t, h}, /* gate and up, column-par.  */
         {PC_MLP_OUT, T, h, ffn / t},                    /* row-parallel               */
     };
+    bool cpu = cpu_priced(p->spec);
+    CpuRank r = cpu ? cpu_rank(p) : (CpuRank){0};
+    const CostProfile *cp = cost_profile(p->spec);
     double flops = 0, sec = 0;
     for (int i = 0; i < 4; i++) {
         if (!(pieces & g[i].piece)) continue;
         double f = 2 * g[i].M * g[i].N * g[i].K;
         flops += f;
-        sec += f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
+        sec += cpu ? cpu_gemm(&r, bwd, g[i].M, g[i].N, g[i].K) / (bwd ? 2 : 1)
+                   : f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
     }
     if (pieces & PC_CORE) {
         double fa = 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
         flops += fa;
-        sec += fa / (peak * cost_attn_eff(cp, hd));
+        /* the backward's rate counts its 2·fa FLOPs, and its seconds are halved as the GEMMs' */
+        sec += cpu ? fa / profile_attn_rate(r.pf, r.dt, bwd, r.threads, (double)m->s, hd) * r.share_gemm
+                   : fa / (peak * cost_attn_eff(cp, hd));
     }
     return sec / flops;
 }
@@ -131,11 +197,40 @@ static double layer_elementwise_bytes(const Partition *p, int pieces, bool bwd)
     return (double)p->wbytes * bytes;
 }
 
+/* Bytes the CPU backend moves beyond layer_elementwise_bytes: Llama's rotary
+ * embedding of q and k (read and written, forward and backward), and in the
+ * backward the gradients it zeroes and the residual copies (about four
+ * [T, h] tensors a half). */
+static double cpu_extra_bytes(const Partition *p, int pieces, bool bwd)
+{
+    const Model *m = p->model;
+    double T = (double)p->T, h = (double)m->h, b = 0;
+    if ((pieces & PC_QKV) && m->family == FAM_LLAMA)
+        b += 2 * T * (double)(m->a + m->kv) * (double)m->hd / (double)p->tp;
+    if (bwd) b += ((pieces & PC_QKV ? 4 : 0) + (pieces & PC_MLP_IN ? 4 : 0)) * T * h;
+    return (double)p->wbytes * b;
+}
+
+/* A layer op on the CPU backend: its GEMMs and attention at the measured
+ * rates, its memory-bound kernels at the measured bandwidth for their size,
+ * and each kernel's fixed cost. */
+static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int pieces)
+{
+    CpuRank r = cpu_rank(p);
+    double t = o->flops * layer_sec_per_flop(p, pieces, bwd);
+    int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0);
+    if (bwd) kernels += kernels + 2;
+    double each = (double)p->T * (double)p->model->h * p->wbytes;
+    double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
+    return t + cpu_stream(&r, bytes, 3 * each) + cpu_kernels(&r, kernels);
+}
+
 /* A layer op (forward, backward or recompute; all or part of the layer). */
 static double layer_time(const Partition *p, const Op *o, bool bwd)
 {
     int pieces = op_pieces(p, o);
-    double t = o->flops * layer_sec_per_flop(p, pieces);
+    if (cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
+    double t = o->flops * layer_sec_per_flop(p, pieces, false);
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
     return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels);
@@ -146,8 +241,13 @@ static double head_time(const Partition *p, const Op *o)
 {
     const Model *m = p->model;
     double T = (double)p->T, h = (double)m->h, vt = (double)m->Vpad / (double)p->tp;
-    double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(cost_profile(p->spec), T, vt, h));
     double bytes = (double)p->wbytes * (5 * (double)p->T_sp * h + 3 * T * vt);
+    if (cpu_priced(p->spec)) {
+        CpuRank r = cpu_rank(p);
+        return cpu_gemm(&r, false, T, vt, h) + cpu_gemm(&r, true, T, vt, h) + cpu_stream(&r, bytes, 3 * T * vt * p->wbytes) +
+               cpu_kernels(&r, 8);
+    }
+    double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(cost_profile(p->spec), T, vt, h));
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, 8);
 }
 
@@ -312,11 +412,33 @@ const char *cost_group_name(int group)
     return group >= 0 && group < NGROUPS ? names[group] : "?";
 }
 
+/* The profile's name of a Collective (PROFILE_ALLREDUCE ..). */
+static int profile_op(int coll)
+{
+    return coll == COLL_ALLREDUCE ? PROFILE_ALLREDUCE : coll == COLL_ALLGATHER ? PROFILE_ALLGATHER
+           : coll == COLL_REDUCE_SCATTER ? PROFILE_REDUCE_SCATTER : PROFILE_SENDRECV;
+}
+
+/* Seconds of a collective on the CPU backend: the profile's alpha-beta for
+ * its op, span and group size at the ranks per node (scaled from another
+ * group size when that one was not measured); -1 when the profile has none. */
+static double cpu_coll_time(const Partition *p, int coll, bool cross, int64_t n, double bytes)
+{
+    if (n <= 1 && coll != COLL_SENDRECV) return 0;
+    double sa, sb;
+    const ProfFit *f = profile_coll(p->spec->cluster.profile, profile_op(coll), cross, cpu_rank(p).w, n, &sa, &sb);
+    return f ? f->alpha * sa + f->beta * sb * bytes : -1;
+}
+
 /* Seconds a collective or point-to-point op of class stage takes. */
 static double comm_time(const Sched *s, const Op *o, int group)
 {
     const Partition *p = s->part;
     Span sp = group_span(p, s->cls->stage, group, o->kind);
+    if (cpu_priced(p->spec)) {
+        double t = cpu_coll_time(p, coll_of(s, o), sp.cross, sp.n, (double)o->bytes);
+        if (t >= 0) return t;
+    }
     double bw = cost_link_bandwidth(p->spec, sp.cross, sp.per_node);
     return cost_collective(coll_of(s, o), (double)o->bytes, sp.n, bw, hop_latency(p->spec, &sp));
 }
@@ -328,6 +450,10 @@ static double world_scalar_time(const Partition *p)
     const Spec *sp = p->spec;
     if (p->world <= 1) return 0;
     Span all = {p->world, p->world > sp->cluster.gpus_per_node, 1};
+    if (cpu_priced(sp)) {
+        double t = cpu_coll_time(p, COLL_ALLREDUCE, all.cross, p->world, 8);
+        if (t >= 0) return t;
+    }
     return 2 * ceil(log2((double)p->world)) * hop_latency(sp, &all);
 }
 
@@ -335,6 +461,11 @@ static double world_scalar_time(const Partition *p)
 static double sumsq_time(const Sched *s, const Op *o)
 {
     const Spec *sp = s->part->spec;
+    if (cpu_priced(sp)) {
+        CpuRank r = cpu_rank(s->part);
+        r.dt = DT_FP32;   /* the gradients' sums are read in their dtype; fp32's rate bounds it */
+        return cpu_stream(&r, read_bytes(s, o, o->stream == ST_HOST ? SPACE_HOST : SPACE_DEVICE), 0) + cpu_kernels(&r, 1);
+    }
     if (o->stream == ST_HOST) return read_bytes(s, o, SPACE_HOST) / sp->cluster.host_bandwidth;
     return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, 1);
 }
@@ -346,9 +477,40 @@ static double opt_time(const Sched *s, const Op *o)
 {
     const Partition *p = s->part;
     double n = o->flops / 16.0;
+    if (cpu_priced(p->spec)) {   /* the host's steps run the same kernel on the CPU backend */
+        CpuRank r = cpu_rank(p);
+        return n / profile_opt_rate(r.pf, r.threads) * r.share_ew + cpu_kernels(&r, 1);
+    }
     if (o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
     double per = 24.0 + (p->gbytes < 4 && p->spec->precision.dtype != DT_FP32 ? 4 : p->gbytes) + p->wbytes;
     return hbm_time(p->spec, n * per) + kernels_time(p->spec, 2);
+}
+
+/* Seconds of a copy, NVMe transfer or embedding on the CPU backend (the
+ * profile's memcpy and swap-file fits, the streamed bytes); -1 for the other ops. */
+static double cpu_io_time(const Sched *s, int op)
+{
+    const Op *o = &s->ops[op];
+    const Partition *p = s->part;
+    const Profile *pf = p->spec->cluster.profile;
+    double bytes = (double)o->bytes;
+    switch (o->kind) {
+    case OP_LOAD_BATCH: case OP_CKPT_H2D: case OP_PARAM_H2D: return profile_io_seconds(pf, PROFILE_H2D, bytes);
+    case OP_CKPT_D2H: case OP_GRAD_D2H: case OP_PARAM_D2H: return profile_io_seconds(pf, PROFILE_D2H, bytes);
+    case OP_PARAM_FETCH: {
+        double t = profile_io_seconds(pf, PROFILE_H2D, bytes);
+        if (p->spec->offload.params == OFF_NVME) t = fmax(t, profile_io_seconds(pf, PROFILE_NVME_READ, bytes));
+        return t;
+    }
+    case OP_OPT_READ: return profile_io_seconds(pf, PROFILE_NVME_READ, nvme_bytes(s, op));
+    case OP_OPT_WRITE: return profile_io_seconds(pf, PROFILE_NVME_WRITE, nvme_bytes(s, op));
+    case OP_EMBED_FWD: case OP_EMBED_BWD: {
+        CpuRank r = cpu_rank(p);
+        double b = 3.0 * (double)p->T * (double)p->model->h * p->wbytes;
+        return cpu_stream(&r, b, b) + cpu_kernels(&r, 2);
+    }
+    default: return -1;
+    }
 }
 
 /* Seconds the op occupies its stream once it has started. */
@@ -361,6 +523,10 @@ double cost_op_time(const Plan *mp, const Sched *s, int op)
     double pcie = sp->cluster.pcie, bytes = (double)o->bytes;
     int group = cost_group(s, op);
     if (group != GRP_NONE && o->kind != OP_GRAD_NORM) return comm_time(s, o, group);
+    if (cpu_priced(sp)) {
+        double t = cpu_io_time(s, op);
+        if (t >= 0) return t;
+    }
     switch (o->kind) {
     case OP_WAIT: return 0;
     case OP_LAYER_FWD: case OP_RECOMPUTE: return layer_time(p, o, false);

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MAX_POS = 4, MAX_OPTS = 8, MAX_OVERRIDES = 256 };
+enum { MAX_POS = 4, MAX_OPTS = 10, MAX_OVERRIDES = 256 };
 
 /* An option of a tool: "--json" with a value ("FILE"), or a flag (arg NULL). */
 typedef struct Opt { const char *name, *arg; } Opt;
@@ -321,6 +321,32 @@ static int run_import(Job *j)
     return hf ? import_hf_main(&o) : import_deepspeed(&o);
 }
 
+/* shardc calibrate -o PROFILE.json [...]: this machine measured into a profile. */
+static int run_calibrate(Job *j)
+{
+    CalibOpts o = {.out = opt(j, "-o"), .backend = opt(j, "--backend") ? opt(j, "--backend") : "cpu",
+                   .runtime = opt(j, "--runtime"), .nvme_dir = opt(j, "--nvme-dir"), .nodes = 1,
+                   .mpirun = opt(j, "--mpirun") ? opt(j, "--mpirun") : "mpirun --oversubscribe --bind-to none",
+                   .grid = opt(j, "--smoke") ? CALIB_SMOKE : opt(j, "--quick") ? CALIB_QUICK : CALIB_FULL};
+    if (!o.out) return usage_error(j->tool, "where to? give -o PROFILE.json%s", "");
+    if (opt(j, "--smoke") && opt(j, "--quick")) return usage_error(j->tool, "--quick or --smoke, not both%s", "");
+    if (strcmp(o.backend, "cpu") != 0 && strcmp(o.backend, "cuda") != 0)
+        return usage_error(j->tool, "--backend is cpu or cuda, not '%s'", o.backend);
+    if (!int_opt(j, "--nodes", &o.nodes) || o.nodes > 1024)
+        return usage_error(j->tool, "--nodes needs a count from 1 to 1024, not '%s'", opt(j, "--nodes"));
+    if (!o.nodes) o.nodes = 1;
+    for (const char *v = opt(j, "--ranks"), *p = v; p && *p;) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(p, &end, 10);
+        if (errno || end == p || n < 1 || n > 4096 || o.nranks == CALIB_MAX_RANKS || (*end && *end != ','))
+            return usage_error(j->tool, "--ranks takes up to 16 counts from 1 to 4096, as 2,4,8; not '%s'", v);
+        o.ranks[o.nranks++] = n;
+        p = *end ? end + 1 : end;
+    }
+    return calibrate_run(&o);
+}
+
 /* shardc docs spec-reference: the generated language reference. */
 static int run_docs(Job *j)
 {
@@ -405,6 +431,35 @@ static const Tool tools[] = {
      SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_main},    /* export.c parses its own arguments */
     {"ckpt", "  ckpt verify CKPT_DIR             check a checkpoint (checksums, structure) without training\n",
      SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_ckpt_main},
+    {"calibrate", "  calibrate -o PROFILE.json [--quick]\n"
+                  "                                   measure this machine for cluster.profile (see `shardc calibrate --help`)\n",
+     SPEC_NONE, false, false, 0,
+     {{"-o", "PROFILE.json"}, {"--quick", NULL}, {"--smoke", NULL}, {"--backend", "cpu|cuda"}, {"--runtime", "DIR"},
+      {"--ranks", "N[,N...]"}, {"--nodes", "N"}, {"--mpirun", "CMD"}, {"--nvme-dir", "DIR"}},
+     "usage: shardc calibrate -o PROFILE.json [options]\n"
+     "\n"
+     "Measures this machine through the runtime's backend (GEMMs over shapes, attention,\n"
+     "elementwise bandwidth, the optimizer, collectives per group size, send/receive,\n"
+     "copies, NVMe, and how ranks share the cores) and writes a profile that a spec\n"
+     "names with `cluster { profile = \"PROFILE.json\" }`, so that `shardc plan` predicts\n"
+     "for this machine.\n"
+     "\n"
+     "options:\n"
+     "  -o PROFILE.json        the profile to write (atomically; nothing on failure)\n"
+     "  --quick                a small grid and few repetitions: seconds on a CPU\n"
+     "  --smoke                one shape per benchmark, timed once: the least that makes a\n"
+     "                         profile (the tests' run on the emulated CUDA stack), not for planning\n"
+     "  --backend cpu|cuda     the runtime to measure (default cpu)\n"
+     "  --runtime DIR          where shardrt_calibrate is (default: shardc's build tree)\n"
+     "  --ranks N[,N...]       ranks per node to measure the communication at\n"
+     "                         (default: 2, 4, 8, ... up to the larger of 8 and the cores)\n"
+     "  --nodes N              also measure across N nodes (--mpirun must place the ranks\n"
+     "                         of each node together); default 1\n"
+     "  --mpirun CMD           the launcher (default \"mpirun --oversubscribe --bind-to none\")\n"
+     "  --nvme-dir DIR         the folder of the NVMe swap file (default: $TMPDIR or /tmp)\n"
+     "\n"
+     "exit codes: 0 ok, 1 a benchmark failed or the profile could not be written, 2 usage\n",
+     NULL, run_calibrate, NULL},
     {"docs", "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n",
      SPEC_NONE, false, false, 1, {{0}}, "usage: shardc docs spec-reference\n", NULL, run_docs, NULL},
     {"ops", "  ops [FILE]                       every runtime op (and FILE's user-defined ops): signature, doc\n",

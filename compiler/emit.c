@@ -864,6 +864,20 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     sput(o, "}\n\n");
 }
 
+/* srt_head_xent: losses of logits = inp · w^T against the targets, and (when
+ * dinp and dw are given) dinp, dw += their gradients, in one op: the GEMMs of
+ * a matmul_fwd and a matmul_bwd, which it records. */
+static void head_xent(Str *s, const char *ind, const char *comment, const char *losses, Opnd dinp, Opnd dw,
+                      const char *logits, const char *inp, const char *w, const char *tgt, const char *v0,
+                      const char *dloss)
+{
+    rt_call(s, ind, RT_head_xent, "SRT_COMPUTE", comment, losses, dinp.c, dw.c, logits, inp, w, tgt, dim_c[D_N],
+            dim_c[D_C], dim_c[D_VP], v0, "V", dloss, NULL);
+    gemm_note(SRT_GEMM_FWD, D_N, D_C, D_VP, false);
+    if (dinp.on != ABSENT) gemm_note(SRT_GEMM_BWD_DATA, D_N, D_C, D_VP, false);
+    if (dw.on != ABSENT) gemm_note(SRT_GEMM_BWD_WEIGHT, D_N, D_C, D_VP, false);
+}
+
 /* The head for one microbatch (train: with its backward; eval: the loss only). */
 static void gen_head_fn(const CE *e, Str *o, bool eval)
 {
@@ -871,9 +885,9 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
     const Group *g = &e->post;
     const char *px = e->px, *I = "    ";
     if (!eval)
-        sf(o, "/* The head for one microbatch: the final norm, logits against the %s,\n"
-              " * the fused cross-entropy (the loss, and the logits' gradient in place),\n"
-              " * then its backward at once, leaving dy (B,T,C) for the last layer. */\n"
+        sf(o, "/* The head for one microbatch: the final norm, then one fused op for the\n"
+              " * logits against the %s, the cross-entropy and their\n"
+              " * backward, then the norm's backward, leaving dy (B,T,C) for the last layer. */\n"
               "static void %s_head(srt_ctx *c, const %s_head_t *a)\n{\n",
            e->m->tied ? "tied token embedding" : "output embedding", px, px);
     else
@@ -886,20 +900,20 @@ static void gen_head_fn(const CE *e, Str *o, bool eval)
     sf(o, "    srt_t losses = %s;  /* (B,T) */\n", piece(hs, AP_LOSSES, 0, "N", "SRT_F32"));
     sput(o, "    srt_t logits = DV(a->logits, (int64_t)N * VP, WDT);  /* (B,T,VP), then their gradient */\n");
     norm_fwd(e, o, g, "lnf", "lnf", "y", R_NORMF_W, R_NORMF_B, "final norm");
-    mm_fwd(o, I, "logits = lnf · head^T", "logits", "lnf", "PW(HEAD_W, (int64_t)VP * C)", NO_OPND, D_N, D_C, D_VP);
-    rt_call(o, I, RT_xent_fwd_bwd, "SRT_COMPUTE", "losses; logits := dloss · (softmax - onehot)", "losses", "logits",
-            "DV(a->tgt, N, SRT_I32)", "N", "VP", e->p->tp > 1 ? "(int)srt_group_rank(c, SRT_TP) * VP" : "0", "V",
-            e->spec->precision.dtype == DT_FP16 ? "DLOSS * srt_loss_scale(c)" : "DLOSS", NULL);
-    rt_call(o, I, RT_loss_add, "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
     if (!eval) {
         sf(o, "    srt_t dlnf = %s;  /* (B,T,C) */\n", piece(hs, AP_DLNF, 0, "(int64_t)N * C", "WDT"));
         sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT);  /* (B,T,C) */\n");
         rt_call(o, I, RT_zero, "SRT_COMPUTE", NULL, "dlnf", NULL);
         rt_call(o, I, RT_zero, "SRT_COMPUTE", NULL, "dy", NULL);
-        mm_bwd(o, I, "dlnf, dhead", opnd("dlnf"), opnd("PG(HEAD_W, (int64_t)VP * C)"), NO_OPND, "logits", "lnf",
-               "PW(HEAD_W, (int64_t)VP * C)", D_N, D_C, D_VP);
-        norm_bwd(e, o, g, "lnf", "dy", "dlnf", "y", R_NORMF_W, R_NORMF_B, "dy, the final norm's gradients");
     }
+    head_xent(o, I,
+              eval ? "losses of logits = lnf · head^T" : "losses of logits = lnf · head^T; dlnf, dhead += their gradients",
+              "losses", eval ? NO_OPND : opnd("dlnf"), eval ? NO_OPND : opnd("PG(HEAD_W, (int64_t)VP * C)"), "logits",
+              "lnf", "PW(HEAD_W, (int64_t)VP * C)", "DV(a->tgt, N, SRT_I32)",
+              e->p->tp > 1 ? "(int)srt_group_rank(c, SRT_TP) * VP" : "0",
+              e->spec->precision.dtype == DT_FP16 ? "DLOSS * srt_loss_scale(c)" : "DLOSS");
+    rt_call(o, I, RT_loss_add, "SRT_COMPUTE", "the step's loss", "losses", "N", NULL);
+    if (!eval) norm_bwd(e, o, g, "lnf", "dy", "dlnf", "y", R_NORMF_W, R_NORMF_B, "dy, the final norm's gradients");
     sput(o, "}\n\n");
 }
 

@@ -34,4 +34,8 @@ typedef struct CcOpts {
  * the C compiler or the link fails on what shardc wrote. */
 int cc_build(const CcOpts *o, const char *text, const char *c_path, const CatalogExtern *x);
 
+/* A file of the runtime (shardrt_calibrate, a library): under dir when
+ * given, else in the build tree this shardc runs from; NULL when absent. */
+const char *cc_runtime_file(const char *dir, const char *name);
+
 #endif

@@ -616,10 +616,44 @@ static void check_applies(Sema *cx)
 
 /* ---- derived values -------------------------------------------------------------- */
 
-/* Fills the cluster keys the user left out from the gpu and network profiles. */
+/* Reads the profile cluster.profile names (a relative path from the folder
+ * of the file that set it; from the working directory for -D) and checks its
+ * backend against cluster.gpu: a CPU profile makes the default gpu cpu. */
+static void load_profile(Sema *cx)
+{
+    Spec *s = cx->s;
+    s->cluster.profile = NULL;
+    const char *p = s->cluster.profile_path;
+    if (!p || !*p) return;
+    Loc loc = s->loc[kidx("cluster.profile")];
+    const char *path = p, *from = loc.file ? loc.file->path : NULL;
+    if (p[0] != '/' && from && strcmp(from, "-D") != 0 && strchr(from, '/'))
+        path = arena_printf(&g_arena, "%.*s/%s", (int)(strrchr(from, '/') - from), from, p);
+    const Profile *pf = profile_load(path, loc);
+    if (!pf) {
+        mark_bad(cx, "cluster.profile");
+        return;
+    }
+    bool cpu = pf->backend == PROFILE_CPU;
+    if (!is_set(cx, "cluster.gpu")) {
+        if (cpu) s->cluster.gpu = GPU_CPU;
+    } else if (cpu != (s->cluster.gpu == GPU_CPU)) {
+        diag_error(s->loc[kidx("cluster.gpu")], "cluster.gpu = %s, but the profile %s measured the %s backend",
+                   schema_enum_name(key("cluster.gpu"), s->cluster.gpu), path, cpu ? "CPU" : "CUDA");
+        diag_hint(cpu ? "a CPU profile plans cluster.gpu = cpu: remove the key or set it so"
+                      : "a CUDA profile plans a GPU: set cluster.gpu to the GPU it was measured on");
+        diag_note(loc, "the profile named here");
+        return;
+    }
+    s->cluster.profile = pf;
+}
+
+/* Fills the cluster keys the user left out from the gpu and network profiles,
+ * then from the machine's measured profile when the spec names one. */
 static void derive_cluster(Sema *cx)
 {
     Spec *s = cx->s;
+    load_profile(cx);
     const GpuInfo *g = &cluster_gpus[s->cluster.gpu];
     if (!is_set(cx, "cluster.gpu_memory")) s->cluster.gpu_memory = g->memory;
     if (!is_set(cx, "cluster.bf16_tflops")) s->cluster.bf16_tflops = g->bf16_tflops;
@@ -634,6 +668,21 @@ static void derive_cluster(Sema *cx)
     const NetInfo *n = &cluster_nets[s->cluster.network];
     if (!is_set(cx, "cluster.inter_node")) s->cluster.inter_node = n->bandwidth;
     if (!is_set(cx, "cluster.network_latency_us")) s->cluster.network_latency_us = n->latency_us;
+    if (!s->cluster.profile) return;
+    ProfCluster pc = profile_cluster(s->cluster.profile, s->cluster.gpu, s->cluster.gpus_per_node);
+    struct { const char *path; double *f; double v; } fill[] = {
+        {"cluster.fp32_tflops", &s->cluster.fp32_tflops, pc.fp32_tflops},
+        {"cluster.bf16_tflops", &s->cluster.bf16_tflops, pc.bf16_tflops},
+        {"cluster.hbm_bandwidth", &s->cluster.hbm_bandwidth, pc.hbm_bandwidth},
+        {"cluster.host_bandwidth", &s->cluster.host_bandwidth, pc.host_bandwidth},
+        {"cluster.pcie", &s->cluster.pcie, pc.pcie},
+        {"cluster.nvme", &s->cluster.nvme, pc.nvme},
+        {"cluster.intra_node", &s->cluster.intra_node, pc.intra_node},
+        {"cluster.inter_node", &s->cluster.inter_node, pc.inter_node},
+        {"cluster.network_latency_us", &s->cluster.network_latency_us, pc.network_latency_us},
+    };
+    for (size_t i = 0; i < sizeof fill / sizeof fill[0]; i++)
+        if (!is_set(cx, fill[i].path) && fill[i].v > 0) *fill[i].f = fill[i].v;
 }
 
 /* Family-dependent model defaults: kv_heads, ffn_hidden, bias, tied embeddings. */

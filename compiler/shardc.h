@@ -310,6 +310,8 @@ typedef struct Spec {
         int64_t host_memory, nvme_capacity;                   /* bytes       */
         double nvme, host_bandwidth;                          /* bytes/s     */
         int64_t runtime_reserve;                              /* bytes       */
+        const char *profile_path;       /* cluster.profile, as written      */
+        const struct Profile *profile;  /* it, read (profile.c); NULL: none */
     } cluster;
 
     /* Which keys the user (or an include, or -D) set, and where. */
@@ -333,6 +335,88 @@ extern const int cluster_ngpus;
 typedef struct NetInfo { const char *name; double bandwidth, latency_us; const char *doc; } NetInfo;
 extern const NetInfo cluster_nets[];
 extern const int cluster_nnets;
+
+/* ---- profile.c: a machine's measured profile (shardc calibrate) -------- */
+enum { PROFILE_CPU, PROFILE_CUDA };
+enum { PROFILE_H2D, PROFILE_D2H, PROFILE_NVME_READ, PROFILE_NVME_WRITE };
+/* The collectives as the profile names them (its "op" of a collective row). */
+enum { PROFILE_ALLREDUCE, PROFILE_ALLGATHER, PROFILE_REDUCE_SCATTER, PROFILE_SENDRECV };
+#define PROFILE_MAX_THREADS 16
+/* A rate on a grid of up to 3 axes (the logarithms of the coordinates and of
+ * the rate), interpolated multilinearly. */
+typedef struct ProfGrid { int nd, n[3]; double *ax[3]; double *v; } ProfGrid;
+/* seconds = alpha + beta · bytes, least squares over `points` measurements. */
+typedef struct ProfFit { double alpha, beta; int points; } ProfFit;
+typedef struct ProfColl { int op; bool inter; int ranks_per_node, group; ProfFit fit; } ProfColl;
+/* The sharing test: seconds of the reference GEMM and elementwise op when
+ * ranks_per_node ranks (each with `threads`) run them at once, and when one
+ * runs them alone while the others wait in MPI. */
+typedef struct ProfShare { int ranks_per_node, threads; double gemm_s, ew_s, alone_gemm_s, alone_ew_s; } ProfShare;
+typedef struct Profile {
+    const char *path, *device;
+    int backend;                /* PROFILE_CPU, PROFILE_CUDA                    */
+    int cores, nodes;           /* the cores a node's ranks share; nodes measured */
+    const char *grid;           /* "full", "quick" or "smoke" (shardc calibrate) */
+    int threads[PROFILE_MAX_THREADS], nthreads;   /* thread counts measured     */
+    /* by (thread index · 2 + dtype) · 2 + pass (fp32 0, bf16 1; fwd 0, bwd 1):
+     * FLOP/s (gemm, attention), bytes/s (ew, pass 0) */
+    ProfGrid gemm[PROFILE_MAX_THREADS * 4], attn[PROFILE_MAX_THREADS * 4], ew[PROFILE_MAX_THREADS * 4];
+    double launch[PROFILE_MAX_THREADS];       /* seconds of an op's fixed cost */
+    double opt_rate[PROFILE_MAX_THREADS];     /* AdamW elements/s              */
+    ProfFit io[4];              /* PROFILE_H2D .. PROFILE_NVME_WRITE            */
+    ProfColl *coll;
+    int ncoll;
+    ProfShare *share;
+    int nshare;
+} Profile;
+/* Reads and checks a profile; NULL on an error (reported at its line and
+ * column in the profile, the spec's key spec_loc named in a note). */
+const Profile *profile_load(const char *path, Loc spec_loc);
+/* Interpolated rates: GEMM FLOP/s of an m×k by k×n product (bwd: srt_matmul_bwd,
+ * 4mnk FLOPs); attention FLOP/s counted as cost.c counts them; bytes/s of a
+ * streaming kernel moving `bytes`.  dtype: enum DType (fp16 reads bf16's rows). */
+double profile_gemm_rate(const Profile *pf, int dtype, bool bwd, double threads, double m, double n, double k);
+double profile_attn_rate(const Profile *pf, int dtype, bool bwd, double threads, double seq, double head_dim);
+double profile_stream_rate(const Profile *pf, int dtype, double threads, double bytes);
+double profile_launch(const Profile *pf, double threads);      /* seconds per op */
+double profile_opt_rate(const Profile *pf, double threads);    /* elements/s     */
+double profile_io_seconds(const Profile *pf, int which, double bytes);
+/* The alpha-beta of a collective (PROFILE_ALLREDUCE ..) over n ranks with w a
+ * node; *scale_a, *scale_b scale it when only another group size was measured.
+ * NULL when the profile has none of that op and span. */
+const ProfFit *profile_coll(const Profile *pf, int op, bool inter, int64_t w, int64_t n, double *scale_a,
+                            double *scale_b);
+/* The slowdown of a rank's GEMMs (gemm) or streaming kernels when w ranks of
+ * `threads` threads share the node's cores (>= 1). */
+double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm);
+/* The threads a rank runs with when w ranks share a node (cores / w, >= 1). */
+int profile_threads(const Profile *pf, int64_t w);
+/* The cluster keys a profile derives (0: it has nothing for that one), for
+ * ranks_per_node ranks on a node: a CPU profile gives a rank its share of the
+ * node's best GEMM rate and streaming bandwidth; a CUDA profile the peak and
+ * HBM bandwidth at which the GPU model (gpu's CostProfile, sim.h) reproduces
+ * its largest GEMM and its streaming rate; both the copy, NVMe and link
+ * bandwidths they measured. */
+typedef struct ProfCluster {
+    double fp32_tflops, bf16_tflops, hbm_bandwidth, host_bandwidth, pcie, nvme;
+    double intra_node, inter_node, network_latency_us;
+} ProfCluster;
+ProfCluster profile_cluster(const Profile *pf, int gpu, int64_t ranks_per_node);
+/* shardc calibrate (calibrate.c), its options parsed by the driver. */
+enum { CALIB_MAX_RANKS = 16 };
+typedef enum CalibGrid { CALIB_FULL, CALIB_QUICK, CALIB_SMOKE } CalibGrid;
+typedef struct CalibOpts {
+    const char *out;                    /* -o PROFILE.json                          */
+    const char *backend;                /* "cpu" or "cuda"                          */
+    const char *runtime;                /* --runtime DIR, or NULL: the build tree   */
+    const char *mpirun, *nvme_dir;      /* the launcher; NULL: $TMPDIR or /tmp      */
+    CalibGrid grid;                     /* --quick, --smoke, or the full grid       */
+    int64_t ranks[CALIB_MAX_RANKS];     /* ranks per node to measure (0: defaults)  */
+    int nranks;
+    int64_t nodes;
+} CalibOpts;
+/* Measures, writes o->out and reads it back; returns the exit code. */
+int calibrate_run(const CalibOpts *o);
 
 /* ---- sema.c: resolve and check ---------------------------------------- */
 /* One -D key.path=value override, parsed as spec text. */

@@ -17,7 +17,11 @@
  *  - collectives spanning rank classes (the tied-embedding all-reduce of the
  *    first and last stage, the global gradient norm) start when every member
  *    has reached them; the members of a tp or dp group share a class, so they
- *    are in step by construction.
+ *    are in step by construction;
+ *  - a backend that runs each op when it is issued (the CPU backend priced
+ *    from a profile, cost_at_issue) also starts a rank's op only after the op
+ *    issued before it, on any stream, has ended — or, for a send or a
+ *    receive, has been posted: those are non-blocking, and sends go eagerly.
  * No op ever waits for a resource other than its stream, so the start of every
  * op is fixed once its dependencies have ended: streams are advanced as far as
  * they can go, a blocked stream is woken when the op it waits for ends, and if
@@ -35,6 +39,7 @@ enum { PENDING, ARRIVED, DONE };
 typedef struct Ctx {
     const Plan *mp;
     bool rendezvous;
+    bool at_issue;              /* the backend runs each op when issued (cost_at_issue) */
     int nc, N;
     int *base;                  /* [nc + 1]: first global op of each class      */
     int *cls_of;                /* [N]                                          */
@@ -341,6 +346,18 @@ static void run_stream(Ctx *x, int sid)
         double r = 0;
         int cause = -1;
         if (pos > first) cause = x->st_ops[pos - 1], r = x->t[cause].end;
+        if (x->at_issue && g > x->base[x->cls_of[g]]) {
+            /* the op issued before it on this rank: ended, or (a send or a
+             * receive) posted, which is all the issuing thread waits for */
+            int pv = g - 1, k = op_of(x, pv)->kind;
+            bool p2p = k == OP_SEND_FWD || k == OP_SEND_BWD || k == OP_RECV_FWD || k == OP_RECV_BWD;
+            if (p2p ? x->state[pv] == PENDING : x->state[pv] != DONE) {
+                block(x, sid, pv);
+                return;
+            }
+            double at = p2p ? x->ready[pv] : x->t[pv].end;
+            if (at > r) r = at, cause = pv;
+        }
         for (int k = x->dep_first[g]; k < x->dep_first[g + 1]; k++) {
             int d = x->deps[k];
             if (x->state[d] != DONE) {
@@ -557,7 +574,9 @@ static void metrics(const Ctx *x, Sim *out)
 const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out)
 {
     memset(out, 0, sizeof *out);
-    Ctx x = {.mp = mp, .rendezvous = !(opts && opts->eager), .nc = mp->mem.nclasses};
+    /* a backend that runs ops at issue posts its sends without waiting */
+    bool at_issue = cost_at_issue(mp->spec);
+    Ctx x = {.mp = mp, .rendezvous = !(opts && opts->eager) && !at_issue, .at_issue = at_issue, .nc = mp->mem.nclasses};
     out->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)(x.nc + 1));
     build_ops(&x);
     build_deps(&x);

@@ -41,12 +41,17 @@ typedef struct CostProfile {
     const char *name;
     double gemm_eff, gemm_dim, attn_eff, hbm_eff, kernel_s;
 } CostProfile;
-/* The profile of the spec's GPU. */
+/* The profile of a GPU (enum GpuProfile), of the spec's GPU. */
+const CostProfile *cost_profile_gpu(int gpu);
 const CostProfile *cost_profile(const Spec *s);
 /* Fraction of peak an M×K by K×N GEMM reaches (the calibrated shape curve). */
 double cost_gemm_eff(const CostProfile *cp, double M, double N, double K);
 /* Fraction of peak of the attention core with head dimension hd. */
 double cost_attn_eff(const CostProfile *cp, double hd);
+/* Whether the spec's backend runs each op when it is issued (the CPU backend
+ * priced from a profile): a rank's ops then follow one another in schedule
+ * order, whatever their streams; sends and receives are only posted. */
+bool cost_at_issue(const Spec *s);
 /* Bytes/s of a group's link: NVLink inside a node, else per_node NICs
  * (cluster.inter_node each), capped by NVLink. */
 double cost_link_bandwidth(const Spec *s, bool cross, int64_t per_node);

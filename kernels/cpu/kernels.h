@@ -10,13 +10,14 @@
  *   parameters alike; the caller zeroes them.  Accumulating is how gradient
  *   accumulation over micro-batches and the two uses of a residual work.
  *   The one exception is the fused cross-entropy, which writes dlogits in
- *   place over the logits (kc_xent_backward).
+ *   place over the logits (kc_xent_backward, kc_head_backward).
  * - Where a backward has several gradient outputs, any of them may be NULL:
  *   that gradient is not computed.
  * - Deterministic: the same inputs give bit-identical outputs whatever
  *   OMP_NUM_THREADS is.  No float reduction depends on the thread count;
  *   every cross-row reduction has a fixed order.
- * - No kernel allocates memory: scratch lives on the stack in small tiles.
+ * - No kernel allocates memory: scratch lives on the stack in small tiles,
+ *   or is the caller's (the fused head's, kc_head_scratch_floats).
  */
 #ifndef SHARDK_CPU_KERNELS_H
 #define SHARDK_CPU_KERNELS_H
@@ -26,7 +27,7 @@
 
 /* ---- matmul.c: linear layers through OpenBLAS --------------------------- */
 /* Makes OpenBLAS single-threaded (the kernels split GEMMs across OpenMP
- * threads themselves, in fixed row chunks).  Called by the matmuls on first
+ * threads themselves, in chunks fixed by the shape).  Called by the matmuls on first
  * use; call it at start-up to keep that out of a timed region. */
 void kc_init(void);
 /* out(N,OC) = inp(N,C) . weight(OC,C)^T + bias(OC); bias may be NULL. */
@@ -53,6 +54,8 @@ void kc_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const f
 /* ---- activation.c: pointwise ops on flat arrays -------------------------- */
 void kc_gelu_forward(float *out, const float *inp, size_t n);      /* tanh approximation */
 void kc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* d := gelu'(inp) * d, in place (a data gradient through the gelu). */
+void kc_gelu_backward_inplace(float *d, const float *inp, size_t n);
 void kc_relu_forward(float *out, const float *inp, size_t n);
 void kc_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 /* out(N,H) = silu(a) * b, where a and b are (N,H) with row stride ld (floats):
@@ -114,6 +117,24 @@ void kc_xent_loss(float *loss, const int32_t *targets, const float *gmax,
  * columns and rows whose target is < 0 get 0. */
 void kc_xent_backward(float *logits, const int32_t *targets, const float *gmax,
                       const float *gsum, float dloss, int N, int Vl, int v0, int V);
+
+/* ---- head.c: the output head fused with the cross-entropy, vocab-parallel */
+/* logits (N,Vl) = inp(N,C) . w(Vl,C)^T hold vocab columns [v0, v0+Vl) of V;
+ * columns >= V are padding.  The phases of crossentropy.c around the GEMMs,
+ * a chunk of the vocabulary at a time (head.c says how). */
+typedef struct KcHeadShape { int N, C, Vl, v0, V; } KcHeadShape;
+/* The floats of scratch either phase needs. */
+size_t kc_head_scratch_floats(KcHeadShape s);
+/* Phase 1: the logits, and kc_xent_partial's three row statistics. */
+void kc_head_forward(float *logits, float *rowmax, float *rowsum, float *tlogit, float *scratch,
+                     const float *inp, const float *w, const int32_t *targets, KcHeadShape s);
+/* Phase 2, with the combined gmax and gsum: logits := dlogits = (softmax -
+ * onehot) * dloss in place (0 on padding and ignored rows), then
+ * dinp(N,C) += dlogits . w and dw(Vl,C) += dlogits^T . inp (either may be
+ * NULL). */
+void kc_head_backward(float *dinp, float *dw, float *logits, float *scratch, const float *inp,
+                      const float *w, const int32_t *targets, const float *gmax, const float *gsum,
+                      float dloss, KcHeadShape s);
 
 /* ---- optim.c: optimizer steps on flat fp32 shards, gradient norm -------- */
 typedef struct KcAdamW {

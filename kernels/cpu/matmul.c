@@ -1,11 +1,20 @@
 /* matmul.c — linear layers: out = inp . W^T + b, through OpenBLAS sgemm.
  *
- * OpenBLAS runs single-threaded; we split each GEMM into row chunks whose
- * boundaries depend only on the shape, and hand chunks to OpenMP threads.
- * Every output element is then computed by one sgemm call whose operands do
- * not depend on the thread count, so results are bit-identical for any
- * OMP_NUM_THREADS, and OpenBLAS's spinning thread pool never competes with
- * OpenMP's for the cores.
+ * OpenBLAS runs single-threaded; each GEMM is split into chunks of the
+ * output whose boundaries depend only on the shape, and the chunks go to
+ * OpenMP threads.  Every output element is then computed by one sgemm call
+ * whose operands do not depend on the thread count, so results are
+ * bit-identical for any OMP_NUM_THREADS, and OpenBLAS's spinning thread pool
+ * never competes with OpenMP's for the cores.
+ *
+ * A chunk re-packs the operand it shares with the other chunks, so the
+ * split runs along the larger output dimension (rows of C when op(A) is the
+ * larger operand, columns when op(B) is), in as few chunks as keep the
+ * threads busy (about one per 2 GFLOP): the shared operand is the smaller
+ * and packed a few times, the large one (a weight, or a layer's activations
+ * at long sequences) once.  Cutting only the rows in pieces of about 256,
+ * as before, re-packed the whole weight for every piece: 13% of a GPT-2
+ * step went to OpenBLAS's packing routines (issue 16).
  */
 #include "kernels.h"
 
@@ -26,38 +35,42 @@ void kc_init(void)
     pthread_once(&kc_init_once, kc_init_blas);
 }
 
-/* Rows per chunk when an M-row GEMM output is split: a pure function of M.
- * About 256 rows (smaller chunks re-pack the other operand too often), an
- * even number of chunks (2 and 4 threads stay balanced), at most 64, and a
- * multiple of 16 rows (the sgemm micro-kernel height). */
-static int kc_chunk_rows(int M)
+/* Chunks of an M x N x K GEMM: one per ~2 GFLOP (every chunk packs the
+ * shared operand again: on one core, the GPT-2 linears at 1024 tokens ran 5
+ * to 10% slower cut in 6 chunks than in 2), an even number (2 and 4 threads
+ * stay balanced), at least 2, at most 64.  A function of the shape alone. */
+static int kc_chunks(int M, int N, int K)
 {
-    int nchunks = (M + 256) / 512 * 2;
-    if (nchunks < 2) nchunks = 2;
-    if (nchunks > 64) nchunks = 64;
-    int rows = (M + nchunks - 1) / nchunks;
-    return (rows + 15) / 16 * 16;
+    double flops = 2.0 * M * N * K;
+    int n = (int)(flops / 2e9 + 0.999);
+    n += n & 1;
+    return n < 2 ? 2 : n > 64 ? 64 : n;
 }
 
-/* C(M,N) = op(A) . op(B) + beta * C, row-major, split over M. */
-static void kc_sgemm_rows(int transa, int transb, int M, int N, int K, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc)
+/* C(M,N) = op(A)(M,K) . op(B)(K,N) + beta * C, row-major, split along the
+ * larger of M and N (see the top of the file). */
+static void kc_sgemm(int transa, int transb, int M, int N, int K, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc)
 {
     kc_init();
     if (M <= 0 || N <= 0) return;
-    int rows = kc_chunk_rows(M);
-    int nchunks = (M + rows - 1) / rows;
+    int rows = M >= N;                          /* split M (rows of C), else N */
+    int D = rows ? M : N, nchunks = kc_chunks(M, N, K);
+    int len = ((D + nchunks - 1) / nchunks + 15) / 16 * 16;   /* whole micro-tiles */
+    nchunks = (D + len - 1) / len;
     /* dynamic: a chunk is the same sgemm call whichever thread takes it, and a
      * core taken by another process then delays one chunk, not half the work */
     #pragma omp parallel for schedule(dynamic, 1)
     for (int c = 0; c < nchunks; c++) {
-        int m0 = c * rows;
-        int m1 = m0 + rows < M ? m0 + rows : M;
-        /* row m of op(A) starts at A + m*lda untransposed, at A + m transposed */
-        const float *a = transa ? A + m0 : A + (size_t)m0 * lda;
+        int d0 = c * len, d1 = d0 + len < D ? d0 + len : D;
+        /* row m of op(A) starts at A + m*lda untransposed, at A + m transposed;
+         * column n of op(B) at B + n untransposed, at B + n*ldb transposed */
+        const float *a = !rows ? A : transa ? A + d0 : A + (size_t)d0 * lda;
+        const float *b = rows ? B : transb ? B + (size_t)d0 * ldb : B + d0;
+        float *cc = rows ? C + (size_t)d0 * ldc : C + d0;
         cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
-                    transb ? CblasTrans : CblasNoTrans, m1 - m0, N, K, 1.0f, a, lda, B, ldb,
-                    beta, C + (size_t)m0 * ldc, ldc);
+                    transb ? CblasTrans : CblasNoTrans, rows ? d1 - d0 : M, rows ? N : d1 - d0, K,
+                    1.0f, a, lda, b, ldb, beta, cc, ldc);
     }
 }
 
@@ -75,7 +88,7 @@ void kc_matmul_forward(float *out, const float *inp, const float *weight,
         }
         beta = 1.0f;
     }
-    kc_sgemm_rows(0, 1, N, OC, C, inp, C, weight, C, beta, out, OC);
+    kc_sgemm(0, 1, N, OC, C, inp, C, weight, C, beta, out, OC);
 }
 
 /* dbias(OC) += sum over rows of dout(N,OC), in row order, in double. */
@@ -102,9 +115,9 @@ void kc_matmul_backward(float *dinp, float *dweight, float *dbias,
                         int N, int C, int OC)
 {
     /* dinp(N,C) += dout(N,OC) . weight(OC,C) */
-    if (dinp) kc_sgemm_rows(0, 0, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+    if (dinp) kc_sgemm(0, 0, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
     /* dweight(OC,C) += dout^T(OC,N) . inp(N,C): the sum over N runs inside
-     * one sgemm call per chunk of OC rows */
-    if (dweight) kc_sgemm_rows(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+     * one sgemm call per chunk */
+    if (dweight) kc_sgemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) kc_bias_backward(dbias, dout, N, OC);
 }

@@ -113,6 +113,9 @@ typedef struct srt_backend {
                       srt_t tokens, int B, int T, int C, int v0, int v1);
     void (*xent_fwd_bwd)(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_t targets,
                          int N, int Vl, int v0, int V, float dloss);
+    void (*head_xent)(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits,
+                      srt_t inp, srt_t w, srt_t targets, int N, int C, int Vl, int v0, int V,
+                      float dloss);
     void (*convert)(srt_ctx *c, srt_stream s, srt_t dst, srt_t src);
     void (*zero)(srt_ctx *c, srt_stream s, srt_t x);
     void (*grad_sumsq)(srt_ctx *c, srt_stream s, srt_t g);

@@ -408,6 +408,20 @@ static bool loop_agree(srt_ctx *c, bool ok)
     return any == 0;
 }
 
+/* What every rank allocated, gathered into the log's last record (rank 0):
+ * its stage, its device and host arenas, and all the runtime's allocations
+ * (the arenas, the backend's scratch, the bounce buffer). */
+static void loop_log_allocated(srt_ctx *c, metrics *m, int64_t step)
+{
+    int64_t w = c->world, *v = calloc((size_t)(4 * w), sizeof *v);
+    if (!v) ctx_fatal(c, 1, "out of host memory");
+    int64_t *me = v + 4 * c->rank;
+    me[0] = c->pp_idx, me[1] = c->dev_bytes, me[2] = c->host_bytes, me[3] = c->alloc_bytes;
+    wd_allreduce(c, v, (int)(4 * w), MPI_LONG_LONG, MPI_SUM, "the ranks' allocations (an all-reduce)");
+    if (m) metrics_allocated(m, step, v, w);
+    free(v);
+}
+
 /* Prints a rank's error (every rank prints its own). */
 static void loop_error(const srt_ctx *c, int64_t rank, const char *msg)
 {
@@ -1011,6 +1025,7 @@ int srt_main(int argc, char **argv, const srt_program *prog)
     }
     if (c->nallocs != allocs0) ctx_die(c, "the loop allocated: %lld arena allocations, %lld at start-up",
                                        (long long)c->nallocs, (long long)allocs0);
+    if (c->mpi) loop_log_allocated(c, m, steps);
     c->trace = NULL;   /* the trace covers the training, not the sampling */
     if (R.o.given[CLI_OPT_sample] && R.o.sample > 0) loop_sample(&R, R.o.sample, steps, tk, m);
     if (m) metrics_close(m);

@@ -143,6 +143,21 @@ void metrics_eval(metrics *m, int64_t step, double val_loss)
     }
 }
 
+/* Every rank's allocations into the log. */
+void metrics_allocated(metrics *m, int64_t step, const int64_t *v, int64_t world)
+{
+    static const char *const names[] = {"stage", "device_arena", "host_arena", "total"};
+    if (!m->log) return;
+    fprintf(m->log, "{\"step\":%lld,\"allocated\":{", (long long)step);
+    for (int k = 0; k < 4; k++) {
+        fprintf(m->log, "%s\"%s\":[", k ? "," : "", names[k]);
+        for (int64_t r = 0; r < world; r++) fprintf(m->log, "%s%lld", r ? "," : "", (long long)v[4 * r + k]);
+        fputc(']', m->log);
+    }
+    fputs("}}\n", m->log);
+    fflush(m->log);
+}
+
 /* The sample's token ids into the log. */
 void metrics_sample(metrics *m, int64_t step, const int32_t *ids, int64_t n)
 {

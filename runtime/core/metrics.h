@@ -8,8 +8,9 @@
  * step, flushed at once so a crash leaves whole lines:
  *   {"step":12,"loss":3.4521,"lr":0.0006,"grad_norm":1.23,"tokens_per_s":12345.6,
  *    "mfu":0.123,"arena_bytes":1234567,"step_ms":41.5}
- * one per evaluation: {"step":100,"val_loss":3.21}, and one for --sample's
- * tokens: {"step":100,"sample":[198,464,...]}.  Non-finite numbers are
+ * one per evaluation: {"step":100,"val_loss":3.21}, one for --sample's
+ * tokens: {"step":100,"sample":[198,464,...]}, and after the last step what
+ * every rank allocated (metrics_allocated).  Non-finite numbers are
  * written as null (JSON has no NaN).
  *
  * The trace: per op begin/end timestamps recorded by the runtime into a
@@ -51,6 +52,12 @@ void metrics_step(metrics *m, int64_t step, double loss, double lr, double grad_
 /* fp16: the loss scale the next metrics_step was taken with, and whether it
  * was skipped (an overflow); both go into its line and its JSONL record. */
 void metrics_note_scale(metrics *m, double scale, bool skipped);
+/* Logs what each of the world's ranks allocated (the JSONL log only), four
+ * numbers a rank in v: its pipeline stage, its device arena, its host arena
+ * and all its allocations, in bytes:
+ *   {"step":N,"allocated":{"stage":[..],"device_arena":[..],"host_arena":[..],"total":[..]}}
+ * one element per rank. */
+void metrics_allocated(metrics *m, int64_t step, const int64_t *v, int64_t world);
 /* Reports an evaluation's loss. */
 void metrics_eval(metrics *m, int64_t step, double val_loss);
 /* Logs the n token ids of a sample (the JSONL log only). */

@@ -535,6 +535,25 @@ void srt_xent_fwd_bwd(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_
     RUN(xent_fwd_bwd, losses, logits, targets, N, Vl, v0, V, dloss);
 }
 
+/* The head's logits, losses and (when asked) gradients in one op. */
+void srt_head_xent(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits,
+                   srt_t inp, srt_t w, srt_t targets, int N, int C, int Vl, int v0, int V,
+                   float dloss)
+{
+    ops_frame f = ops_begin(c, SRT_OP_head_xent, s);
+    ops_dim(f, "N", N, true), ops_dim(f, "C", C, false), ops_dim(f, "Vl", Vl, false);
+    ops_dim(f, "v0", v0, true), ops_dim(f, "V", V, false);
+    if (c->gsize[SRT_TP] > 1) ops_group(f, SRT_TP);
+    TOKENS("targets", targets, N);
+    IN("inp", inp, (int64_t)N * C);
+    IN("w", w, (int64_t)Vl * C);
+    OUT("logits", logits, (int64_t)N * Vl);
+    OUT("losses", losses, N);
+    ACC_OPT("dinp", dinp, (int64_t)N * C);
+    ACC_OPT("dw", dw, (int64_t)Vl * C);
+    RUN(head_xent, losses, dinp, dw, logits, inp, w, targets, N, C, Vl, v0, V, dloss);
+}
+
 /* dst = src in dst's dtype. */
 void srt_convert(srt_ctx *c, srt_stream s, srt_t dst, srt_t src)
 {

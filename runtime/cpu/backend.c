@@ -155,8 +155,10 @@ static int64_t cpu_max(int64_t a, int64_t b) { return a > b ? a : b; }
  *  - rope backward: dx and its copy; swiglu backward: a, b, da, db, dout;
  *  - layer norms: inp, dinp, dout (N x C) and three vectors;
  *  - the cross entropy: its logits (N x vocab/tp) and 3·N·(2·tp + 2) row
- *    statistics (the only part an fp32 program needs, with the rope copy
- *    and the optimizer's chunks);
+ *    statistics (the only part an fp32 program needs, with the rope copy,
+ *    the optimizer's chunks and the fused head's);
+ *  - the fused fp32 head, on the stage that has it (a parameter of layer
+ *    `layers`: the final norm): those statistics and kc_head_scratch_floats;
  *  - elementwise ops: four chunks of CPU_CHUNK. */
 int64_t cpu_scratch_floats(const srt_program *p, const srt_class *cls)
 {
@@ -168,6 +170,12 @@ int64_t cpu_scratch_floats(const srt_program *p, const srt_class *cls)
     int64_t rows_stats = 3 * N * (2 * tp + 2);
     int64_t need = cpu_max(4 * (int64_t)CPU_CHUNK, rows_stats + 64);
     need = cpu_max(need, 2 * N * wqkv + 64);                          /* rope backward */
+    bool head = false;
+    for (int i = 0; i < cls->nparams; i++) head |= cls->params[i].layer == p->layers;
+    if (head) {
+        KcHeadShape sh = { (int)N, (int)C, (int)Vl, 0, (int)Vl };
+        need = cpu_max(need, rows_stats + (int64_t)kc_head_scratch_floats(sh) + 5 * 16);
+    }
     if (p->dtype == SRT_F32) return need;
     int64_t pmax = 0;
     for (int i = 0; i < cls->nparams; i++) {
@@ -196,6 +204,7 @@ static void cpu_init(srt_ctx *c)
     st->scratch_n = cpu_scratch_floats(c->prog, c->cls);
     st->scratch = ctx_alloc(c, st->scratch_n * 4, "the fp32 scratch of bf16 emulation");
     cpu_comm_init(c);
+    cpu_threads_init(c);
     cpu_io_init(c);
 }
 

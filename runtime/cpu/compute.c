@@ -73,25 +73,16 @@ void cpu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t i
     cpu_gelu_fwd(c, s, o, p);
 }
 
-enum { CPU_DGELU_BLOCK = 4096 };   /* elements of dout copied aside per kc_gelu_backward call */
-
 /* One chunk of the in-place GELU derivative: a[0] (dpre, holding dout·w)
- * becomes 0 + gelu'(pre)·dout·w, through kc_gelu_backward as gelu_bwd into a
- * zeroed gradient computes it. */
+ * becomes gelu'(pre)·dout·w. */
 static void cpu_dgelu_ew(cpu_arg *a, int64_t n, void *ud)
 {
-    float d[CPU_DGELU_BLOCK];
-    for (int64_t o = 0; o < n; o += CPU_DGELU_BLOCK) {
-        size_t len = (size_t)(n - o < CPU_DGELU_BLOCK ? n - o : CPU_DGELU_BLOCK);
-        memcpy(d, a[0].f + o, len * sizeof(float));
-        memset(a[0].f + o, 0, len * sizeof(float));
-        kc_gelu_backward(a[0].f + o, a[1].f + o, d, len);
-    }
+    kc_gelu_backward_inplace(a[0].f, a[1].f, (size_t)n);
 }
 
 /* The fused data gradient through GELU as the unfused sequence: zero dpre,
  * dpre += dout·w (matmul_bwd's dinp, rounded to dpre's dtype as that
- * temporary would be), dpre = 0 + gelu'(pre)·dpre in place, then the bias
+ * temporary would be), dpre = gelu'(pre)·dpre in place, then the bias
  * gradient as the next matmul_bwd would sum it from dpre. */
 void cpu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
                           srt_t w, srt_t pre, int N, int C, int OC)
@@ -316,34 +307,72 @@ void cpu_embed_bwd(srt_ctx *c, srt_stream s, srt_t dwte, srt_t dwpe, srt_t dout,
     cpu_unstage(c);
 }
 
-/* Phase 1 on the local vocabulary slice; across tp the three row statistics
- * of every member are all-gathered and combined in member order by the same
- * kc_xent_combine a single process uses for R partials, so every member gets
- * bit-identical max, sum and target logit; then phase 2. */
+/* The global row max, sum and target logit g[3][N] from this rank's
+ * partials part[3][N]: across tp the three statistics of every member are
+ * all-gathered and combined in member order by the same kc_xent_combine a
+ * single process uses for R partials, so every member gets bit-identical
+ * values.  Scratch from cpu_tmp. */
+static void cpu_xent_global(srt_ctx *c, float *g, const float *part, int N)
+{
+    int64_t R = c->gsize[SRT_TP];
+    if (R == 1) {
+        kc_xent_combine(g, g + N, g + 2 * N, part, part + N, part + 2 * N, 1, N);
+        return;
+    }
+    float *all = cpu_tmp(c, "xent", 3 * R * N);              /* [R][3][N] */
+    float *by = cpu_tmp(c, "xent", 3 * R * N);               /* [3][R][N] */
+    cpu_allgather_f32(c, SRT_TP, all, part, 3 * (int64_t)N);
+    for (int64_t r = 0; r < R; r++)
+        for (int k = 0; k < 3; k++)
+            memcpy(by + ((int64_t)k * R + r) * N, all + (r * 3 + k) * N, (size_t)N * 4);
+    kc_xent_combine(g, g + N, g + 2 * N, by, by + R * N, by + 2 * R * N, (int)R, N);
+}
+
+/* Phase 1 on the local vocabulary slice, the global statistics, phase 2. */
 void cpu_xent_fwd_bwd(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_t targets,
                       int N, int Vl, int v0, int V, float dloss)
 {
     cpu_arg a[] = { A(losses, N, CPU_W), A(logits, (int64_t)N * Vl, CPU_RW) };
     cpu_stage(c, "xent_fwd_bwd", a, NARGS(a));
     const int32_t *tg = targets.p;
-    int64_t R = c->gsize[SRT_TP];
     float *part = cpu_tmp(c, "xent_fwd_bwd", 3 * (int64_t)N);            /* [3][N] */
     float *g = cpu_tmp(c, "xent_fwd_bwd", 3 * (int64_t)N);               /* gmax, gsum, gtlogit */
     kc_xent_partial(part, part + N, part + 2 * N, a[1].f, tg, N, Vl, v0, V);
-    if (R == 1) {
-        kc_xent_combine(g, g + N, g + 2 * N, part, part + N, part + 2 * N, 1, N);
-    } else {
-        float *all = cpu_tmp(c, "xent_fwd_bwd", 3 * R * N);              /* [R][3][N] */
-        float *by = cpu_tmp(c, "xent_fwd_bwd", 3 * R * N);               /* [3][R][N] */
-        cpu_allgather_f32(c, SRT_TP, all, part, 3 * (int64_t)N);
-        for (int64_t r = 0; r < R; r++)
-            for (int k = 0; k < 3; k++)
-                memcpy(by + ((int64_t)k * R + r) * N, all + (r * 3 + k) * N, (size_t)N * 4);
-        kc_xent_combine(g, g + N, g + 2 * N, by, by + R * N, by + 2 * R * N, (int)R, N);
-    }
+    cpu_xent_global(c, g, part, N);
     kc_xent_loss(a[0].f, tg, g, g + N, g + 2 * N, N);
     kc_xent_backward(a[1].f, tg, g, g + N, dloss, N, Vl, v0, V);
     cpu_unstage(c);
+}
+
+/* The fused head: kc_head_forward, the global statistics, the losses and
+ * kc_head_backward, the logits never leaving the kernels' chunks between
+ * them (kernels/cpu/head.c).  16-bit operands take the three ops in turn
+ * instead, so that the logits and their gradient are rounded where a
+ * 16-bit store rounds them, as on a GPU. */
+void cpu_head_xent(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits,
+                   srt_t inp, srt_t w, srt_t targets, int N, int C, int Vl, int v0, int V,
+                   float dloss)
+{
+    srt_t none = { NULL, 0, SRT_F32 }, t[] = { dinp, dw, logits, inp, w };
+    bool f32 = true;
+    for (int i = 0; i < 5; i++) f32 &= !t[i].p || t[i].dt == SRT_F32;
+    if (!f32) {
+        cpu_matmul_fwd(c, s, logits, inp, w, none, N, C, Vl);
+        cpu_xent_fwd_bwd(c, s, losses, logits, targets, N, Vl, v0, V, dloss);
+        if (dinp.p || dw.p) cpu_matmul_bwd(c, s, dinp, dw, none, logits, inp, w, N, C, Vl);
+        return;
+    }
+    cpu_stage(c, "head_xent", NULL, 0);
+    KcHeadShape sh = { N, C, Vl, v0, V };
+    const int32_t *tg = targets.p;
+    float *part = cpu_tmp(c, "head_xent", 3 * (int64_t)N);              /* [3][N] */
+    float *g = cpu_tmp(c, "head_xent", 3 * (int64_t)N);                 /* gmax, gsum, gtlogit */
+    float *scratch = cpu_tmp(c, "head_xent", (int64_t)kc_head_scratch_floats(sh));
+    kc_head_forward(logits.p, part, part + N, part + 2 * N, scratch, inp.p, w.p, tg, sh);
+    cpu_xent_global(c, g, part, N);
+    kc_xent_loss(losses.p, tg, g, g + N, g + 2 * N, N);
+    if (dinp.p || dw.p)
+        kc_head_backward(dinp.p, dw.p, logits.p, scratch, inp.p, w.p, tg, g, g + N, dloss, sh);
 }
 
 /* ---- casts and zeroing -------------------------------------------------------------------------- */
@@ -371,8 +400,16 @@ void cpu_convert(srt_ctx *c, srt_stream s, srt_t dst, srt_t src)
     cpu_elementwise(c, "convert", a, NARGS(a), dst.n, cpu_convert_ew, NULL);
 }
 
-/* memset: zero bits are 0 in every dtype. */
+/* memset (zero bits are 0 in every dtype), by all threads for the large
+ * gradient buffers: one core alone does not reach the memory's bandwidth. */
 void cpu_zero(srt_ctx *c, srt_stream s, srt_t x)
 {
-    memset(x.p, 0, (size_t)(x.n * ops_dtype_size(x.dt)));   /* zero bits are 0 in every dtype */
+    enum { PIECE = 1 << 20 };   /* bytes per thread's piece */
+    size_t bytes = (size_t)(x.n * ops_dtype_size(x.dt)), pieces = (bytes + PIECE - 1) / PIECE;
+    if (pieces < 4) { memset(x.p, 0, bytes); return; }
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < pieces; i++) {
+        size_t o = i * PIECE;
+        memset((uint8_t *)x.p + o, 0, bytes - o < PIECE ? bytes - o : PIECE);
+    }
 }

@@ -147,6 +147,9 @@ void cpu_embed_bwd(srt_ctx *c, srt_stream s, srt_t dwte, srt_t dwpe, srt_t dout,
                    int B, int T, int C, int v0, int v1);
 void cpu_xent_fwd_bwd(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_t targets,
                       int N, int Vl, int v0, int V, float dloss);
+void cpu_head_xent(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits,
+                   srt_t inp, srt_t w, srt_t targets, int N, int C, int Vl, int v0, int V,
+                   float dloss);
 void cpu_convert(srt_ctx *c, srt_stream s, srt_t dst, srt_t src);
 void cpu_zero(srt_ctx *c, srt_stream s, srt_t x);
 
@@ -175,6 +178,12 @@ void cpu_recv(srt_ctx *c, srt_stream s, srt_t x, int64_t peer);
 /* The raw forms, on fp32 arrays, for ops that reduce inside (xent, the norm). */
 void cpu_allgather_f32(srt_ctx *c, srt_group g, float *out, const float *in, int64_t n);
 void cpu_allreduce_u64(srt_ctx *c, srt_group g, uint64_t *x, int64_t n);
+
+/* ---- threads.c: OpenMP threads from the CPU affinity (threads.h) ----------------------- */
+/* Sets this rank's OpenMP threads (OMP_NUM_THREADS, else its share of the
+ * node's CPUs) and prints one line when the node's ranks leave CPUs idle or
+ * share them.  Collective over the world (the node's ranks compare). */
+void cpu_threads_init(srt_ctx *c);
 
 /* ---- io.c: host copies and NVMe ------------------------------------------------------- */
 void cpu_io_init(srt_ctx *c);

@@ -6,7 +6,8 @@
  * order-free, so the norm and the clipping scale are bit-identical in every
  * layout.  The step: torch.optim's AdamW, Adam (L2 weight decay added to the
  * gradient) or SGD, on fp32 master weights, streamed in chunks of CPU_CHUNK
- * so that 16-bit gradients and working copies go through a bounded scratch.
+ * so that 16-bit gradients and working copies go through a bounded scratch
+ * (all-fp32 ranges in one call).
  */
 #include "cpu.h"
 
@@ -82,8 +83,15 @@ void cpu_optimizer_step(srt_ctx *c, srt_stream s, srt_t params, srt_t master, sr
     if (c->overflow) return;   /* a non-finite norm: the step is skipped (fp16 loss scaling) */
     if (params.p == master.p) params.p = NULL;
     int64_t n = master.n;
-    for (int64_t o = 0; o < n; o += CPU_CHUNK) {
-        int64_t len = n - o < CPU_CHUNK ? n - o : CPU_CHUNK;
+    /* fp32 operands need no staging: one kernel call over the whole range
+     * (one parallel loop, not one per chunk); Adam's decayed gradient needs
+     * scratch of the chunk's size */
+    srt_t t0[5] = { params, master, grads, m, v };
+    bool all32 = !(c->prog->optimizer == 1 && decay && c->prog->weight_decay != 0.0);
+    for (int i = 0; i < 5; i++) all32 &= !t0[i].p || t0[i].dt == SRT_F32;
+    int64_t chunk = all32 ? n : CPU_CHUNK;
+    for (int64_t o = 0; o < n; o += chunk) {
+        int64_t len = n - o < chunk ? n - o : chunk;
         srt_t t[5] = { params, master, grads, m, v };
         cpu_arg a[5];
         for (int i = 0; i < 5; i++) {

@@ -208,6 +208,20 @@ void cu_xent_fwd_bwd(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_t
           "xent_fwd_bwd: backward");
 }
 
+/* The fused head as its three ops on s: the logits GEMM, the cross-entropy
+ * (the logits overwritten with their gradient) and, when a gradient is
+ * asked for, the two backward GEMMs.  cuBLASLt plans their shapes at
+ * start-up (the emitter declares a head_xent's GEMMs as those of the
+ * matmul ops). */
+void cu_head_xent(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits, srt_t inp, srt_t w,
+                  srt_t targets, int N, int C, int Vl, int v0, int V, float dloss)
+{
+    srt_t none = { NULL, 0, SRT_F32 };
+    cu_matmul_fwd(c, s, logits, inp, w, none, N, C, Vl);
+    cu_xent_fwd_bwd(c, s, losses, logits, targets, N, Vl, v0, V, dloss);
+    if (dinp.p || dw.p) cu_matmul_bwd(c, s, dinp, dw, none, logits, inp, w, N, C, Vl);
+}
+
 /* ---- casts and zeroing ------------------------------------------------------------------------ */
 
 void cu_convert(srt_ctx *c, srt_stream s, srt_t dst, srt_t src)

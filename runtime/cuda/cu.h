@@ -202,6 +202,8 @@ void cu_embed_bwd(srt_ctx *c, srt_stream s, srt_t dwte, srt_t dwpe, srt_t dout, 
                   int B, int T, int C, int v0, int v1);
 void cu_xent_fwd_bwd(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_t targets,
                      int N, int Vl, int v0, int V, float dloss);
+void cu_head_xent(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits, srt_t inp, srt_t w,
+                  srt_t targets, int N, int C, int Vl, int v0, int V, float dloss);
 void cu_convert(srt_ctx *c, srt_stream s, srt_t dst, srt_t src);
 void cu_zero(srt_ctx *c, srt_stream s, srt_t x);
 /* Scratch of the compute kernels (allocated at init). */

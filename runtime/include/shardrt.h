@@ -294,6 +294,18 @@ void srt_embed_bwd(srt_ctx *c, srt_stream s, srt_t dwte, srt_t dwpe, srt_t dout,
  * its own max and sum all-reduces on stream s). */
 void srt_xent_fwd_bwd(srt_ctx *c, srt_stream s, srt_t losses, srt_t logits, srt_t targets,
                       int N, int Vl, int v0, int V, float dloss);
+/* The output head fused with the cross-entropy over this rank's vocab
+ * columns [v0, v0+Vl) of V (the TP group's slices, as srt_xent_fwd_bwd):
+ * logits(N,Vl) = inp(N,C) · w(Vl,C)^T, losses(N) fp32, then dinp(N,C) +=
+ * dlogits·w and dw(Vl,C) += dlogits^T·inp with dlogits = dloss · (softmax −
+ * onehot), which end in logits; with neither dinp.p nor dw.p (evaluation)
+ * only the losses, the logits buffer then being workspace.  The same
+ * results as srt_matmul_fwd, srt_xent_fwd_bwd and srt_matmul_bwd in turn,
+ * but a backend may work a piece of the vocabulary at a time, so the logits
+ * need not go through memory between the three. */
+void srt_head_xent(srt_ctx *c, srt_stream s, srt_t losses, srt_t dinp, srt_t dw, srt_t logits,
+                   srt_t inp, srt_t w, srt_t targets, int N, int C, int Vl, int v0, int V,
+                   float dloss);
 /* dst = src with a dtype conversion (same n); casts and plain copies. */
 void srt_convert(srt_ctx *c, srt_stream s, srt_t dst, srt_t src);
 /* Zeroes a view. */
@@ -364,6 +376,7 @@ void srt_nvme_write(srt_ctx *c, srt_stream s, srt_t src, int64_t offset);
     SRT_OP(embed_fwd, 9, SRT_KIND_COMPUTE)               \
     SRT_OP(embed_bwd, 9, SRT_KIND_COMPUTE)               \
     SRT_OP(xent_fwd_bwd, 8, SRT_KIND_COMPUTE)            \
+    SRT_OP(head_xent, 13, SRT_KIND_COMPUTE)              \
     SRT_OP(convert, 2, SRT_KIND_COMPUTE)                 \
     SRT_OP(zero, 1, SRT_KIND_COMPUTE)                    \
     SRT_OP(grad_sumsq, 1, SRT_KIND_COMPUTE)              \

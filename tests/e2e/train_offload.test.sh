@@ -10,9 +10,9 @@
 # bf16 with all three, and pp 2 · dp 2 with all three — every step's loss within
 # 1e-5 relative (bit for bit is expected; the worst difference is printed) and
 # the exported weights within 1e-5; with the parameters offloaded the validation
-# losses (every 2 steps) too, bit for bit; bf16 at bf16 tolerance (1e-4, weights 1e-2):
-# the host accumulates the microbatches' bf16 gradients in fp32 (as DeepSpeed's
-# CPU optimizer does), the device in bf16.  Then checkpoints across offload: 2 steps
+# losses (every 2 steps) too, bit for bit; bf16 at bf16 tolerance (losses 1e-4, weights
+# 1e-2, gradient norms 2e-3 as in train_bf16_3d): the host accumulates the microbatches'
+# bf16 gradients in fp32 (as DeepSpeed's CPU optimizer does), the device in bf16.  Then checkpoints across offload: 2 steps
 # with the optimizer on NVMe resumed without offload; 2 steps without resumed
 # with a partial offload, and with the parameters and the optimizer on NVMe:
 # steps 3-4 equal the reference's.  The test prints which path the NVMe swap
@@ -79,7 +79,7 @@ run pnvme -D "$NVPAR" -D "$NVOPT" && train_check ref pnvme 1e-5 1e-5 "parameters
 run half -D offload.optimizer=cpu -D offload.optimizer.ratio=0.5 && train_check ref half 1e-5 1e-5 "optimizer ratio 0.5"
 run bref -D precision.dtype=bf16 &&
     run bhalf -D precision.dtype=bf16 -D offload.params=cpu -D "$NVOPT" -D offload.optimizer.ratio=0.5 &&
-    train_check bref bhalf 1e-4 1e-2 "bf16, parameters on the host, optimizer ratio 0.5 on NVMe"
+    train_check bref bhalf 1e-4 1e-2 "bf16, parameters on the host, optimizer ratio 0.5 on NVMe" 2e-3
 # one dp rank (ZeRO-Infinity on one GPU): each unit fetched from the host or
 # NVMe shard, the persistent parameters copied to the device after each step
 # one NAME [-D ...]: dp 1 ZeRO-3 with the -D; train_layout (4 steps, checkpoint, export)

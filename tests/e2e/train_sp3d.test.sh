@@ -8,12 +8,18 @@
 # forward kept), tp 2 + SP with full checkpointing (Llama: SwiGLU's tensors in
 # the forward's scratch, which shares space by lifetime), and tp 2 · pp 2 · dp 2 + SP + selective (Llama, 8 ranks):
 # every step's loss within 1e-5 relative, the final weights (shardc export)
-# within 1e-5.  The race checker is on.
+# within 1e-5.  The race checker is on.  AdamW's eps is 1e-6 here, not 1e-8:
+# the GPT at 4 layers has a weight (h.2.mlp.c_proj[47, 9]) whose gradient is
+# a rounding residue of about 1e-8, and at step 1 AdamW moves it by
+# lr·g/(|g| + eps), which for |g| ~ eps turns a last-bit difference between
+# layouts into 1e-5 of weight (the layouts' other weights differ by 1e-6 or
+# less); an eps above the gradients' rounding noise keeps the comparison a
+# test of the layouts, not of that one residue.
 set -u
 . "$(dirname "$0")/train_lib.sh"
 fail=0
 # run SPEC NAME TP PP DP [-D ...]: train_3d at 4 layers (4 steps, checkpoint, export)
-run() { train_3d "$2" "$1" "$3" "$4" "$5" -D model.layers=4 "${@:6}"; }
+run() { train_3d "$2" "$1" "$3" "$4" "$5" -D model.layers=4 -D train.optimizer.eps=1e-6 "${@:6}"; }
 # check FAMILY NAME: losses and weights of NAME against FAMILY's reference
 check() { train_check "$1-ref" "$2" 1e-5 1e-5 "$2"; }
 SP=(-D parallel.sequence_parallel=on)

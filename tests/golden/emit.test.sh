@@ -203,7 +203,7 @@ fi
 "$SHARDC" build "$SRC/specs/tiny-gpt.tspec" -o "$T/tiny_train" 2> "$T/tiny.err" &&
     timeout 120 mpirun -np 4 "$T/tiny_train" --data "$DATA" --steps 8 --log "$T/tiny.jsonl" > /dev/null 2>> "$T/tiny.err" ||
     { echo "FAIL: the tiny-gpt trainer"; tail -5 "$T/tiny.err"; exit 1; }
-sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/step \1 loss \2 norm \3/' "$T/tiny.jsonl" > "$T/real.out"
+grep '"loss"' "$T/tiny.jsonl" | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/step \1 loss \2 norm \3/' > "$T/real.out"
 head -n 8 "$T/d4z3.out" > "$T/d4z3.steps"
 paste "$T/d4z3.steps" "$T/real.out" | awk '
     function num(x) { return x ~ /^-?[0-9][0-9.]*(e[-+]?[0-9]+)?$/ }   # not "nan", "inf", "null"

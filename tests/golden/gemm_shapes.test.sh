@@ -9,7 +9,9 @@
 # generated C is compiled warning-free and read: every srt_matmul_* call's
 # N, C, OC arguments and its optional operands give the shapes it needs
 # (fwd: with and/or without a bias; bwd: dinp -> data GEMM, dw -> weight
-# GEMM), and the gemm_shapes table must hold exactly those.  The check is on
+# GEMM; the fused head srt_head_xent: its forward GEMM, and the backward ones
+# of the gradients it is given), and the gemm_shapes table must hold exactly
+# those.  The check is on
 # the text of the calls, not on a run: it sees every path the code has (eval,
 # recompute, every pipeline stage's class, sequence parallelism), also the
 # ones a short run never takes, and any call written outside rt_call; the
@@ -57,7 +59,7 @@ def variants(b):
 
 src = open(sys.argv[1]).read()
 need = set()
-for m in re.finditer(r"\bsrt_(matmul\w*)\s*\(", src):
+for m in re.finditer(r"\bsrt_(matmul\w*|head_xent)\s*\(", src):
     op, a = m.group(1), call_args(src, m.end() - 1)[2:]   # after (c, stream
     if op == "matmul_fwd":
         need |= {("SRT_GEMM_FWD", a[4], a[5], a[6], b) for b in variants(a[3])}
@@ -68,6 +70,10 @@ for m in re.finditer(r"\bsrt_(matmul\w*)\s*\(", src):
     elif op == "matmul_bwd":
         if a[0] != "NONE": need.add(("SRT_GEMM_BWD_DATA", a[6], a[7], a[8], False))
         if a[1] != "NONE": need.add(("SRT_GEMM_BWD_WEIGHT", a[6], a[7], a[8], False))
+    elif op == "head_xent":   # the head's matmul_fwd, and its matmul_bwd's GEMMs
+        need.add(("SRT_GEMM_FWD", a[7], a[8], a[9], False))
+        if a[1] != "NONE": need.add(("SRT_GEMM_BWD_DATA", a[7], a[8], a[9], False))
+        if a[2] != "NONE": need.add(("SRT_GEMM_BWD_WEIGHT", a[7], a[8], a[9], False))
     else:
         print(f"  srt_{op}: a GEMM op this checker does not know"); sys.exit(1)
 have = set()

@@ -161,6 +161,20 @@ def case_xent(a):
     compare("xent", "dlogits", load("xent", "dlogits"), logits.grad)
 
 
+def case_head(a):
+    """The fused head: logits = inp w^T over the V real rows of w, the mean
+    cross-entropy (target -1 ignored); the gradients of inp and of w, whose
+    padding rows get none."""
+    N, C, V, Vp = a["N"], a["C"], a["V"], a["Vp"]
+    tgt = load("head", "targets", np.int32).long()
+    inp, w = leaf(load("head", "inp", shape=(N, C))), leaf(load("head", "w", shape=(Vp, C)))
+    losses = F.cross_entropy(inp @ w[:V].t(), tgt, ignore_index=-1, reduction="none")
+    losses.sum().div((tgt >= 0).sum()).backward()
+    compare("head", "loss", load("head", "loss"), losses)
+    compare("head", "dinp", load("head", "dinp"), inp.grad)
+    compare("head", "dw", load("head", "dw"), w.grad)
+
+
 def case_adamw(a):
     """torch.optim.AdamW, two param groups: decay on [0,split), none after."""
     n, split, steps = a["n"], a["split"], a["steps"]
@@ -233,6 +247,7 @@ HANDLERS = {
     "rope": case_rope,
     "embedding": case_embedding,
     "xent": case_xent,
+    "head": case_head,
     "adamw": case_adamw,
     "sgd": lambda a: case_sgd("sgd", a),
     "sgd_nesterov": lambda a: case_sgd("sgd_nesterov", a),

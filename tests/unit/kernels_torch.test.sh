@@ -20,7 +20,7 @@ for c in "${2:-.}/tests/test_kernels_cpu"; do
 done
 if [ -z "$bin" ]; then
     src=tests/unit/test_kernels_cpu.c
-    ${CC:-cc} -std=gnu11 -O2 -fopenmp -fno-math-errno -Ikernels/cpu "$src" kernels/cpu/*.c \
+    ${CC:-cc} -std=gnu11 -O2 -fopenmp -fno-math-errno -fno-trapping-math -Ikernels/cpu "$src" kernels/cpu/*.c \
         -o "$tmp/kernels_test" -lopenblas -lm
     bin=$tmp/kernels_test
 fi

@@ -96,17 +96,25 @@ static void test_jsonl(void)
     if (f) fclose(f);
     CHECK_EQ(steps, 12);
     CHECK_EQ(evals, 1);
-    /* a resumed run appends */
+    /* a resumed run appends; the allocations of two ranks, one a stage */
     metrics_cfg cfg = {stderr, METRICS_TTY_OFF, path, true, 13, 1000, 1, 0, 0};
     char err[256];
     metrics *m = metrics_open(&cfg, err, sizeof err);
     CHECK(m != NULL);
+    const int64_t v[8] = {0, 4096, 0, 9000, 1, 8192, 512, 12000};
+    if (m) metrics_allocated(m, 13, v, 2);
     metrics_close(m);
+    f = fopen(path, "r");
+    char last[1024] = "";
+    while (f && fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+    if (f) fclose(f);
+    CHECK_STR(last, "{\"step\":13,\"allocated\":{\"stage\":[0,1],\"device_arena\":[4096,8192],\"host_arena\":[0,512],"
+                    "\"total\":[9000,12000]}}\n");
     f = fopen(path, "r");
     int lines = 0;
     while (f && fgets(line, sizeof line, f)) lines++;
     if (f) fclose(f);
-    CHECK_EQ(lines, 13);
+    CHECK_EQ(lines, 14);
     unlink(path);
     cfg.jsonl = "/nonexistent/dir/log.jsonl";
     CHECK(metrics_open(&cfg, err, sizeof err) == NULL);

@@ -273,7 +273,7 @@ static void test_tp(void)
     CHECK(strstr(src, "srt_all_reduce(c, a->st, SRT_TP, DV(a->out, a->n, a->grad ? GDT : WDT), SRT_SUM);") != NULL);
     CHECK(strstr(src, "bool tp0 = srt_group_rank(c, SRT_TP) == 0;") != NULL);
     CHECK(strstr(src, "int v0 = (int)srt_group_rank(c, SRT_TP) * VP;") != NULL);
-    CHECK(strstr(src, "N, VP, (int)srt_group_rank(c, SRT_TP) * VP, V, DLOSS);") != NULL);
+    CHECK(strstr(src, "N, C, VP, (int)srt_group_rank(c, SRT_TP) * VP, V, DLOSS);") != NULL);
     /* the straight-line form has the same tables, and says what each call serves */
     char *flat = emit_of(llama, NULL, 0, false);
     CHECK(same_tables(src, flat));

@@ -558,6 +558,140 @@ static void test_xent(void)
     check(e3 < 1e-6 && isinf(m3[12]) && s3[12] == 0.0f, "xent: a shard of padding only", e3, 1e-6);
 }
 
+/* ---- the fused head ------------------------------------------------------ */
+/* The unfused head of the same shard: matmul, cross-entropy phases with the
+ * tp protocol left to the caller (gmax, gsum given), matmul backward. */
+typedef struct HeadRun { float *logits, *rowmax, *rowsum, *tlogit, *scratch, *dinp, *dw; } HeadRun;
+
+/* A HeadRun's buffers for shape s, dinp and dw holding `init` (N,C) / (Vl,C). */
+static HeadRun head_alloc(KcHeadShape s, const float *dinp0, const float *dw0)
+{
+    HeadRun h = {zeros((size_t)s.N * s.Vl), zeros(s.N), zeros(s.N), zeros(s.N),
+                 zeros(kc_head_scratch_floats(s)), copy_of(dinp0, (size_t)s.N * s.C),
+                 copy_of(dw0, (size_t)s.Vl * s.C)};
+    return h;
+}
+
+/* max |a - b| / max(max |b|, floor). */
+static double rel_err(const float *a, const float *b, size_t n, double floor)
+{
+    double e = 0, m = floor;
+    for (size_t i = 0; i < n; i++) e = fmax(e, fabs((double)a[i] - b[i])), m = fmax(m, fabs(b[i]));
+    return e / m;
+}
+
+/* One unsplit fused head against the unfused kernels, its gradients added
+ * to random initial values (they accumulate). */
+static void head_vs_unfused(const char *label, int N, int C, int V, int Vl)
+{
+    KcHeadShape s = {N, C, Vl, 0, V};
+    float *inp = rand_array((size_t)N * C, 1), *w = rand_array((size_t)Vl * C, 0.5f);
+    for (size_t i = (size_t)V * C; i < (size_t)Vl * C; i++) w[i] = 0.0f;   /* padding rows are zero */
+    int32_t *tgt = talloc((size_t)N * sizeof(int32_t));
+    int count = 0;
+    for (int n = 0; n < N; n++) tgt[n] = (int32_t)(rng_next() % V);
+    tgt[1] = -1, tgt[2] = V - 1, tgt[3] = 0;
+    for (int n = 0; n < N; n++) count += tgt[n] >= 0;
+    float dloss = 1.0f / count;
+    /* initial gradients of the size of the new ones, so the sums keep their bits */
+    float *dinp0 = rand_array((size_t)N * C, dloss), *dw0 = rand_array((size_t)Vl * C, dloss);
+
+    /* unfused */
+    float *lg = zeros((size_t)N * Vl), *mx = zeros(N), *sm = zeros(N), *tl = zeros(N);
+    float *gm = zeros(N), *gs = zeros(N), *gt = zeros(N), *loss = zeros(N);
+    float *dinp = copy_of(dinp0, (size_t)N * C), *dw = copy_of(dw0, (size_t)Vl * C);
+    kc_matmul_forward(lg, inp, w, NULL, N, C, Vl);
+    kc_xent_partial(mx, sm, tl, lg, tgt, N, Vl, 0, V);
+    kc_xent_combine(gm, gs, gt, mx, sm, tl, 1, N);
+    kc_xent_loss(loss, tgt, gm, gs, gt, N);
+    kc_xent_backward(lg, tgt, gm, gs, dloss, N, Vl, 0, V);
+    kc_matmul_backward(dinp, dw, NULL, lg, inp, w, N, C, Vl);
+
+    /* fused */
+    HeadRun h = head_alloc(s, dinp0, dw0);
+    float *fm = zeros(N), *fs = zeros(N), *ft = zeros(N), *floss = zeros(N);
+    kc_head_forward(h.logits, h.rowmax, h.rowsum, h.tlogit, h.scratch, inp, w, tgt, s);
+    kc_xent_combine(fm, fs, ft, h.rowmax, h.rowsum, h.tlogit, 1, N);
+    kc_xent_loss(floss, tgt, fm, fs, ft, N);
+    kc_head_backward(h.dinp, h.dw, h.logits, h.scratch, inp, w, tgt, fm, fs, dloss, s);
+
+    char what[128];
+    double el = rel_err(floss, loss, N, 1.0);
+    snprintf(what, sizeof what, "head %s: loss = unfused", label);
+    check(el < 1e-6 && floss[1] == 0.0f, what, el, 1e-6);
+    double ed = rel_err(h.logits, lg, (size_t)N * Vl, 1e-3);
+    snprintf(what, sizeof what, "head %s: dlogits = unfused (padding 0)", label);
+    check(ed < 1e-5, what, ed, 1e-5);
+    for (int i = 0; i < N * C; i++) h.dinp[i] -= dinp0[i], dinp[i] -= dinp0[i];
+    for (int i = 0; i < Vl * C; i++) h.dw[i] -= dw0[i], dw[i] -= dw0[i];
+    double ei = rel_err(h.dinp, dinp, (size_t)N * C, 0), ew = rel_err(h.dw, dw, (size_t)Vl * C, 0);
+    snprintf(what, sizeof what, "head %s: dinp += as unfused", label);
+    check(ei < 1e-5, what, ei, 1e-5);
+    snprintf(what, sizeof what, "head %s: dw += as unfused", label);
+    check(ew < 1e-5, what, ew, 1e-5);
+}
+
+/* Shards of the vocabulary combined with the tp protocol (max, rescale,
+ * sum) give the unsplit fused head; a shard of padding only adds nothing. */
+static void head_shards(void)
+{
+    int N = 30, C = 16, V = 2000, Vp = 3072, Vl = 1024;
+    float *inp = rand_array((size_t)N * C, 1), *w = rand_array((size_t)Vp * C, 0.5f);
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) w[i] = 0.0f;
+    int32_t tgt[30];
+    for (int n = 0; n < N; n++) tgt[n] = (int32_t)(rng_next() % V);
+    tgt[0] = -1, tgt[5] = 1023, tgt[6] = 1024;
+    float dloss = 1.0f / (N - 1);
+    float *zi = zeros((size_t)N * C), *zw = zeros((size_t)Vp * C);
+    /* unsplit */
+    KcHeadShape s = {N, C, Vp, 0, V};
+    HeadRun u = head_alloc(s, zi, zw);
+    float gm[30], gs[30], gt[30], loss[30];
+    kc_head_forward(u.logits, u.rowmax, u.rowsum, u.tlogit, u.scratch, inp, w, tgt, s);
+    kc_xent_combine(gm, gs, gt, u.rowmax, u.rowsum, u.tlogit, 1, N);
+    kc_xent_loss(loss, tgt, gm, gs, gt, N);
+    kc_head_backward(u.dinp, u.dw, u.logits, u.scratch, inp, w, tgt, gm, gs, dloss, s);
+    /* three shards of 1024 columns; the third is padding only */
+    HeadRun r[3];
+    float pm[90], ps[90], pt[90], gmax[30], gsum[30], gtl[30], loss3[30];
+    for (int k = 0; k < 3; k++) {
+        KcHeadShape sk = {N, C, Vl, k * Vl, V};
+        r[k] = head_alloc(sk, zi, zw);
+        kc_head_forward(r[k].logits, pm + k * N, ps + k * N, pt + k * N, r[k].scratch, inp,
+                        w + (size_t)k * Vl * C, tgt, sk);
+    }
+    for (int n = 0; n < N; n++) gmax[n] = fmaxf(fmaxf(pm[n], pm[N + n]), pm[2 * N + n]);   /* max-allreduce */
+    for (int k = 0; k < 3; k++) kc_xent_rescale(ps + k * N, pm + k * N, gmax, N);
+    for (int n = 0; n < N; n++)                                                           /* sum-allreduce */
+        gsum[n] = ps[n] + ps[N + n] + ps[2 * N + n], gtl[n] = pt[n] + pt[N + n] + pt[2 * N + n];
+    kc_xent_loss(loss3, tgt, gmax, gsum, gtl, N);
+    float *dinp3 = zeros((size_t)N * C);
+    for (int k = 0; k < 3; k++) {
+        KcHeadShape sk = {N, C, Vl, k * Vl, V};
+        kc_head_backward(r[k].dinp, r[k].dw, r[k].logits, r[k].scratch, inp, w + (size_t)k * Vl * C, tgt,
+                         gmax, gsum, dloss, sk);
+        for (int i = 0; i < N * C; i++) dinp3[i] += r[k].dinp[i];
+    }
+    double el = rel_err(loss3, loss, N, 1.0), ei = rel_err(dinp3, u.dinp, (size_t)N * C, 0);
+    double ew = 0;
+    for (int k = 0; k < 2; k++) ew = fmax(ew, rel_err(r[k].dw, u.dw + (size_t)k * Vl * C, (size_t)Vl * C, 1e-3));
+    int pad = isinf(pm[2 * N]) && ps[2 * N] == 0.0f;
+    for (int i = 0; i < N * C; i++) pad &= r[2].dinp[i] == 0.0f;
+    for (int i = 0; i < N * Vl; i++) pad &= r[2].logits[i] == 0.0f && r[2].dw[i % (Vl * C)] == 0.0f;
+    check(el < 1e-6, "head: three vocab shards, loss = unsplit", el, 1e-6);
+    check(ei < 1e-5 && ew < 1e-5, "head: three vocab shards, dinp and dw = unsplit", fmax(ei, ew), 1e-5);
+    check(pad, "head: a shard of padding only adds nothing", 0, 0);
+}
+
+/* The fused head: several chunks, groups and row blocks, padding, ignored
+ * rows, targets at both ends; shards. */
+static void test_head(void)
+{
+    head_vs_unfused("40 rows, 3 chunks", 40, 24, 2500, 2560);
+    head_vs_unfused("1100 rows, 2 row blocks", 1100, 8, 1100, 1152);
+    head_shards();
+}
+
 /* ---- vectorised exp ----------------------------------------------------- */
 /* The float's position on the number line, for distances in ulps. */
 static int64_t ulp_index(float f)
@@ -861,6 +995,19 @@ static size_t run_everything(float *out)
         float nrm = (float)kc_global_norm(g, n);
         TAKE(&nrm, 1);
     }
+    {   /* the fused head: 3 chunks and 2 row blocks, so several units of each kind */
+        KcHeadShape s = {1100, 24, 2560, 0, 2500};
+        int32_t *tgt = talloc((size_t)s.N * sizeof(int32_t));
+        for (int i = 0; i < s.N; i++) tgt[i] = (int32_t)(rng_next() % s.V);
+        float *x = rand_array((size_t)s.N * s.C, 1), *w = rand_array((size_t)s.Vl * s.C, 0.5f);
+        float *lg = zeros((size_t)s.N * s.Vl), *sc = zeros(kc_head_scratch_floats(s));
+        float *mx = zeros(s.N), *sm = zeros(s.N), *tl = zeros(s.N), *gm = zeros(s.N), *gs = zeros(s.N);
+        float *gt = zeros(s.N), *dx = zeros((size_t)s.N * s.C), *dw = zeros((size_t)s.Vl * s.C);
+        kc_head_forward(lg, mx, sm, tl, sc, x, w, tgt, s);
+        kc_xent_combine(gm, gs, gt, mx, sm, tl, 1, s.N);
+        kc_head_backward(dx, dw, lg, sc, x, w, tgt, gm, gs, 1.0f / s.N, s);
+        TAKE(mx, s.N), TAKE(sm, s.N), TAKE(dx, (size_t)s.N * s.C), TAKE(dw, (size_t)s.Vl * s.C);
+    }
 #undef TAKE
     return pos;
 }
@@ -1021,6 +1168,26 @@ static void dump_all(void)
         dump("xent", "targets", tgt, N, sizeof(int32_t));
         DUMPF("xent", "logits", lg, N * Vp), DUMPF("xent", "loss", loss, N), DUMPF("xent", "dlogits", g, N * Vp);
     }
+    {   /* the fused head: 2 chunks, padding, an ignored row */
+        KcHeadShape hs = {20, 16, 1152, 0, 1100};
+        int32_t tgt[20];
+        int count = 0;
+        for (int i = 0; i < hs.N; i++) tgt[i] = (int32_t)(rng_next() % hs.V);
+        tgt[3] = -1, tgt[4] = hs.V - 1, tgt[5] = 1024;
+        for (int i = 0; i < hs.N; i++) count += tgt[i] >= 0;
+        float *x = rand_array(hs.N * hs.C, 1), *w = rand_array(hs.Vl * hs.C, 1);
+        for (int i = hs.V * hs.C; i < hs.Vl * hs.C; i++) w[i] = 0.0f;
+        float *lg = zeros(hs.N * hs.Vl), *sc = zeros(kc_head_scratch_floats(hs)), mx[20], sm[20], tl[20];
+        float gm[20], gs[20], gt[20], loss[20], *dx = zeros(hs.N * hs.C), *dw = zeros(hs.Vl * hs.C);
+        kc_head_forward(lg, mx, sm, tl, sc, x, w, tgt, hs);
+        kc_xent_combine(gm, gs, gt, mx, sm, tl, 1, hs.N);
+        kc_xent_loss(loss, tgt, gm, gs, gt, hs.N);
+        kc_head_backward(dx, dw, lg, sc, x, w, tgt, gm, gs, 1.0f / count, hs);
+        fprintf(g_manifest, "head N=%d C=%d V=%d Vp=%d\n", hs.N, hs.C, hs.V, hs.Vl);
+        dump("head", "targets", tgt, hs.N, sizeof(int32_t));
+        DUMPF("head", "inp", x, hs.N * hs.C), DUMPF("head", "w", w, hs.Vl * hs.C), DUMPF("head", "loss", loss, hs.N);
+        DUMPF("head", "dinp", dx, hs.N * hs.C), DUMPF("head", "dw", dw, hs.Vl * hs.C);
+    }
     {
         int n = 1000, split = 600, steps = 3;
         float *p = rand_array(n, 1), *p0 = copy_of(p, n), *m = zeros(n), *v = zeros(n);
@@ -1113,6 +1280,7 @@ int main(int argc, char **argv)
     test_rope();
     test_embedding();
     test_xent();
+    test_head();
     test_vexp();
     test_adamw();
     test_sgd();

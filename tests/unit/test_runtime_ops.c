@@ -112,6 +112,7 @@ static const srt_param g_params[] = {
     { "h.0.mlp.c_fc.weight", 0, 2 * H, C, 2 * H, SRT_SPLIT_NONE, 2 * H, C, 0, true, 0.02f, false },
     { "h.0.mlp.c_proj.weight", 0, C, H, C, SRT_SPLIT_NONE, C, H, 0, true, 0.02f, false },
     { "h.0.ln_1.weight", 0, C, 0, C, SRT_SPLIT_NONE, C, 0, 0, false, 0.0f, true },
+    { "ln_f.weight", 1, C, 0, C, SRT_SPLIT_NONE, C, 0, 0, false, 0.0f, true },   /* the head's stage */
 };
 static const srt_buffer g_buffers[] = { { "acts", 0, 0, 1 << 20 } };
 static srt_class g_class;
@@ -383,6 +384,50 @@ static void test_embed_xent(srt_ctx *c)
     want = want / N / 2.0 * 2.0;
     check(fabs(c->loss - want) < 1e-12 * fabs(want), "loss_add accumulates mean / microbatches");
     free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(logits), free(st), free(loss);
+}
+
+/* The fused head: in fp32 the kc_head phases (bit for bit); in bf16 the
+ * three ops it stands for (matmul_fwd, xent_fwd_bwd, matmul_bwd), bit for
+ * bit; evaluation (no gradients) gives the same losses. */
+static void test_head_xent(srt_ctx *c, srt_dtype dt)
+{
+    g_top = 0;
+    float *inp = rnd(N * C, 1), *w = rnd(VP * C, 0.5f), *dinp = rnd(N * C, 0.1f), *dw = rnd(VP * C, 0.1f);
+    memset(w + V * C, 0, sizeof(float) * (VP - V) * C);   /* padding rows */
+    if (dt == SRT_BF16) bf16ify(inp, N * C), bf16ify(w, VP * C), bf16ify(dinp, N * C), bf16ify(dw, VP * C);
+    int32_t tg[N];
+    for (int i = 0; i < N; i++) tg[i] = i == 3 ? -1 : (i * 13 + 2) % V;
+    srt_t vin = put(c, inp, N * C, dt), vw = put(c, w, VP * C, dt), vdin = put(c, dinp, N * C, dt);
+    srt_t vdw = put(c, dw, VP * C, dt), vlog = view(c, N * VP, dt), vloss = view(c, N, SRT_F32);
+    srt_t vtg = view(c, N, SRT_I32), vevloss = view(c, N, SRT_F32);
+    memcpy(vtg.p, tg, sizeof tg);
+    srt_head_xent(c, SRT_COMPUTE, vloss, vdin, vdw, vlog, vin, vw, vtg, N, C, VP, 0, V, 0.25f);
+    srt_head_xent(c, SRT_COMPUTE, vevloss, NONE, NONE, view(c, N * VP, dt), vin, vw, vtg, N, C, VP, 0, V, 0.25f);
+    float *loss = malloc(sizeof(float) * N), *logits = malloc(sizeof(float) * N * VP);
+    if (dt == SRT_F32) {
+        KcHeadShape sh = { N, C, VP, 0, V };
+        float *sc = calloc(kc_head_scratch_floats(sh), sizeof(float)), *st = malloc(sizeof(float) * 6 * N);
+        kc_head_forward(logits, st, st + N, st + 2 * N, sc, inp, w, tg, sh);
+        kc_xent_combine(st + 3 * N, st + 4 * N, st + 5 * N, st, st + N, st + 2 * N, 1, N);
+        kc_xent_loss(loss, tg, st + 3 * N, st + 4 * N, st + 5 * N, N);
+        kc_head_backward(dinp, dw, logits, sc, inp, w, tg, st + 3 * N, st + 4 * N, 0.25f, sh);
+        free(sc), free(st);
+    } else {   /* the three ops on copies */
+        srt_t rin = put(c, inp, N * C, dt), rw = put(c, w, VP * C, dt), rdin = put(c, dinp, N * C, dt);
+        srt_t rdw = put(c, dw, VP * C, dt), rlog = view(c, N * VP, dt), rloss = view(c, N, SRT_F32);
+        srt_matmul_fwd(c, SRT_COMPUTE, rlog, rin, rw, NONE, N, C, VP);
+        srt_xent_fwd_bwd(c, SRT_COMPUTE, rloss, rlog, vtg, N, VP, 0, V, 0.25f);
+        srt_matmul_bwd(c, SRT_COMPUTE, rdin, rdw, NONE, rlog, rin, rw, N, C, VP);
+        memcpy(loss, rloss.p, sizeof(float) * N);
+        for (int64_t i = 0; i < N * VP; i++) logits[i] = kc_f32_from_bf16(((uint16_t *)rlog.p)[i]);
+        for (int64_t i = 0; i < N * C; i++) dinp[i] = kc_f32_from_bf16(((uint16_t *)rdin.p)[i]);
+        for (int64_t i = 0; i < VP * C; i++) dw[i] = kc_f32_from_bf16(((uint16_t *)rdw.p)[i]);
+    }
+    check(same(vloss, loss, N) && same(vlog, logits, N * VP) && same(vdin, dinp, N * C) && same(vdw, dw, VP * C),
+          dt == SRT_F32 ? "head_xent f32 = kc_head phases" : "head_xent bf16 = matmul_fwd, xent_fwd_bwd, matmul_bwd");
+    check(same(vevloss, loss, N), dt == SRT_F32 ? "head_xent f32 without gradients: the same losses"
+                                                : "head_xent bf16 without gradients: the same losses");
+    free(inp), free(w), free(dinp), free(dw), free(loss), free(logits);
 }
 
 static void test_convert_zero_copy(srt_ctx *c)
@@ -733,6 +778,7 @@ int main(void)
     test_pointwise(c), sync_all(c);
     test_attention_rope(c, SRT_F32), sync_all(c);
     test_embed_xent(c), sync_all(c);
+    test_head_xent(c, SRT_F32), sync_all(c);
     test_convert_zero_copy(c), sync_all(c);
     test_optimizer(c), sync_all(c);
     test_collectives_1rank(c), sync_all(c);
@@ -750,6 +796,7 @@ int main(void)
     allocs = c->nallocs;
     test_bf16(c), sync_all(c);
     test_gelu_fused(c, SRT_BF16, N, "bf16"), sync_all(c);
+    test_head_xent(c, SRT_BF16), sync_all(c);
     test_attention_rope(c, SRT_BF16), sync_all(c);
     test_nvme(c, "nvme write/read on O_DIRECT without io_uring (pread/pwrite, bounce buffer)", true, false), sync_all(c);
     check(chk_races(c) == 0, "no race in the bf16 tests");

@@ -41,7 +41,7 @@ static const struct { const char *name; size_t offset, size; } fields[] = {
     F(cluster.bf16_tflops), F(cluster.fp32_tflops), F(cluster.hbm_bandwidth), F(cluster.intra_node),
     F(cluster.inter_node), F(cluster.pcie), F(cluster.network), F(cluster.network_latency_us),
     F(cluster.host_memory), F(cluster.nvme_capacity), F(cluster.nvme), F(cluster.host_bandwidth),
-    F(cluster.runtime_reserve),
+    F(cluster.runtime_reserve), F(cluster.profile_path),
 };
 #undef F
 

@@ -1,6 +1,11 @@
 /* bench_kernels.c — GFLOP/s of the CPU matmul and attention kernels.
  *
- *   bench_kernels [SECONDS]    one line per case: name, shape, ms, GFLOP/s
+ *   bench_kernels [SECONDS]        one line per case: name, shape, ms, GFLOP/s
+ *   bench_kernels SECONDS whole    the matmul cases as OpenBLAS's own threaded
+ *                                  GEMM, called whole (OMP_NUM_THREADS of its
+ *                                  threads), the reference the kernels' split
+ *                                  into single-threaded chunks is measured
+ *                                  against (docs/kernels.md, "OpenBLAS")
  *
  * FLOPs counted: matmul forward 2·N·C·OC, backward twice that (dinp, dweight);
  * causal attention forward 2·2·B·NH·HS·T(T+1)/2 (q·k and p·v over the
@@ -10,7 +15,9 @@
  */
 #include "kernels.h"
 
+#include <cblas.h>
 #include <omp.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -49,6 +56,22 @@ static void mm_bwd(void *p)
     kc_matmul_backward(m->dx, m->dw, m->db, m->dy, m->x, m->w, m->N, m->C, m->OC);
 }
 
+/* The same three GEMMs as kc_matmul_*, each one OpenBLAS call (its threads). */
+static void whole_fwd(void *p)
+{
+    Mm *m = p;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->N, m->OC, m->C, 1.0f, m->x, m->C, m->w, m->C, 0.0f,
+                m->y, m->OC);
+}
+static void whole_bwd(void *p)
+{
+    Mm *m = p;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m->N, m->C, m->OC, 1.0f, m->dy, m->OC, m->w, m->C, 1.0f,
+                m->dx, m->C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m->OC, m->C, m->N, 1.0f, m->dy, m->OC, m->x, m->C, 1.0f,
+                m->dw, m->C);
+}
+
 typedef struct At { KcAttnShape s; float *qkv, *o, *lse, *dqkv, *dout; } At;
 static void at_fwd(void *p)
 {
@@ -67,21 +90,24 @@ static void at_bwd(void *p)
 int main(int argc, char **argv)
 {
     double min_s = argc > 1 ? atof(argv[1]) : 1.0;
+    int whole = argc > 2 && !strcmp(argv[2], "whole");
     kc_init();
+    if (whole) openblas_set_num_threads(omp_get_max_threads());
     printf("threads %d\n", omp_get_max_threads());
-    /* GPT-2-shaped linears: qkv, fc, proj (B*T = 1024 tokens, C = 384 / 768) */
-    int mms[][3] = {{1024, 384, 1152}, {1024, 384, 1536}, {1024, 1536, 384}, {1024, 768, 2304}};
+    /* GPT-2 124M's linears (C = 768): qkv at 256 and 1024 tokens, proj, fc, fc2 at 1024 */
+    int mms[][3] = {{256, 768, 2304}, {1024, 768, 2304}, {1024, 768, 768}, {1024, 768, 3072}, {1024, 3072, 768}};
     for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++) {
         Mm m = {.N = mms[i][0], .C = mms[i][1], .OC = mms[i][2]};
         size_t nx = (size_t)m.N * m.C, nw = (size_t)m.OC * m.C, ny = (size_t)m.N * m.OC;
         m.x = buf(nx), m.w = buf(nw), m.b = buf(m.OC), m.y = buf(ny), m.dy = buf(ny);
         m.dx = buf(nx), m.dw = buf(nw), m.db = buf(m.OC);
         double fl = 2.0 * m.N * m.C * m.OC;
-        double tf = timeit(mm_fwd, &m, min_s), tb = timeit(mm_bwd, &m, min_s);
+        double tf = timeit(whole ? whole_fwd : mm_fwd, &m, min_s), tb = timeit(whole ? whole_bwd : mm_bwd, &m, min_s);
         printf("matmul    N=%d C=%d OC=%d          fwd %7.2f ms %6.1f GFLOP/s   bwd %7.2f ms %6.1f GFLOP/s\n",
                m.N, m.C, m.OC, tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2 * fl / tb * 1e-9);
         free(m.x), free(m.w), free(m.b), free(m.y), free(m.dy), free(m.dx), free(m.dw), free(m.db);
     }
+    if (whole) return 0;
     /* attention: GPT-2 small heads at T = 256 and 1024, and a Llama-like GQA */
     int ats[][5] = {{4, 256, 6, 6, 64}, {1, 1024, 12, 12, 64}, {1, 1024, 8, 2, 128}};
     for (size_t i = 0; i < sizeof ats / sizeof ats[0]; i++) {

@@ -65,7 +65,7 @@ def bench_attention(B, T, NH, NKV, HS):
 
 
 print(f"threads {torch.get_num_threads()} (torch {torch.__version__})")
-for shape in ((1024, 384, 1152), (1024, 384, 1536), (1024, 1536, 384), (1024, 768, 2304)):
+for shape in ((256, 768, 2304), (1024, 768, 2304), (1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768)):
     bench_matmul(*shape)
 for shape in ((4, 256, 6, 6, 64), (1, 1024, 12, 12, 64), (1, 1024, 8, 2, 128)):
     bench_attention(*shape)

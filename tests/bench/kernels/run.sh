@@ -4,7 +4,10 @@
 # ROUNDS times (default 3) and each case keeps its fastest time, so that load
 # from other processes on a shared machine distorts the ratios less.
 # Prints per case our and torch's best ms and GFLOP/s, and torch ms / our ms
-# (> 1: we are faster).
+# (> 1: we are faster); for the matmuls also OpenBLAS's own threaded GEMM
+# called whole (`bench_kernels SECONDS whole`) and its ms / ours: what the
+# kernels' split into single-threaded chunks (for bits that do not depend on
+# the thread count) costs or gains.
 set -eu
 cd "$(dirname "$0")/../../.."
 secs=${1:-1}
@@ -12,12 +15,13 @@ rounds=${2:-3}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
-${CC:-cc} -std=gnu11 -O3 -fopenmp -fno-math-errno -Ikernels/cpu tests/bench/kernels/bench_kernels.c \
+${CC:-cc} -std=gnu11 -O3 -fopenmp -fno-math-errno -fno-trapping-math -Ikernels/cpu tests/bench/kernels/bench_kernels.c \
     kernels/cpu/*.c -o "$tmp/bench" -lopenblas -lm
 : > "$tmp/all.txt"
 r=0
 while [ $r -lt "$rounds" ]; do
     "$tmp/bench" "$secs" | sed 's/^/ours /' >> "$tmp/all.txt"
+    "$tmp/bench" "$secs" whole | sed 's/^/whole /' >> "$tmp/all.txt"
     /usr/bin/python3 tests/bench/kernels/bench_torch.py "$secs" | sed 's/^/torch /' >> "$tmp/all.txt"
     r=$((r + 1))
 done
@@ -35,7 +39,11 @@ awk '$2 == "matmul" || $2 == "attention" {
   END {
     printf "%-40s %20s %20s %16s\n", "case", "ours fwd/bwd ms", "torch fwd/bwd ms", "speed-up f/b"
     for (i = 1; i <= nk; i++) { k = order[i]
-        printf "%-40s %9.2f/%-9.2f %9.2f/%-9.2f %6.2fx/%5.2fx   (ours %.0f/%.0f GFLOP/s)\n", k,
+        printf "%-40s %9.2f/%-9.2f %9.2f/%-9.2f %6.2fx/%5.2fx   (ours %.0f/%.0f GFLOP/s)", k,
             bf["ours", k], bb["ours", k], bf["torch", k], bb["torch", k],
             bf["torch", k] / bf["ours", k], bb["torch", k] / bb["ours", k],
-            FL[k] / bf["ours", k], BL[k] / bb["ours", k] } }' "$tmp/all.txt"
+            FL[k] / bf["ours", k], BL[k] / bb["ours", k]
+        if (("whole", k) in bf)
+            printf "  OpenBLAS whole %.2f/%.2f ms: %.2fx/%.2fx", bf["whole", k], bb["whole", k],
+                bf["whole", k] / bf["ours", k], bb["whole", k] / bb["ours", k]
+        printf "\n" } }' "$tmp/all.txt"

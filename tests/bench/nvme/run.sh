@@ -19,7 +19,7 @@ DIR=${NVME_DIR:-$PWD/.nvme-bench}
 BLOCK=${AIO_BLOCK:-1048576}
 QD=${AIO_QD:-8}
 mkdir -p "$DIR"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 SRT_NVME_STATS=1
+export SRT_NVME_STATS=1
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$DIR/dd.bench"' EXIT INT TERM
@@ -28,7 +28,7 @@ trap 'rm -rf "$tmp" "$DIR/dd.bench"' EXIT INT TERM
     -D train.global_batch=2 -D train.micro_batch=1 -D zero.sub_group_size=1000000 \
     -D "offload.optimizer=nvme{path=\"$DIR\" buffer_count=4}" -D offload.aio.block_size="$BLOCK" \
     -D offload.aio.queue_depth="$QD" > "$tmp/build.txt" 2>&1 || { cat "$tmp/build.txt"; exit 1; }
-mpirun --oversubscribe -np 2 "$tmp/trainer" --data examples/data/tinyshakespeare.txt --steps "$STEPS" \
+mpirun -np 2 --oversubscribe --bind-to none "$tmp/trainer" --data examples/data/tinyshakespeare.txt --steps "$STEPS" \
     --log "$tmp/log.jsonl" > "$tmp/out.txt" 2> "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 grep "nvme: path" "$tmp/err.txt" | sed 's/^shardrt: //'
 # the rank-0 line: read R bytes in S s, wrote W bytes in T s

@@ -21,7 +21,6 @@ set -eu
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
 STEPS=${STEPS:-5}
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -38,7 +37,7 @@ for sch in gpipe 1f1b interleaved; do
     "$B/shardc" build specs/tiny-gpt.tspec -o "$tmp/t" $MODEL -D parallel.schedule=$sch $extra > /dev/null
     # shellcheck disable=SC2086
     "$B/shardc" plan specs/tiny-gpt.tspec $MODEL -D parallel.schedule=$sch $extra > "$tmp/plan.txt"
-    mpirun --oversubscribe -np $P "$tmp/t" --data examples/data/tinyshakespeare.txt --steps "$STEPS" \
+    mpirun -np $P --oversubscribe --bind-to none "$tmp/t" --data examples/data/tinyshakespeare.txt --steps "$STEPS" \
         --trace "$tmp/tr.json" > /dev/null
     /usr/bin/python3 tests/bench/pipeline/bubble.py "$tmp/tr" $P 1 > "$tmp/m.txt"
     # the planner: per class idle seconds and idle / ideal compute, and the predicted step

@@ -1,0 +1,650 @@
+/* calibrate.c — shardrt_calibrate, the microbenchmarks behind `shardc calibrate`
+ * (docs/cost-model.md, "Calibrating a machine").
+ *
+ *   shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR]
+ *   mpirun -np W shardrt_calibrate comm --out FILE [--quick|--smoke] [--ranks-per-node R]
+ *
+ * Every measurement goes through the runtime's own ops (srt_matmul_fwd,
+ * srt_attention_bwd, srt_all_reduce, srt_nvme_write, ...) on the backend this
+ * program is linked with, the one the trainers link: libshardrt_cpu.a
+ * (OpenBLAS, OpenMP, MPI, io_uring) or libshardrt_cuda.a (cuBLASLt, cuDNN,
+ * NCCL).  The context is a synthetic program's (one rank class whose arena
+ * holds the largest benchmark), so the kernels, the bf16 staging, the
+ * communicators and the swap file are the trainers'.
+ *
+ * compute (one process, at the thread count OMP_NUM_THREADS gives it): GEMM
+ * forward and backward over a grid of shapes in fp32 and bf16, attention
+ * forward and backward over sequence lengths and head sizes, an elementwise
+ * op over sizes, the AdamW step, an op's fixed cost, copies between the
+ * device and the host arena, NVMe writes and reads; and the reference GEMM
+ * and elementwise op of the sharing test alone.
+ * comm (under mpirun, W ranks): all-reduce, all-gather and reduce-scatter
+ * in groups of every size n dividing the ranks of a node (W/n groups at once,
+ * as a layout's tp or dp groups run), send/receive between pairs, across
+ * nodes too when --ranks-per-node is below W; then the sharing test: a
+ * reference GEMM and elementwise op run by rank 0 alone (the others waiting
+ * in MPI), then by every rank at once.
+ *
+ * Each benchmark repeats its op in batches long enough to time (the batch
+ * ends with srt_stream_sync, so a GPU's queue is drained) and keeps the
+ * median batch; collectives run the same batches on every rank (rank 0
+ * chooses the count).  Rank 0 prints "[k/n] what: result" per benchmark on
+ * stdout and writes the measurements, one JSON object per row with its
+ * seconds, to --out (shardc calibrate merges the phases into a profile).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "internal.h"
+
+/* ---- options and the run's state --------------------------------------------------- */
+
+typedef struct Run {
+    const char *out, *nvme_dir;
+    int64_t ranks_per_node;     /* comm: ranks on one node (W when not given)      */
+    int rank, world;
+    int done, total;            /* benchmarks printed so far, and planned          */
+    cJSON *rows;                /* the measurements                                */
+} Run;
+
+static Run R;
+
+/* What a run measures: the grids and sizes, and how long it times each
+ * benchmark.  full: the default; quick (--quick): seconds on a CPU; smoke
+ * (--smoke): one point per table and one batch, the least that makes a
+ * profile, for the emulated CUDA stack of the tests (docs/cuda-emulation.md). */
+typedef struct Sizes {
+    int gemm[4], ngemm, seq[3], nseq, hs[3], nhs;
+    int64_t ew[4], copy[4], nvme[2], coll[4];
+    int new, ncopy, nnvme, ncoll;
+    int64_t tokens, opt_n;
+    double target, window;      /* seconds: a timed batch; the sharing test   */
+    int batches;
+} Sizes;
+static const Sizes FULL = {{32, 128, 512, 2048}, 4, {64, 256, 1024}, 3, {16, 64, 128}, 3,
+                           {12 << 10, 192 << 10, 3 << 20, 48 << 20}, {64 << 10, 1 << 20, 16 << 20, 64 << 20},
+                           {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
+                           1024, 1 << 20, 10e-3, 300e-3, 5};
+static const Sizes QUICK = {{64, 512}, 2, {64, 256}, 2, {32, 64}, 2, {48 << 10, 12 << 20}, {64 << 10, 8 << 20},
+                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 2e-3, 50e-3, 3};
+static const Sizes SMOKE = {{64}, 1, {32}, 1, {16}, 1, {48 << 10}, {64 << 10}, {1 << 20}, {4 << 10}, 1, 1, 1, 1,
+                            64, 1 << 12, 0, 0, 1};
+static const Sizes *Z = &FULL;
+
+/* Monotonic seconds. */
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Usage error: exit 2. */
+static _Noreturn void usage(const char *msg)
+{
+    if (msg) fprintf(stderr, "shardrt_calibrate: %s\n", msg);
+    fprintf(stderr, "usage: shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR]\n"
+                    "       mpirun -np W shardrt_calibrate comm --out FILE [--quick|--smoke] [--ranks-per-node R]\n");
+    exit(2);
+}
+
+/* ---- timing ------------------------------------------------------------------------- */
+
+typedef void (*bench_fn)(srt_ctx *c, void *ud);
+
+/* Sorts doubles (a handful). */
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Seconds of one call of fn: batches of k calls, k chosen (by rank 0 for a
+ * collective) so that a batch takes about `target`; the median batch / k. */
+static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
+{
+    double target = Z->target;
+    int nb = Z->batches;
+    fn(c, ud);   /* warm-up: first-touch, plans, communicators' buffers */
+    srt_stream_sync(c, SRT_COMPUTE);
+    int k = 1;
+    for (;;) {
+        if (collective) MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now();
+        for (int i = 0; i < k; i++) fn(c, ud);
+        srt_stream_sync(c, SRT_COMPUTE);
+        double t = now() - t0;
+        /* the next batch's factor (0: this k will do), rank 0's for a collective */
+        int grow = t >= target || k >= (1 << 20) ? 0 : t * 8 < target ? 8 : 2;
+        if (collective) MPI_Bcast(&grow, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (!grow) break;
+        k *= grow;
+    }
+    double b[16];
+    for (int j = 0; j < nb; j++) {
+        if (collective) MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now();
+        for (int i = 0; i < k; i++) fn(c, ud);
+        srt_stream_sync(c, SRT_COMPUTE);
+        b[j] = (now() - t0) / k;
+    }
+    qsort(b, (size_t)nb, sizeof b[0], dbl_cmp);
+    return b[nb / 2];
+}
+
+/* Seconds of one call of fn when every rank runs it at once (all) or rank 0
+ * alone while the others wait in a barrier, as MPI's waiting ranks do: a
+ * fixed number of calls (about 50 ms of one rank's work, 20 ms --quick)
+ * between two barriers, so that time slices longer than a short batch cannot
+ * hide the sharing (each rank timing its own batch could run while the
+ * others wait).  Rank 0's time, broadcast. */
+static double bench_shared(srt_ctx *c, bench_fn fn, void *ud, bool all)
+{
+    fn(c, ud);
+    srt_stream_sync(c, SRT_COMPUTE);
+    double t0 = now();
+    fn(c, ud);
+    srt_stream_sync(c, SRT_COMPUTE);
+    int k = (int)(Z->window / (now() - t0 + 1e-9)) + 1;
+    MPI_Bcast(&k, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = now();
+    if (all || R.rank == 0) {
+        for (int i = 0; i < k; i++) fn(c, ud);
+        srt_stream_sync(c, SRT_COMPUTE);
+    }
+    double t = (now() - t0) / k;
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return t;
+}
+
+/* Records a row (rank 0) and prints its progress line. */
+static void record(cJSON *row, const char *what, const char *result)
+{
+    R.done++;
+    if (R.rank != 0) {
+        cJSON_Delete(row);
+        return;
+    }
+    cJSON_AddItemToArray(R.rows, row);
+    printf("[%d/%d] %s: %s\n", R.done, R.total, what, result);
+    fflush(stdout);
+}
+
+/* A row {"table": table, ...} to be filled by the caller. */
+static cJSON *row_of(const char *table)
+{
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "table", table);
+    return r;
+}
+
+static const char *dt_name(srt_dtype dt) { return dt == SRT_F32 ? "fp32" : "bf16"; }
+
+/* OMP_NUM_THREADS as the runtime's OpenMP loops see it (1 when unset: the
+ * trainers are launched with it set, README). */
+static int threads(void)
+{
+    const char *e = getenv("OMP_NUM_THREADS");
+    int t = e ? atoi(e) : 1;
+    return t > 0 ? t : 1;
+}
+
+/* ---- the synthetic program ---------------------------------------------------------- */
+
+static srt_program g_prog;
+static srt_class g_cls[64];
+static srt_param g_param;
+static srt_gemm_shape g_gemms[512];
+
+/* A program of tp·dp·pp = world ranks (rank order 0: tp, dp, pp; 1: tp, pp,
+ * dp) whose class arena holds `arena` bytes
+ * and whose backend scratch covers GEMMs up to dim × dim and `tokens` rows in
+ * bf16 (the CPU backend sizes its fp32 staging from the program's shapes). */
+static srt_ctx *make_ctx(int64_t tp, int64_t dp, int64_t pp, int order, int64_t arena, int64_t host, int64_t nvme,
+                         int64_t dim, int64_t tokens)
+{
+    memset(&g_prog, 0, sizeof g_prog);
+    g_prog.abi = SRT_ABI_VERSION;
+    g_prog.name = "shardrt_calibrate";
+    g_prog.layers = 1, g_prog.hidden = dim, g_prog.heads = dim >= 128 ? dim / 128 : 1;
+    g_prog.kv_heads = g_prog.heads, g_prog.vocab = dim, g_prog.vocab_pad = dim, g_prog.ffn = dim;
+    g_prog.seq_len = tokens, g_prog.micro_batch = 1, g_prog.microbatches = 1;
+    g_prog.tp = tp, g_prog.dp = dp, g_prog.pp = pp, g_prog.world = tp * dp * pp, g_prog.rank_order = order;
+    g_prog.dtype = SRT_BF16;
+    g_prog.global_batch = dp, g_prog.steps = 1;
+    g_prog.lr = 1e-4, g_prog.beta1 = 0.9, g_prog.beta2 = 0.95, g_prog.eps = 1e-8;
+    g_prog.comm_timeout = 120;   /* a hang ends the run (the watchdog) */
+    g_param = (srt_param){.name = "w", .rows = dim, .cols = dim, .rows_mem = dim};
+    for (int s = 0; s < pp && s < 64; s++) {
+        g_cls[s] = (srt_class){.stage = s, .params = &g_param, .nparams = 1, .device_arena = arena,
+                               .host_arena = host, .nvme_bytes = nvme};
+    }
+    g_prog.classes = g_cls;
+    g_prog.gemms = g_gemms;
+    ctx_options o = {.check = -1, .nvme_dir = R.nvme_dir};
+    return ctx_create(&g_prog, &o);
+}
+
+/* Declares a GEMM shape for backends that plan them at start-up (CUDA). */
+static void declare_gemm(int kind, int N, int C, int OC, srt_dtype dt)
+{
+    if (g_prog.ngemms == (int)(sizeof g_gemms / sizeof g_gemms[0])) return;
+    g_gemms[g_prog.ngemms++] = (srt_gemm_shape){kind, N, C, OC, false, dt, dt};
+}
+
+/* ---- compute benchmarks ------------------------------------------------------------- */
+
+/* Bytes a benchmark's operands cycle through: each call takes the next copy
+ * of its operands, so that they come from memory as a trainer's weights and
+ * activations do (a trainer touches tens of megabytes a step), not from a
+ * cache that a repeated call on the same bytes would keep warm. */
+enum { COLD_BYTES = 48 << 20 };
+
+/* The offset of call i's copy of a set of `set` bytes (the arena holds
+ * COLD_BYTES + the set, at the least). */
+static int64_t cold_copy(int64_t *i, int64_t set)
+{
+    int64_t copies = set < COLD_BYTES ? COLD_BYTES / set : 1, at = (*i % copies) * ((set + 4095) & ~(int64_t)4095);
+    ++*i;
+    return at;
+}
+
+typedef struct Gemm { srt_dtype dt; bool bwd; int m, n, k; int64_t call; } Gemm;
+
+static void gemm_run(srt_ctx *c, void *ud)
+{
+    Gemm *g = ud;
+    int64_t w = ops_dtype_size(g->dt), mk = (int64_t)g->m * g->k, nk = (int64_t)g->n * g->k;
+    int64_t mn = (int64_t)g->m * g->n;
+    int64_t a = cold_copy(&g->call, (2 * mk + 2 * nk + mn) * w), b = a + mk * w, o = b + nk * w, d = o + mn * w,
+            dw = d + mk * w;
+    srt_t inp = srt_dview(c, a, mk, g->dt), wt = srt_dview(c, b, nk, g->dt), out = srt_dview(c, o, mn, g->dt);
+    srt_t none = {NULL, 0, g->dt};
+    if (!g->bwd) srt_matmul_fwd(c, SRT_COMPUTE, out, inp, wt, none, g->m, g->k, g->n);
+    else srt_matmul_bwd(c, SRT_COMPUTE, srt_dview(c, d, mk, g->dt), srt_dview(c, dw, nk, g->dt), none, out, inp, wt,
+                        g->m, g->k, g->n);
+}
+
+/* A row of a rate table (gemm, attention): its dtype, pass and threads. */
+static cJSON *rate_row(const char *table, srt_dtype dt, bool bwd)
+{
+    cJSON *r = row_of(table);
+    cJSON_AddStringToObject(r, "dtype", dt_name(dt));
+    cJSON_AddStringToObject(r, "pass", bwd ? "bwd" : "fwd");
+    cJSON_AddNumberToObject(r, "threads", threads());
+    return r;
+}
+
+/* The GEMM rows: forward out(m,n) = inp(m,k)·w(n,k)^T, backward dinp and dw. */
+static void bench_gemm(srt_ctx *c, Gemm *g)
+{
+    double s = bench(c, gemm_run, g, false);
+    cJSON *r = rate_row("gemm", g->dt, g->bwd);
+    cJSON_AddNumberToObject(r, "m", g->m);
+    cJSON_AddNumberToObject(r, "n", g->n);
+    cJSON_AddNumberToObject(r, "k", g->k);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char what[128], res[64];
+    snprintf(what, sizeof what, "gemm %s %s %dx%dx%d", dt_name(g->dt), g->bwd ? "bwd" : "fwd", g->m, g->n, g->k);
+    snprintf(res, sizeof res, "%.2f GFLOP/s", (g->bwd ? 4.0 : 2.0) * g->m * g->n * g->k / s * 1e-9);
+    record(r, what, res);
+}
+
+typedef struct Attn { srt_dtype dt; bool bwd; int B, T, NH, HS; int64_t call; } Attn;
+
+static void attn_run(srt_ctx *c, void *ud)
+{
+    Attn *a = ud;
+    int64_t w = ops_dtype_size(a->dt), N = (int64_t)a->B * a->T, ld = 3 * (int64_t)a->NH * a->HS;
+    int64_t set = 2 * N * ld * w + 2 * N * a->NH * a->HS * w + N * a->NH * 4;
+    int64_t qkv = cold_copy(&a->call, set), out = qkv + N * ld * w, lse = out + N * a->NH * a->HS * w;
+    int64_t dout = lse + N * a->NH * 4, dqkv = dout + N * a->NH * a->HS * w;
+    srt_t q = srt_dview(c, qkv, N * ld, a->dt), k = srt_dview(c, qkv + a->NH * a->HS * w, N * ld - a->NH * a->HS, a->dt);
+    srt_t v = srt_dview(c, qkv + 2 * a->NH * a->HS * w, N * ld - 2 * a->NH * a->HS, a->dt);
+    srt_t o = srt_dview(c, out, N * a->NH * a->HS, a->dt), l = srt_dview(c, lse, N * a->NH, SRT_F32);
+    if (!a->bwd) {
+        srt_attention_fwd(c, SRT_COMPUTE, o, l, q, k, v, a->B, a->T, a->NH, a->NH, a->HS, (int)ld, (int)ld);
+        return;
+    }
+    srt_t dq = srt_dview(c, dqkv, N * ld, a->dt);
+    srt_t dk = srt_dview(c, dqkv + a->NH * a->HS * w, N * ld - a->NH * a->HS, a->dt);
+    srt_t dv = srt_dview(c, dqkv + 2 * a->NH * a->HS * w, N * ld - 2 * a->NH * a->HS, a->dt);
+    srt_attention_bwd(c, SRT_COMPUTE, dq, dk, dv, srt_dview(c, dout, N * a->NH * a->HS, a->dt), o, l, q, k, v, a->B,
+                      a->T, a->NH, a->NH, a->HS, (int)ld, (int)ld);
+}
+
+/* Attention rows: B sequences of T tokens, NH heads of HS (no grouped kv). */
+static void bench_attn(srt_ctx *c, Attn *a)
+{
+    double s = bench(c, attn_run, a, false);   /* the backward reads a zeroed out and lse: finite, timed alike */
+    cJSON *r = rate_row("attention", a->dt, a->bwd);
+    cJSON_AddNumberToObject(r, "batch", a->B);
+    cJSON_AddNumberToObject(r, "seq", a->T);
+    cJSON_AddNumberToObject(r, "heads", a->NH);
+    cJSON_AddNumberToObject(r, "head_dim", a->HS);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char what[128], res[64];
+    snprintf(what, sizeof what, "attention %s %s B%d T%d heads %d x %d", dt_name(a->dt), a->bwd ? "bwd" : "fwd", a->B,
+             a->T, a->NH, a->HS);
+    snprintf(res, sizeof res, "%.3f ms", s * 1e3);
+    record(r, what, res);
+}
+
+typedef struct Ew { srt_dtype dt; int64_t n; } Ew;
+
+static void ew_run(srt_ctx *c, void *ud)
+{
+    const Ew *e = ud;
+    int64_t w = ops_dtype_size(e->dt);
+    srt_add_fwd(c, SRT_COMPUTE, srt_dview(c, 0, e->n, e->dt), srt_dview(c, e->n * w, e->n, e->dt),
+                srt_dview(c, 2 * e->n * w, e->n, e->dt));
+}
+
+/* Elementwise rows: srt_add_fwd over n elements, 3·n·w bytes moved. */
+static double bench_ew(srt_ctx *c, Ew *e, const char *table)
+{
+    double s = bench(c, ew_run, e, strcmp(table, "sharing") == 0);
+    if (strcmp(table, "elementwise") != 0) return s;
+    cJSON *r = row_of(table);
+    cJSON_AddStringToObject(r, "dtype", dt_name(e->dt));
+    cJSON_AddNumberToObject(r, "threads", threads());
+    cJSON_AddNumberToObject(r, "bytes", (double)(3 * e->n * ops_dtype_size(e->dt)));
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char what[128], res[64];
+    snprintf(what, sizeof what, "elementwise %s %lld bytes", dt_name(e->dt), (long long)(3 * e->n * ops_dtype_size(e->dt)));
+    snprintf(res, sizeof res, e->n > 64 ? "%.2f GB/s" : "%.2f us", e->n > 64 ? 3.0 * e->n * ops_dtype_size(e->dt) / s * 1e-9 : s * 1e6);
+    record(r, what, res);
+    return s;
+}
+
+typedef struct Opt { int64_t n; } Opt;
+
+static void opt_run(srt_ctx *c, void *ud)
+{
+    int64_t n = ((const Opt *)ud)->n;
+    srt_t p = srt_dview(c, 0, n, SRT_F32);
+    srt_optimizer_step(c, SRT_COMPUTE, p, p, srt_dview(c, n * 4, n, SRT_F32), srt_dview(c, 2 * n * 4, n, SRT_F32),
+                       srt_dview(c, 3 * n * 4, n, SRT_F32), true);
+}
+
+typedef struct Copy { int64_t bytes; bool to_host; } Copy;
+
+static void copy_run(srt_ctx *c, void *ud)
+{
+    const Copy *k = ud;
+    srt_t d = srt_dview(c, 0, k->bytes, SRT_U8), h = srt_hview(c, 0, k->bytes, SRT_U8);
+    srt_copy(c, SRT_COPY, k->to_host ? h : d, k->to_host ? d : h);
+    srt_stream_sync(c, SRT_COPY);
+}
+
+typedef struct Nvme { int64_t bytes; bool write; } Nvme;
+
+static void nvme_run(srt_ctx *c, void *ud)
+{
+    const Nvme *k = ud;
+    srt_t h = srt_hview(c, 0, k->bytes, SRT_U8);
+    if (k->write) srt_nvme_write(c, SRT_COPY, h, 0);
+    else srt_nvme_read(c, SRT_COPY, h, 0);
+    srt_stream_sync(c, SRT_COPY);
+}
+
+/* A row of one of the byte-sized tables (copy, nvme). */
+static void record_bytes(const char *table, const char *op, int64_t bytes, double s)
+{
+    cJSON *r = row_of(table);
+    cJSON_AddStringToObject(r, "op", op);
+    cJSON_AddNumberToObject(r, "bytes", (double)bytes);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char what[128], res[64];
+    snprintf(what, sizeof what, "%s %s %lld bytes", table, op, (long long)bytes);
+    snprintf(res, sizeof res, "%.2f GB/s", (double)bytes / s * 1e-9);
+    record(r, what, res);
+}
+
+/* The reference shapes of the sharing test (compute and comm phases alike). */
+static Gemm SHARE_GEMM = {SRT_F32, false, 256, 256, 256, 0};
+static const Ew SHARE_EW = {SRT_F32, 1 << 18};
+
+/* compute: every single-process benchmark. */
+static void run_compute(void)
+{
+    const int *gd = Z->gemm, *as = Z->seq, *ah = Z->hs;
+    const int64_t *eb = Z->ew, *cb = Z->copy, *nb = Z->nvme;
+    int ngd = Z->ngemm, nas = Z->nseq, nah = Z->nhs, neb = Z->new, ncb = Z->ncopy, nnb = Z->nnvme;
+    int64_t dmax = gd[ngd - 1], tokens = Z->tokens, opt_n = Z->opt_n;
+    if (tokens < dmax) tokens = dmax;
+    int64_t gemm_bytes = 5 * dmax * dmax * 4, attn_bytes = 16 * tokens * 4 * 128 * 4;
+    int64_t arena = COLD_BYTES + (gemm_bytes > attn_bytes ? gemm_bytes : attn_bytes);
+    if (arena < 4 * opt_n * 4) arena = 4 * opt_n * 4;
+    if (arena < cb[ncb - 1]) arena = cb[ncb - 1];
+    int64_t host = cb[ncb - 1] > nb[nnb - 1] ? cb[ncb - 1] : nb[nnb - 1];
+    R.total = 2 * 2 * ngd * ngd * ngd + 2 * 2 * nas * nah + 2 * neb + 1 + 1 + 2 * ncb + 2 * nnb;
+    /* the CUDA backend plans its GEMMs at start-up: declare the grid */
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < ngd; i++)
+            for (int j = 0; j < ngd; j++)
+                for (int l = 0; l < ngd; l++) {
+                    srt_dtype dt = d ? SRT_BF16 : SRT_F32;
+                    declare_gemm(SRT_GEMM_FWD, gd[i], gd[l], gd[j], dt);
+                    declare_gemm(SRT_GEMM_BWD_DATA, gd[i], gd[l], gd[j], dt);
+                    declare_gemm(SRT_GEMM_BWD_WEIGHT, gd[i], gd[l], gd[j], dt);
+                }
+    srt_ctx *c = make_ctx(1, 1, 1, 0, arena, host, nb[nnb - 1], dmax, tokens);
+    srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, arena, SRT_U8));
+    for (int d = 0; d < 2; d++)
+        for (int bwd = 0; bwd < 2; bwd++)
+            for (int i = 0; i < ngd; i++)
+                for (int j = 0; j < ngd; j++)
+                    for (int l = 0; l < ngd; l++) {
+                        Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0};
+                        bench_gemm(c, &g);
+                    }
+    for (int d = 0; d < 2; d++)
+        for (int bwd = 0; bwd < 2; bwd++)
+            for (int i = 0; i < nas; i++)
+                for (int j = 0; j < nah; j++) {
+                    Attn a = {d ? SRT_BF16 : SRT_F32, bwd, (int)(tokens / as[i] > 0 ? tokens / as[i] : 1), as[i], 4, ah[j], 0};
+                    bench_attn(c, &a);
+                }
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < neb; i++) {
+            srt_dtype dt = d ? SRT_BF16 : SRT_F32;
+            Ew e = {dt, eb[i] / 3 / ops_dtype_size(dt)};
+            bench_ew(c, &e, "elementwise");
+        }
+    Ew tiny = {SRT_F32, 16};
+    double s = bench(c, ew_run, &tiny, false);
+    cJSON *r = row_of("launch");
+    cJSON_AddNumberToObject(r, "threads", threads());
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char res[64];
+    snprintf(res, sizeof res, "%.2f us", s * 1e6);
+    record(r, "an op's fixed cost (add of 16 elements)", res);
+    Opt o = {opt_n};
+    s = bench(c, opt_run, &o, false);
+    r = row_of("optimizer");
+    cJSON_AddNumberToObject(r, "threads", threads());
+    cJSON_AddNumberToObject(r, "elements", (double)o.n);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
+    record(r, "optimizer AdamW fp32", res);
+    for (int dir = 0; dir < 2; dir++)
+        for (int i = 0; i < ncb; i++) {
+            Copy k = {cb[i], dir == 1};
+            record_bytes("copy", dir ? "d2h" : "h2d", cb[i], bench(c, copy_run, &k, false));
+        }
+    for (int w = 1; w >= 0; w--)
+        for (int i = 0; i < nnb; i++) {
+            Nvme k = {nb[i], w == 1};
+            record_bytes("nvme", w ? "write" : "read", nb[i], bench(c, nvme_run, &k, false));
+        }
+    ctx_destroy(c);
+}
+
+/* ---- communication benchmarks ------------------------------------------------------- */
+
+typedef struct Coll { int op; srt_group g; int64_t bytes, n; } Coll;
+enum { C_ALL_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER, C_SENDRECV };
+static const char *const COLL_NAMES[] = {"all_reduce", "all_gather", "reduce_scatter", "send_recv"};
+
+static void coll_run(srt_ctx *c, void *ud)
+{
+    const Coll *k = ud;
+    int64_t e = k->bytes / 4;   /* fp32 elements of the full buffer */
+    switch (k->op) {
+    case C_ALL_REDUCE: srt_all_reduce(c, SRT_DP_COMM, k->g, srt_dview(c, 0, e, SRT_F32), SRT_SUM); break;
+    case C_ALL_GATHER:
+        srt_all_gather(c, SRT_DP_COMM, k->g, srt_dview(c, 0, e, SRT_F32), srt_dview(c, e * 4, e / k->n, SRT_F32));
+        break;
+    case C_REDUCE_SCATTER:
+        srt_reduce_scatter(c, SRT_DP_COMM, k->g, srt_dview(c, e * 4, e / k->n, SRT_F32), srt_dview(c, 0, e, SRT_F32));
+        break;
+    default: {   /* a round trip between pipeline neighbours 0 and 1 (others idle) */
+        srt_t x = srt_dview(c, 0, e, SRT_F32);
+        if (srt_group_rank(c, SRT_PP) > 1) break;
+        if (srt_group_rank(c, SRT_PP) == 0) {
+            srt_send(c, SRT_PP_COMM, x, 1);
+            srt_recv(c, SRT_PP_COMM, x, 1);
+        } else {
+            srt_recv(c, SRT_PP_COMM, x, 0);
+            srt_send(c, SRT_PP_COMM, x, 0);
+        }
+        srt_stream_sync(c, SRT_PP_COMM);
+    }
+    }
+    srt_stream_sync(c, SRT_DP_COMM);
+}
+
+/* One collective over the sizes: a row per size ("span": intra or inter). */
+static void bench_coll(srt_ctx *c, int op, srt_group g, int64_t n, const char *span, const int64_t *sizes, int ns)
+{
+    for (int i = 0; i < ns; i++) {
+        Coll k = {op, g, sizes[i] / (4 * n) * (4 * n), n};
+        double s = bench(c, coll_run, &k, true);
+        if (op == C_SENDRECV) s /= 2;   /* one way */
+        cJSON *r = row_of("collective");
+        cJSON_AddStringToObject(r, "op", COLL_NAMES[op]);
+        cJSON_AddStringToObject(r, "span", span);
+        cJSON_AddNumberToObject(r, "ranks_per_node", (double)R.ranks_per_node);
+        cJSON_AddNumberToObject(r, "group", (double)n);
+        cJSON_AddNumberToObject(r, "bytes", (double)k.bytes);
+        cJSON_AddNumberToObject(r, "seconds", s);
+        char what[160], res[64];
+        snprintf(what, sizeof what, "%s %s, %lld ranks a node, groups of %lld, %lld bytes", COLL_NAMES[op], span,
+                 (long long)R.ranks_per_node, (long long)n, (long long)k.bytes);
+        snprintf(res, sizeof res, "%.1f us", s * 1e6);
+        record(r, what, res);
+    }
+}
+
+
+/* comm: the collectives of every group size on this launch's ranks, then the
+ * sharing test. */
+static void run_comm(void)
+{
+    const int64_t *sz = Z->coll;
+    int ns = Z->ncoll;
+    int64_t W = R.world, L = R.ranks_per_node, nodes = W / L, arena = 2 * sz[ns - 1] + 4096;
+    int ngroups = 0;
+    for (int64_t n = 2; n <= L; n++) ngroups += L % n == 0;
+    R.total = ngroups * 3 * ns + (L % 2 == 0 ? ns : 0) + (nodes > 1 ? 3 * ns + ns : 0) + 1;
+    for (int64_t n = 2; n <= L; n++) {
+        if (L % n) continue;
+        srt_ctx *c = make_ctx(n, W / n, 1, 0, arena, 4096, 0, 64, 64);
+        for (int op = C_ALL_REDUCE; op <= C_REDUCE_SCATTER; op++) bench_coll(c, op, SRT_TP, n, "intra", sz, ns);
+        ctx_destroy(c);
+    }
+    if (L % 2 == 0) {   /* pairs of neighbours on a node: pp 2 inside the rank order's tp, pp, dp */
+        srt_ctx *c = make_ctx(1, W / 2, 2, 1, arena, 4096, 0, 64, 64);
+        bench_coll(c, C_SENDRECV, SRT_PP, 2, "intra", sz, ns);
+        ctx_destroy(c);
+    }
+    if (nodes > 1) {   /* one member per node: dp (or pp) across the nodes, tp inside */
+        srt_ctx *c = make_ctx(L, nodes, 1, 0, arena, 4096, 0, 64, 64);
+        for (int op = C_ALL_REDUCE; op <= C_REDUCE_SCATTER; op++) bench_coll(c, op, SRT_DP, nodes, "inter", sz, ns);
+        ctx_destroy(c);
+        c = make_ctx(L, 1, nodes, 0, arena, 4096, 0, 64, 64);
+        bench_coll(c, C_SENDRECV, SRT_PP, 2, "inter", sz, ns);
+        ctx_destroy(c);
+    }
+    /* every rank runs the reference kernels at once */
+    srt_ctx *c = make_ctx(1, W, 1, 0, COLD_BYTES + 5 * 256 * 256 * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
+    double ag = bench_shared(c, gemm_run, &SHARE_GEMM, false), ae = bench_shared(c, ew_run, (void *)&SHARE_EW, false);
+    double sg = bench_shared(c, gemm_run, &SHARE_GEMM, true), se = bench_shared(c, ew_run, (void *)&SHARE_EW, true);
+    cJSON *r = row_of("sharing");
+    cJSON_AddNumberToObject(r, "ranks_per_node", (double)L);
+    cJSON_AddNumberToObject(r, "threads", threads());
+    cJSON_AddNumberToObject(r, "gemm_seconds", sg);
+    cJSON_AddNumberToObject(r, "elementwise_seconds", se);
+    cJSON_AddNumberToObject(r, "alone_gemm_seconds", ag);
+    cJSON_AddNumberToObject(r, "alone_elementwise_seconds", ae);
+    char what[96], res[96];
+    snprintf(what, sizeof what, "sharing, %lld ranks at once against one alone", (long long)W);
+    snprintf(res, sizeof res, "gemm %.3f / %.3f ms, elementwise %.3f / %.3f ms", sg * 1e3, ag * 1e3, se * 1e3, ae * 1e3);
+    record(r, what, res);
+    ctx_destroy(c);
+}
+
+/* ---- main --------------------------------------------------------------------------- */
+
+/* Writes the rows as {"rows": [...]} to --out (rank 0); false on failure. */
+static bool write_rows(void)
+{
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddItemToObject(doc, "rows", R.rows);
+    char *text = cJSON_Print(doc);
+    FILE *f = text ? fopen(R.out, "w") : NULL;
+    bool ok = f && fputs(text, f) >= 0;
+    if (f) ok = fclose(f) == 0 && ok;
+    if (!ok) fprintf(stderr, "shardrt_calibrate: cannot write %s\n", R.out);
+    free(text);
+    cJSON_Delete(doc);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) usage(NULL);
+    bool comm = strcmp(argv[1], "comm") == 0;
+    if (!comm && strcmp(argv[1], "compute") != 0) usage("the phases are 'compute' and 'comm'");
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) Z = &QUICK;
+        else if (strcmp(a, "--smoke") == 0) Z = &SMOKE;
+        else if (strcmp(a, "--out") == 0 && v) R.out = v, i++;
+        else if (strcmp(a, "--nvme-dir") == 0 && v) R.nvme_dir = v, i++;
+        else if (strcmp(a, "--ranks-per-node") == 0 && v) R.ranks_per_node = atoll(v), i++;
+        else usage("unknown argument");
+    }
+    if (!R.out) usage("--out FILE is required");
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &R.world);
+    if (R.ranks_per_node <= 0) R.ranks_per_node = R.world;
+    if (R.world % R.ranks_per_node != 0) {
+        if (R.rank == 0) fprintf(stderr, "shardrt_calibrate: --ranks-per-node %lld does not divide %d ranks\n",
+                                 (long long)R.ranks_per_node, R.world);
+        MPI_Finalize();
+        return 2;
+    }
+    if (!comm && R.world != 1) {
+        if (R.rank == 0) fprintf(stderr, "shardrt_calibrate: compute runs as one process\n");
+        MPI_Finalize();
+        return 2;
+    }
+    R.rows = cJSON_CreateArray();
+    if (comm) run_comm();
+    else run_compute();
+    bool ok = R.rank != 0 || write_rows();
+    if (R.rank != 0) cJSON_Delete(R.rows);
+    MPI_Finalize();
+    return ok ? 0 : 1;
+}

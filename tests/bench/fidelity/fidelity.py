@@ -1,0 +1,77 @@
+"""fidelity.py RUNS — the table of tests/bench/fidelity/run.sh.
+
+RUNS has a line per layout: NAME RANKS PLAN.txt PLAN.json LOG.jsonl.  Per layout:
+the predicted step (`shardc plan`'s "step ... s predicted"), the measured median
+step_ms of the steps after the first two (all of them when there are fewer than
+three), the error (predicted - measured) / measured, and the arena bytes the plan
+gives each rank class (device_bytes.arena, host_bytes.total) against what each
+rank allocated (the log's last record, "allocated").  Then the mean |error| and
+Spearman's rank correlation of the predictions with the measurements (ranks of
+ties averaged).  Exits 1 when any arena differs from its plan.
+"""
+import json
+import re
+import sys
+
+
+def ranks(xs):
+    """Ranks from 1 of xs, ties given their mean rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    r = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(a, b):
+    """Pearson's correlation of the ranks."""
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va > 0 and vb > 0 else float("nan")
+
+
+def main():
+    rows, bad = [], 0
+    print("%-18s %5s %11s %11s %8s  %s" % ("layout", "ranks", "predicted", "measured", "error", "arena bytes: planned / allocated (per stage)"))
+    for line in open(sys.argv[1]):
+        name, np, plan_txt, plan_json, log = line.split()
+        m = re.search(r"^step\s+([0-9.eE+-]+) s predicted", open(plan_txt).read(), re.M)
+        pred = float(m.group(1))
+        recs = [json.loads(l) for l in open(log)]
+        steps = [r for r in recs if "step_ms" in r]
+        times = sorted(r["step_ms"] / 1e3 for r in (steps[2:] if len(steps) > 2 else steps))
+        meas = times[len(times) // 2]
+        alloc = [r["allocated"] for r in recs if "allocated" in r][-1]
+        plan = json.load(open(plan_json))
+        arenas, same = [], True
+        for c in plan["rank_classes"]:
+            st = c["stage"]
+            want = (c["device_bytes"]["arena"], c["host_bytes"]["total"])
+            got = {(d, h) for s, d, h in zip(alloc["stage"], alloc["device_arena"], alloc["host_arena"]) if s == st}
+            ok = got == {want}
+            same &= ok
+            arenas.append("%d: %d+%d %s %s" % (st, want[0], want[1], "==" if ok else "!=",
+                                                 ",".join("%d+%d" % g for g in sorted(got)) or "none"))
+        bad += not same
+        err = (pred - meas) / meas
+        rows.append((name, pred, meas, err))
+        print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%%  %s" % (name, np, pred * 1e3, meas * 1e3, 100 * err, "; ".join(arenas)))
+    mean = sum(abs(r[3]) for r in rows) / len(rows)
+    rho = spearman([r[1] for r in rows], [r[2] for r in rows])
+    print("%d layouts: mean |predicted - measured| / measured = %.1f%% (target <= 10%%); Spearman %.3f (target >= 0.9); "
+          "arenas %s" % (len(rows), 100 * mean, rho, "equal to the plan for every layout" if not bad else "DIFFER for %d layouts" % bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

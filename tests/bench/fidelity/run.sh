@@ -1,0 +1,56 @@
+#!/bin/bash
+# run.sh [BUILD_DIR] — the fidelity benchmark of issue 15 (on request; not part of
+# `make test`): `shardc plan`'s predicted step time against the measured one, on
+# this machine, for the CPU layouts of layouts.txt (small GPT and Llama models on
+# 1-8 ranks: dp, tp, pp with 1f1b and interleaved, ZeRO 0-3, checkpointing,
+# optimizer offload, bf16), with a profile calibrated on this machine in the same
+# run (PROFILE=FILE uses a given one instead; QUICK=1 calibrates with --quick).
+# Each layout is built with the profile, planned (`shardc plan`: the predicted
+# step; `--json`: the planned arenas) and trained STEPS steps (8) under mpirun as
+# the README launches trainers (--bind-to none, cores / ranks threads each, MPI
+# yielding while it waits); fidelity.py takes the median step time of the steps
+# after the first two from the trainer's JSONL log, and the arenas every rank
+# allocated from its last record, and prints per layout the prediction, the
+# measurement, the error and planned against allocated arena bytes, then the
+# mean |error| and the Spearman rank correlation (targets: <= 10 %, >= 0.9, and
+# the arenas equal everywhere).  ONLY=NAME,... runs some layouts.
+# The machine's other load is in the measurement: the script prints `uptime`
+# before and after; compare runs made on a quiet machine.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+B=${1:-build}
+STEPS=${STEPS:-8}
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+cores=$(nproc)
+echo "load before: $(uptime)"
+profile=${PROFILE:-}
+if [ -z "$profile" ]; then
+    profile=$tmp/machine.json
+    echo "calibrating this machine ($cores cores${QUICK:+, --quick}): shardc calibrate -o $profile --ranks 2,4,8"
+    "$B/shardc" calibrate -o "$profile" --ranks 2,4,8 ${QUICK:+--quick} 2> "$tmp/calibrate.log" ||
+        { tail -20 "$tmp/calibrate.log"; exit 1; }
+fi
+profile=$(cd "$(dirname "$profile")" && pwd)/$(basename "$profile")
+echo "profile: $profile"
+: > "$tmp/runs.txt"
+while read -r name spec np defs; do
+    case "$name" in ''|'#'*) continue ;; esac
+    if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
+    # shellcheck disable=SC2086
+    set -- tests/bench/fidelity/$spec.tspec -D cluster.gpus_per_node="$np" -D "cluster.profile=\"$profile\"" $defs
+    "$B/shardc" build "$@" -o "$tmp/$name" > "$tmp/$name.build" 2>&1 || { echo "FAIL: build $name"; cat "$tmp/$name.build"; exit 1; }
+    "$B/shardc" plan "$@" --json "$tmp/$name.plan.json" > "$tmp/$name.plan" 2>&1 || { echo "FAIL: plan $name"; cat "$tmp/$name.plan"; exit 1; }
+    t=$((cores / np > 0 ? cores / np : 1))
+    if ! OMP_NUM_THREADS=$t timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$tmp/$name" \
+           --data examples/data/tinyshakespeare.txt --steps "$STEPS" --log "$tmp/$name.jsonl" < /dev/null \
+           > "$tmp/$name.out" 2> "$tmp/$name.err"; then
+        echo "FAIL: $name did not train:"; tail -5 "$tmp/$name.err"; exit 1
+    fi
+    echo "$name $np $tmp/$name.plan $tmp/$name.plan.json $tmp/$name.jsonl" >> "$tmp/runs.txt"
+    echo "  ran $name ($np rank$([ "$np" = 1 ] || echo s), $t thread$([ "$t" = 1 ] || echo s) each)"
+done < tests/bench/fidelity/layouts.txt
+/usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/runs.txt"
+echo "load after: $(uptime)"

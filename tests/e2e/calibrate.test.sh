@@ -1,0 +1,97 @@
+#!/bin/bash
+# calibrate.test.sh SHARDC BUILD_DIR — `shardc calibrate` end to end: a --quick
+# calibration of this machine through the CPU runtime (2 ranks a node for the
+# collectives), its progress (a line per benchmark), the profile it writes
+# (every table there, read back by `shardc check`), and plans made with it:
+# the derived cluster keys, a predicted step, and a spec that sets a key still
+# overriding the profile.  Usage errors and a failing phase (no profile left
+# behind).  Two nodes simulated on this machine (--nodes 2, --smoke).  Then the CUDA backend's path on the emulated CUDA stack
+# (BUILD/cuda-emu, docs/cuda-emulation.md) with --smoke, planned for an H100.
+set -u
+SHARDC=$1
+BUILD=$2
+if ! command -v mpirun > /dev/null || [ ! -x "$BUILD/runtime/shardrt_calibrate" ]; then
+    echo "SKIP: needs mpirun and BUILD/runtime/shardrt_calibrate"
+    exit 77
+fi
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# the CPU runtime, --quick, collectives on 2 ranks
+if ! "$SHARDC" calibrate --quick --ranks 2 -o "$T/machine.json" > "$T/cal.out" 2> "$T/cal.err"; then
+    bad "shardc calibrate --quick failed:"; tail -20 "$T/cal.err"
+else
+    grep -q '^\[phase 1/3\] \[1/[0-9]*\] gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no progress line per benchmark"
+    grep -q 'sharing, 2 ranks at once against one alone' "$T/cal.err" || bad "no sharing test"
+    grep -q "^wrote $T/machine.json: cpu backend" "$T/cal.out" || bad "no summary: $(cat "$T/cal.out")"
+    /usr/bin/python3 - "$T/machine.json" <<'PY' || fail=1
+import json, sys
+p = json.load(open(sys.argv[1]))
+tables = {r["table"] for r in p["rows"]}
+want = {"gemm", "attention", "elementwise", "launch", "optimizer", "copy", "nvme", "collective", "sharing"}
+ops = {r["op"] for r in p["rows"] if r["table"] == "collective"}
+if p["shardc_profile"] != 1 or p["backend"] != "cpu" or p["grid"] != "quick" or tables != want or \
+   ops != {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}:
+    sys.exit("FAIL: the profile lacks tables or ops: %s %s" % (sorted(tables), sorted(ops)))
+print("ok: the profile has every table and collective (%d rows)" % len(p["rows"]))
+PY
+    spec=(specs/tiny-gpt.tspec -D cluster.gpus_per_node=2 -D parallel.dp=2 -D "cluster.profile=\"$T/machine.json\"")
+    "$SHARDC" check "${spec[@]}" > "$T/check.txt" 2>&1 || bad "check with the profile: $(cat "$T/check.txt")"
+    grep -q "profile = \"$T/machine.json\"" "$T/check.txt" || bad "the resolved spec does not name the profile"
+    grep -q "gpu = cpu" "$T/check.txt" || bad "a CPU profile did not plan the CPU backend"
+    # a key the spec sets wins over the profile's
+    "$SHARDC" check "${spec[@]}" -D cluster.pcie=3GB/s | grep -q "pcie = 3GB/s" || bad "cluster.pcie set in the spec lost to the profile"
+    if "$SHARDC" plan "${spec[@]}" > "$T/plan.txt" 2>&1 && grep -q '^step .* s predicted' "$T/plan.txt"; then
+        echo "ok: planned with the profile: $(grep '^step' "$T/plan.txt")"
+    else
+        bad "plan with the profile:"; tail -5 "$T/plan.txt"
+    fi
+    # the profile in the spec's folder, named relatively
+    mkdir "$T/sub" && cp "$T/machine.json" "$T/sub/m.json" &&
+        printf 'include "%s/specs/tiny-gpt.tspec"\ncluster { profile = "m.json" }\n' "$PWD" > "$T/sub/s.tspec"
+    "$SHARDC" plan "$T/sub/s.tspec" > /dev/null 2>&1 || bad "a relative profile path is not read from the spec's folder"
+fi
+
+# two nodes of 2 ranks on this machine: the rows across nodes, and a plan across nodes with them
+if "$SHARDC" calibrate --smoke --ranks 2 --nodes 2 -o "$T/nodes.json" > /dev/null 2> "$T/nodes.err" &&
+   /usr/bin/python3 -c 'import json, sys
+ops = {r["op"] for r in json.load(open(sys.argv[1]))["rows"] if r["table"] == "collective" and r["span"] == "inter"}
+sys.exit(ops != {"all_reduce", "all_gather", "reduce_scatter", "send_recv"})' "$T/nodes.json" &&
+   "$SHARDC" plan specs/tiny-gpt.tspec -D cluster.nodes=2 -D cluster.gpus_per_node=2 -D "cluster.profile=\"$T/nodes.json\"" \
+       > "$T/nodes.plan" 2>&1 && grep -q '^step .* s predicted' "$T/nodes.plan"; then
+    echo "ok: --nodes 2 measured every collective across the nodes, and a 2-node plan used the profile"
+else
+    bad "--nodes 2:"; tail -5 "$T/nodes.err" "$T/nodes.plan"
+fi
+
+# usage errors exit 2; a failing phase exits 1 and leaves no profile
+"$SHARDC" calibrate --quick > /dev/null 2>&1; [ $? = 2 ] || bad "calibrate without -o did not exit 2"
+"$SHARDC" calibrate -o "$T/x.json" --backend tpu > /dev/null 2>&1; [ $? = 2 ] || bad "--backend tpu did not exit 2"
+"$SHARDC" calibrate -o "$T/x.json" --ranks 0 > /dev/null 2>&1; [ $? = 2 ] || bad "--ranks 0 did not exit 2"
+"$SHARDC" calibrate -o "$T/x.json" --runtime "$T/none" > /dev/null 2> "$T/rt.err"; rc=$?
+{ [ $rc = 1 ] && grep -q "shardrt_calibrate was not found in $T/none" "$T/rt.err"; } || bad "a missing runtime: exit $rc, $(cat "$T/rt.err")"
+"$SHARDC" calibrate --smoke --ranks 2 --mpirun false -o "$T/x.json" > /dev/null 2> "$T/mpi.err"; rc=$?
+{ [ $rc = 1 ] && [ ! -e "$T/x.json" ] && grep -q "the communication benchmarks on 2 ranks failed" "$T/mpi.err"; } ||
+    bad "a failing launcher: exit $rc, profile left: $([ -e "$T/x.json" ] && echo yes || echo no)"
+
+# the CUDA backend's path on the emulated CUDA stack
+if [ -x "$BUILD/cuda-emu/shardrt_calibrate_cuda" ]; then
+    if "$SHARDC" calibrate --backend cuda --runtime "$BUILD/cuda-emu" --smoke --ranks 2 -o "$T/cuda.json" \
+           > "$T/cu.out" 2> "$T/cu.err" &&
+       "$SHARDC" plan specs/gpt2-124m.tspec -D "cluster.profile=\"$T/cuda.json\"" > "$T/cu.plan" 2>&1 &&
+       grep -q '^step .* s predicted' "$T/cu.plan"; then
+        echo "ok: calibrated the CUDA backend on the emulated stack and planned an H100 with it"
+    else
+        bad "the CUDA path on the emulator:"; tail -5 "$T/cu.err" "$T/cu.plan"
+    fi
+    # a CUDA profile cannot plan the CPU backend
+    "$SHARDC" check specs/tiny-gpt.tspec -D "cluster.profile=\"$T/cuda.json\"" > /dev/null 2> "$T/cu.bad"
+    grep -q "measured the CUDA backend" "$T/cu.bad" || bad "a CUDA profile with cluster.gpu = cpu was accepted"
+else
+    echo "(no BUILD/cuda-emu: the CUDA path is not exercised here)"
+fi
+[ $fail = 0 ] && echo "ok: shardc calibrate"
+exit $fail

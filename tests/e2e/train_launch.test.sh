@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The trainer's launch check (runtime/cpu/threads.c; docs/trainer.md,
+# "Launching") on this machine: a rank OpenMPI binds to one core of several
+# (`mpirun -np 1`) prints the one line that says so and names
+# `--bind-to none`; the documented launches print nothing — one rank with
+# `--bind-to none` or without mpirun, and the README's four ranks
+# (`mpirun -np 4 --oversubscribe --bind-to none`) with no OMP_NUM_THREADS —
+# and OMP_NUM_THREADS=2 for four ranks on fewer than 8 CPUs is named.  Each
+# run trains 2 steps and must succeed.  Skipped (77) on one CPU, where no
+# binding can leave a CPU idle.
+set -u
+. "$(dirname "$0")/train_lib.sh"
+unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMPI_MCA_mpi_yield_when_idle
+cpus=$(nproc)
+[ "$cpus" -ge 2 ] || { echo "skipped: one CPU"; exit 77; }
+train_build one -D parallel.dp=1 -D cluster.gpus_per_node=1
+train_build four
+fail=0
+# launch LABEL WANT(warn|quiet) NEEDLE COMMAND...: run it, check stderr for the line
+launch() {
+    local label=$1 want=$2 needle=$3
+    shift 3
+    if ! timeout 120 "$@" --data "$DATA" --steps 2 --eval-every 0 > "$T/l.out" 2> "$T/l.err"; then
+        echo "FAIL: $label: the run failed"; cat "$T/l.err"; fail=1; return
+    fi
+    local line
+    line=$(grep "shardrt: cpu: warning:" "$T/l.err")
+    if [ "$want" = quiet ] && [ -z "$line" ]; then echo "ok: $label: nothing to say"
+    elif [ "$want" = warn ] && [ "$(printf '%s\n' "$line" | grep -c .)" = 1 ] && [[ "$line" == *"$needle"* ]]; then
+        echo "ok: $label: $line"
+    else echo "FAIL: $label: expected $want ($needle), got: ${line:-nothing}"; fail=1
+    fi
+}
+launch "mpirun -np 1 (bound to a core)" warn "--bind-to none" mpirun -np 1 "$T/one"
+launch "mpirun -np 1 --bind-to none" quiet "" mpirun -np 1 --bind-to none "$T/one"
+launch "no launcher" quiet "" "$T/one"
+launch "README: mpirun -np 4 --oversubscribe --bind-to none" quiet "" \
+    mpirun -np 4 --oversubscribe --bind-to none "$T/four"
+if [ "$cpus" -lt 8 ]; then
+    launch "four ranks with OMP_NUM_THREADS=2" warn "OpenMP threads (OMP_NUM_THREADS) on $cpus CPUs" \
+        mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=2 "$T/four"
+fi
+[ "$fail" = 0 ] && echo PASS
+exit "$fail"

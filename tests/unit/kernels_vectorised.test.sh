@@ -1,0 +1,49 @@
+#!/bin/sh
+# kernels_vectorised.test.sh SHARDC BUILD_DIR — the exp-bound loops of the CPU
+# kernels are vectorised in every clone the library is built with.
+# KC_MULTIVERSION compiles them for x86-64 (SSE2), x86-64-v3 (AVX2) and
+# x86-64-v4 (AVX-512); a loop GCC leaves scalar in one clone (as the AVX2
+# exp once was: "control flow in loop") runs several times slower on the
+# machines that pick it, yet computes the same values, so no numeric test
+# sees it.  This reads the clones' machine code: each must evaluate the exp
+# polynomial (six multiply-adds) with packed instructions of its width —
+# mulps/addps on xmm, vfmadd*ps on ymm, on zmm.  Skipped (77) off x86-64,
+# without objdump, or in a sanitizer build.
+set -eu
+lib=${2:-build}/kernels/cpu/libshardk_cpu.a
+[ "$(uname -m)" = x86_64 ] || { echo "skipped: not x86-64"; exit 77; }
+command -v objdump > /dev/null || { echo "skipped: no objdump"; exit 77; }
+[ -f "$lib" ] || { echo "no $lib"; exit 1; }
+# a sanitizer build instruments every access, and GCC then vectorises nothing
+if nm "$lib" 2>/dev/null | grep -q '__asan_report\|__ubsan_handle'; then
+    echo "skipped: a sanitizer build (instrumented loops are not vectorised)"; exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+# one line per instruction: FUNCTION<TAB>instruction
+objdump -d --no-show-raw-insn "$lib" |
+    awk '/^[0-9a-f]+ <.*>:$/ { f = substr($2, 2, length($2) - 3); next } NF { print f "\t" $0 }' > "$tmp/asm"
+fail=0
+for fn in kc_vexp kc_gelu_fwd_block kc_gelu_bwd_block kc_gelu_scale_block kc_swiglu_fwd_row; do
+    for clone in default arch_x86_64_v3 arch_x86_64_v4; do
+        case $clone in
+        default) pat='(mul|add)ps[[:space:]].*%xmm' ;;
+        arch_x86_64_v3) pat='vfn?m(add|sub)[0-9]+ps[[:space:]].*%ymm' ;;
+        arch_x86_64_v4) pat='vfn?m(add|sub)[0-9]+ps[[:space:]].*%zmm' ;;
+        esac
+        n=$(grep -c "^$fn\.$clone	" "$tmp/asm" || true)
+        if [ "$n" -eq 0 ]; then
+            echo "FAIL: $fn has no $clone clone in $lib"
+            fail=1
+            continue
+        fi
+        packed=$(grep "^$fn\.$clone	" "$tmp/asm" | grep -c -E "$pat" || true)
+        if [ "$packed" -lt 6 ]; then
+            echo "FAIL: $fn.$clone: $packed packed multiply-adds (/$pat/), the exp alone needs 6: not vectorised"
+            fail=1
+        else
+            echo "ok: $fn.$clone: $packed packed multiply-adds"
+        fi
+    done
+done
+exit $fail

@@ -1,0 +1,230 @@
+/* test_profile.c — machine profiles (profile.c) and the CPU cost model they
+ * feed (cost.c): the rates interpolated on their grids (exact at the points,
+ * log-linear between, clamped outside, linear between thread counts), the
+ * alpha-beta fits, the sharing factor and its floor at the cores' share, the
+ * cluster keys a profile derives; bad profiles as errors at the profile's
+ * line and column; and properties of the model: a slower machine never plans
+ * faster, more ranks on the same cores never make a rank's compute faster,
+ * and a rank of the CPU backend runs its ops one after another. */
+#include "../bench/costmodel/calib.h"
+#include "check.h"
+#include "sim.h"
+
+#include <unistd.h>
+
+static char g_path[64];
+
+/* Writes text to a fresh temporary file; returns its path. */
+static const char *write_tmp(const char *text)
+{
+    snprintf(g_path, sizeof g_path, "/tmp/test_profile_XXXXXX");
+    int fd = mkstemp(g_path);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) abort();
+    close(fd);
+    return arena_strdup(&g_arena, g_path);
+}
+
+/* The rows of a small CPU profile; `speed` divides every seconds (2: a machine
+ * twice as fast), `extra` is appended to the rows, and `thread2` adds the
+ * tables at 2 threads (everything twice as fast). */
+static const char *profile_text(double speed, const char *extra, bool thread2)
+{
+    char *rows = arena_strdup(&g_arena, "");
+    for (int t = 1; t <= (thread2 ? 2 : 1); t++) {
+        double sp = speed * t;
+        for (int dt = 0; dt < 2; dt++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                /* GEMM rate 1 GFLOP/s · m / 64 (so log-linear in m), doubled in bf16 */
+                for (int m = 64; m <= 512; m *= 8)
+                    for (int n = 64; n <= 512; n *= 8)
+                        for (int k = 64; k <= 512; k *= 8) {
+                            double f = (bwd ? 4.0 : 2.0) * m * n * k, rate = 1e9 * m / 64 * (dt ? 2 : 1);
+                            rows = arena_printf(&g_arena, "%s{\"table\":\"gemm\",\"dtype\":\"%s\",\"pass\":\"%s\",\"threads\":%d,"
+                                                "\"m\":%d,\"n\":%d,\"k\":%d,\"seconds\":%.17g},\n", rows, dt ? "bf16" : "fp32",
+                                                bwd ? "bwd" : "fwd", t, m, n, k, f / rate / sp);
+                        }
+                for (int seq = 64; seq <= 256; seq *= 4)
+                    for (int hd = 32; hd <= 64; hd *= 2) {
+                        double f = (bwd ? 8.0 : 4.0) * 4 * seq * seq * 4 * hd;
+                        rows = arena_printf(&g_arena, "%s{\"table\":\"attention\",\"dtype\":\"%s\",\"pass\":\"%s\",\"threads\":%d,"
+                                            "\"batch\":4,\"seq\":%d,\"heads\":4,\"head_dim\":%d,\"seconds\":%.17g},\n", rows,
+                                            dt ? "bf16" : "fp32", bwd ? "bwd" : "fwd", t, seq, hd, f / 2e9 / sp);
+                    }
+            }
+        for (int dt = 0; dt < 2; dt++)
+            for (long b = 1 << 16; b <= 1 << 24; b <<= 8)   /* 10 GB/s in cache, 5 GB/s out of it */
+                rows = arena_printf(&g_arena, "%s{\"table\":\"elementwise\",\"dtype\":\"%s\",\"threads\":%d,\"bytes\":%ld,"
+                                    "\"seconds\":%.17g},\n", rows, dt ? "bf16" : "fp32", t, b, b / (b < (1 << 20) ? 10e9 : 5e9) / sp);
+        rows = arena_printf(&g_arena, "%s{\"table\":\"launch\",\"threads\":%d,\"seconds\":%.17g},\n"
+                            "{\"table\":\"optimizer\",\"threads\":%d,\"elements\":1000000,\"seconds\":%.17g},\n", rows, t,
+                            2e-6 / sp, t, 1e-3 / sp);
+    }
+    for (int io = 0; io < 4; io++)
+        for (long b = 1 << 20; b <= 1 << 24; b <<= 4)
+            rows = arena_printf(&g_arena, "%s{\"table\":\"%s\",\"op\":\"%s\",\"bytes\":%ld,\"seconds\":%.17g},\n", rows,
+                                io < 2 ? "copy" : "nvme", (const char *[]){"h2d", "d2h", "read", "write"}[io], b,
+                                (10e-6 + b / (io < 2 ? 10e9 : 2e9)) / speed);
+    static const char *const ops[] = {"all_reduce", "all_gather", "reduce_scatter", "send_recv"};
+    for (int w = 2; w <= 4; w *= 2)
+        for (int op = 0; op < 4; op++)
+            for (long b = 4096; b <= 1 << 22; b <<= 10)
+                rows = arena_printf(&g_arena, "%s{\"table\":\"collective\",\"op\":\"%s\",\"span\":\"intra\",\"ranks_per_node\":%d,"
+                                    "\"group\":2,\"bytes\":%ld,\"seconds\":%.17g},\n", rows, ops[op], w, b,
+                                    (20e-6 + b * 1e-9 * w) / speed);
+    return arena_printf(&g_arena,
+                        "{\n  \"shardc_profile\": 1,\n  \"backend\": \"cpu\",\n  \"cores\": 2,\n  \"nodes\": 1,\n  \"rows\": [\n"
+                        "%s%s{\"table\":\"sharing\",\"ranks_per_node\":2,\"threads\":1,\"gemm_seconds\":0.003,"
+                        "\"elementwise_seconds\":0.001,\"alone_gemm_seconds\":0.002,\"alone_elementwise_seconds\":0.001}\n]}\n",
+                        rows, extra);
+}
+
+/* Loads a profile text; NULL on an error (the diagnostics captured). */
+static const Profile *load(const char *text)
+{
+    capture();
+    diag_reset();
+    return profile_load(write_tmp(text), (Loc){0});
+}
+
+/* Interpolation, fits, sharing and the derived keys of a good profile. */
+static void test_tables(void)
+{
+    const Profile *pf = load(profile_text(1, "", true));
+    CHECK(pf != NULL);
+    if (!pf) {
+        fprintf(stderr, "%s", captured());
+        return;
+    }
+    CHECK_EQ(pf->nthreads, 2);
+    /* exact at the grid's points; log-linear between; clamped outside */
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP32, false, 1, 64, 64, 64), 1e9, 1e-9);
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP32, true, 1, 512, 64, 512), 8e9, 1e-9);
+    CHECK_NEAR(profile_gemm_rate(pf, DT_BF16, false, 1, 512, 512, 512), 16e9, 1e-9);
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP32, false, 1, 128, 100, 300), 2e9, 1e-9);
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP32, false, 1, 4096, 64, 64), 8e9, 1e-9);
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP16, false, 1, 64, 64, 64), 2e9, 1e-9);   /* fp16 reads bf16's rows */
+    /* linear between thread counts, clamped beyond them */
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP32, false, 1.5, 64, 64, 64), 1.5e9, 1e-9);
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP32, false, 8, 64, 64, 64), 2e9, 1e-9);
+    CHECK_NEAR(profile_attn_rate(pf, DT_FP32, false, 1, 128, 48), 2e9, 1e-9);
+    CHECK_NEAR(profile_stream_rate(pf, DT_FP32, 1, 1 << 16), 10e9, 1e-9);
+    CHECK_NEAR(profile_stream_rate(pf, DT_FP32, 1, 1 << 20), 10e9 * pow(0.5, 0.5), 1e-9);
+    CHECK_NEAR(profile_launch(pf, 2), 1e-6, 1e-9);
+    CHECK_NEAR(profile_opt_rate(pf, 1), 1e9, 1e-9);
+    /* alpha-beta fits */
+    CHECK_NEAR(profile_io_seconds(pf, PROFILE_H2D, 0), 10e-6, 1e-6);
+    CHECK_NEAR(profile_io_seconds(pf, PROFILE_NVME_WRITE, 2e9), 1 + 10e-6, 1e-6);
+    double sa, sb;
+    const ProfFit *f = profile_coll(pf, PROFILE_ALLREDUCE, false, 4, 2, &sa, &sb);
+    CHECK(f && f->points == 2);
+    if (f) CHECK_NEAR(f->alpha + f->beta * 1e6 * sb, 20e-6 + 4e-3, 1e-6);
+    f = profile_coll(pf, PROFILE_ALLREDUCE, false, 3, 4, &sa, &sb);   /* group 4 never measured: scaled from 2 */
+    CHECK(f != NULL);
+    CHECK_NEAR(sa, 3.0, 1e-12);
+    CHECK_NEAR(sb, (3.0 / 4) / (1.0 / 2), 1e-12);
+    CHECK(profile_coll(pf, PROFILE_ALLREDUCE, true, 2, 2, &sa, &sb) == NULL);   /* nothing across nodes */
+    /* sharing: measured 1.5x for 2 ranks; 4 ranks on 2 cores at least 2x; never below the share */
+    CHECK_NEAR(profile_sharing(pf, 2, 1, true), 1.5, 1e-12);
+    CHECK_NEAR(profile_sharing(pf, 2, 1, false), 1.0, 1e-12);
+    CHECK_NEAR(profile_sharing(pf, 4, 1, true), 2.0, 1e-12);
+    CHECK_NEAR(profile_sharing(pf, 8, 1, false), 4.0, 1e-12);
+    CHECK_EQ(profile_threads(pf, 1), 2);
+    CHECK_EQ(profile_threads(pf, 8), 1);
+    ProfCluster c = profile_cluster(pf, GPU_CPU, 2);
+    CHECK_NEAR(c.fp32_tflops, 16e9 / 2 * 1e-12, 1e-9);   /* the best rate (2 threads) shared by 2 ranks */
+    CHECK_NEAR(c.pcie, 10e9, 1e-6);
+    CHECK_NEAR(c.nvme, 2e9, 1e-6);
+}
+
+/* Bad profiles: errors at the profile's line and column. */
+static void test_errors(void)
+{
+    CHECK(load("{\n  \"shardc_profile\": 1,\n  \"backend\": \"cpu\",,\n}\n") == NULL);
+    CHECK_HAS(captured(), ":3:21: error: not valid JSON here");
+    CHECK(load("{\"shardc_profile\": 2, \"backend\": \"cpu\", \"rows\": [{}]}") == NULL);
+    CHECK_HAS(captured(), "not a shardc profile of version 1");
+    CHECK(load("{\"shardc_profile\": 1, \"backend\": \"tpu\", \"rows\": [{}]}") == NULL);
+    CHECK_HAS(captured(), "\"backend\" must be \"cpu\" or \"cuda\"");
+    /* a bad row, located at its own line */
+    const char *bad = profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
+                                      "\"m\":64,\"n\":64,\"k\":64,\"seconds\":-1},\n", false);
+    int line = 1;
+    for (const char *p = bad; p < strstr(bad, "\"seconds\":-1"); p++) line += *p == '\n';
+    CHECK(load(bad) == NULL);
+    CHECK_HAS(captured(), arena_printf(&g_arena, ":%d:1: error: gemm row: 'seconds' must be a positive number", line));
+    CHECK(load(profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp64\"},\n", false)) == NULL);
+    CHECK_HAS(captured(), "gemm row: 'dtype' must be one of fp32|bf16, not \"fp64\"");
+    CHECK(load(profile_text(1, "{\"table\":\"tensor\"},\n", false)) == NULL);
+    CHECK_HAS(captured(), "'table' must be one of gemm|attention");
+    /* a grid with a hole: one more m at one (n, k) only */
+    CHECK(load(profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
+                               "\"m\":1024,\"n\":64,\"k\":64,\"seconds\":1e-3},\n", false)) == NULL);
+    CHECK_HAS(captured(), "gemm fp32 forward at 1 thread: the grid misses the point (1024, 64, 512)");
+    CHECK(load(profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
+                               "\"m\":64,\"n\":64,\"k\":64,\"seconds\":1e-3},\n", false)) == NULL);
+    CHECK_HAS(captured(), "this point is measured twice");
+    capture();
+    diag_reset();
+    CHECK(profile_load("/nonexistent/machine.json", (Loc){0}) == NULL);
+    CHECK_HAS(captured(), "cannot read the profile '/nonexistent/machine.json'");
+}
+
+/* A small GPT on the CPU backend with the profile at path. */
+static Plan *cpu_plan(const char *path, int ranks, const char *parallel)
+{
+    return cal_plan(arena_printf(&g_arena,
+        "model gpt { layers = 2  hidden = 128  heads = 4  vocab = 256  seq_len = 64 }\n"
+        "parallel { %s }\n precision { dtype = fp32 }\n"
+        "train { global_batch = 16  micro_batch = 2 }\n"
+        "cluster { nodes = 1  gpus_per_node = %d  profile = \"%s\" }\n", parallel, ranks, path));
+}
+
+/* The step (and, with op_kind >= 0, the first such op's duration in class 0). */
+static double step_of(Plan *mp, int op_kind, double *op_s)
+{
+    Sim sim;
+    sim_run(mp, &sim);
+    const Sched *s = &mp->sched.classes[0];
+    for (int i = 0; op_kind >= 0 && i < s->nops; i++)
+        if (s->ops[i].kind == op_kind) {
+            *op_s = sim.classes[0].ops[i].end - sim.classes[0].ops[i].start;
+            break;
+        }
+    return sim.step_time;
+}
+
+/* Properties of the CPU model. */
+static void test_model(void)
+{
+    const char *slow = write_tmp(profile_text(1, "", true)), *fast = write_tmp(profile_text(2, "", true));
+    Plan *a = cpu_plan(slow, 1, "dp = 1"), *b = cpu_plan(fast, 1, "dp = 1");
+    CHECK(a && b);
+    if (!a || !b) return;
+    CHECK(a->spec->cluster.gpu == GPU_CPU);   /* a CPU profile plans the CPU backend */
+    double fa = 0, fb = 0, sa = step_of(a, OP_LAYER_FWD, &fa), sb = step_of(b, OP_LAYER_FWD, &fb);
+    CHECK_NEAR(sb, sa / 2, 1e-9);             /* everything measured twice as fast: half the step */
+    CHECK_NEAR(fb, fa / 2, 1e-9);
+    /* one rank of the CPU backend runs its ops one after another: the step is their sum */
+    Sim sim;
+    sim_run(a, &sim);
+    double sum = 0;
+    for (int i = 0; i < a->sched.classes[0].nops; i++) sum += sim.classes[0].ops[i].end - sim.classes[0].ops[i].start;
+    CHECK_NEAR(sim.step_time, sum, 1e-9);
+    /* the same work per rank on more ranks than cores: a rank's layer is no faster */
+    Plan *d2 = cpu_plan(slow, 2, "dp = 2"), *d4 = cpu_plan(slow, 4, "dp = 4"), *d8 = cpu_plan(slow, 8, "dp = 8");
+    CHECK(d2 && d4 && d8);
+    if (!d2 || !d4 || !d8) return;
+    double l2 = 0, l4 = 0, l8 = 0;
+    step_of(d2, OP_LAYER_FWD, &l2), step_of(d4, OP_LAYER_FWD, &l4), step_of(d8, OP_LAYER_FWD, &l8);
+    CHECK(l2 > 0 && l4 >= l2 && l8 >= l4);
+    CHECK_NEAR(l8, 2 * l4, 1e-9);              /* 8 and 4 ranks on 2 cores: the cores' share, 4 against 2 */
+}
+
+int main(void)
+{
+    test_tables();
+    test_errors();
+    test_model();
+    if (diag_stream) fclose(diag_stream), diag_stream = NULL;
+    return failures != 0;
+}
