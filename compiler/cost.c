@@ -11,8 +11,9 @@
  *    the group spans (NVLink inside a node, the network across nodes);
  *  - copies: PCIe, NVMe.
  *
- * The constants are calibrated once against Megatron-LM's published A100
- * table (tests/bench/costmodel, docs/cost-model.md); no per-row fudge.
+ * The compute constants form one profile per GPU generation (CostProfile),
+ * fitted on a named calibration set and checked on a disjoint validation set
+ * (tests/bench/costmodel, docs/cost-model.md); no per-row fudge.
  *
  * A spec whose cluster.profile measured the CPU backend (shardc calibrate) is
  * priced by the CPU model instead ("the CPU backend" below): the same pieces
@@ -25,18 +26,30 @@
 
 /* ---- the calibrated constants (docs/cost-model.md) ---------------------------- */
 
-/* Best fraction of peak a large GEMM sustains inside a training step. */
-#define COST_GEMM_EFF 0.72
-/* The GEMM dimension at which one factor of the shape curve is 1/2: a GEMM's
- * efficiency is COST_GEMM_EFF · Π over (M, N, K) of x / (x + COST_GEMM_DIM). */
-#define COST_GEMM_DIM 128.0
-/* Best fraction of peak of the attention core (QK^T, softmax, ·V and their
- * backward); its shape factor is the head dimension's, hd / (hd + COST_GEMM_DIM). */
-#define COST_ATTN_EFF 0.40
-/* Fraction of the HBM bandwidth a streaming elementwise kernel reaches. */
-#define COST_HBM_EFF 0.80
-/* Launch and tail of one kernel, seconds. */
-#define COST_KERNEL_S 4e-6
+/* Per GPU generation (and the software stack its calibration set ran), the
+ * compute constants; the rest (peaks, HBM, links) comes from the spec's
+ * cluster.  A100: fitted on Narayanan et al. Table 1 (7 rows; Megatron-LM
+ * 2021, attention unfused).  Hopper (H100, H200, H800): Megatron-Core with
+ * Transformer Engine and cuDNN's fused attention, fitted on 3 rows of the
+ * Megatron-Core H100 table.  A CPU profile (cluster.profile) prices the CPU
+ * backend by its own measured rates instead (below). */
+static const CostProfile cost_profiles[] = {
+    {"a100", 0.72, 128.0, 0.40, 0.80, 4e-6},
+    {"hopper", 0.80, 256.0, 0.80, 0.80, 4e-6},
+};
+
+/* The compute constants of a GPU (enum GpuProfile). */
+const CostProfile *cost_profile_gpu(int gpu)
+{
+    switch (gpu) {
+    case GPU_H100_SXM_80GB: case GPU_H200_141GB: case GPU_H800_80GB: return &cost_profiles[1];
+    default: return &cost_profiles[0];
+    }
+}
+
+/* The compute constants of the spec's GPU. */
+const CostProfile *cost_profile(const Spec *s) { return cost_profile_gpu(s->cluster.gpu); }
+
 /* Setup of one PCIe or NVMe transfer, seconds. */
 #define COST_COPY_S 10e-6
 
@@ -50,22 +63,22 @@ double cost_peak(const Spec *s)
 }
 
 /* One factor of the shape curve. */
-static double dim_factor(double x) { return x > 0 ? x / (x + COST_GEMM_DIM) : 0; }
+static double dim_factor(const CostProfile *cp, double x) { return x > 0 ? x / (x + cp->gemm_dim) : 0; }
 
 /* Fraction of peak an M×K by K×N GEMM reaches. */
-double cost_gemm_eff(double M, double N, double K)
+double cost_gemm_eff(const CostProfile *cp, double M, double N, double K)
 {
-    return COST_GEMM_EFF * dim_factor(M) * dim_factor(N) * dim_factor(K);
+    return cp->gemm_eff * dim_factor(cp, M) * dim_factor(cp, N) * dim_factor(cp, K);
 }
 
 /* Fraction of peak the attention core reaches with head dimension hd. */
-double cost_attn_eff(double hd) { return COST_ATTN_EFF * dim_factor(hd); }
-
-/* Fraction of the HBM bandwidth a streaming kernel reaches. */
-double cost_hbm_eff(void) { return COST_HBM_EFF; }
+double cost_attn_eff(const CostProfile *cp, double hd) { return cp->attn_eff * dim_factor(cp, hd); }
 
 /* Seconds to stream bytes through HBM. */
-static double hbm_time(const Spec *s, double bytes) { return bytes / (s->cluster.hbm_bandwidth * COST_HBM_EFF); }
+static double hbm_time(const Spec *s, double bytes) { return bytes / (s->cluster.hbm_bandwidth * cost_profile(s)->hbm_eff); }
+
+/* Launch and tail of n kernels, seconds. */
+static double kernels_time(const Spec *s, double n) { return n * cost_profile(s)->kernel_s; }
 
 /* The pieces of a transformer layer (bits of a mask). */
 enum { PC_QKV = 1, PC_PROJ = 2, PC_CORE = 4, PC_MLP_IN = 8, PC_MLP_OUT = 16,
@@ -150,20 +163,21 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd)
     };
     bool cpu = cpu_priced(p->spec);
     CpuRank r = cpu ? cpu_rank(p) : (CpuRank){0};
+    const CostProfile *cp = cost_profile(p->spec);
     double flops = 0, sec = 0;
     for (int i = 0; i < 4; i++) {
         if (!(pieces & g[i].piece)) continue;
         double f = 2 * g[i].M * g[i].N * g[i].K;
         flops += f;
         sec += cpu ? cpu_gemm(&r, bwd, g[i].M, g[i].N, g[i].K) / (bwd ? 2 : 1)
-                   : f / (peak * cost_gemm_eff(g[i].M, g[i].N, g[i].K));
+                   : f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
     }
     if (pieces & PC_CORE) {
         double fa = 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
         flops += fa;
         /* the backward's rate counts its 2·fa FLOPs, and its seconds are halved as the GEMMs' */
         sec += cpu ? fa / profile_attn_rate(r.pf, r.dt, bwd, r.threads, (double)m->s, hd) * r.share_gemm
-                   : fa / (peak * cost_attn_eff(hd));
+                   : fa / (peak * cost_attn_eff(cp, hd));
     }
     return sec / flops;
 }
@@ -217,9 +231,9 @@ static double layer_time(const Partition *p, const Op *o, bool bwd)
     int pieces = op_pieces(p, o);
     if (cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
     double t = o->flops * layer_sec_per_flop(p, pieces, false);
-    if (pieces == PC_CORE) return t + COST_KERNEL_S;
+    if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
-    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) + (bwd ? 2 : 1) * kernels * COST_KERNEL_S;
+    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels);
 }
 
 /* The head: final norm, logits GEMM, fused cross-entropy and their backward. */
@@ -233,8 +247,8 @@ static double head_time(const Partition *p, const Op *o)
         return cpu_gemm(&r, false, T, vt, h) + cpu_gemm(&r, true, T, vt, h) + cpu_stream(&r, bytes, 3 * T * vt * p->wbytes) +
                cpu_kernels(&r, 8);
     }
-    double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(T, vt, h));
-    return t + hbm_time(p->spec, bytes) + 8 * COST_KERNEL_S;
+    double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(cost_profile(p->spec), T, vt, h));
+    return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, 8);
 }
 
 /* Elements of the optimizer sub-group an OP_OPT_READ / OP_OPT_WRITE moves:
@@ -324,10 +338,18 @@ static Span group_span(const Partition *p, int stage, int group, int op_kind)
     }
 }
 
-/* Seconds of one ring hop's latency on the link a span uses. */
+/* Seconds of latency per ring step of a span's collective, averaged over the
+ * n - 1 steps a chunk travels round the ring (NCCL's ring model): with its
+ * members on `nodes` nodes (per_node on each), nodes - 1 of the steps cross
+ * the network and the others stay on NVLink.  A group with one member per
+ * node crosses the network at every step; one inside a node never. */
 static double hop_latency(const Spec *s, const Span *sp)
 {
-    return sp->cross ? s->cluster.network_latency_us * 1e-6 : cluster_nets[NET_NVLINK].latency_us * 1e-6;
+    double nvl = cluster_nets[NET_NVLINK].latency_us * 1e-6, net = s->cluster.network_latency_us * 1e-6;
+    if (!sp->cross || sp->n < 2) return nvl;
+    double n = (double)sp->n, nodes = ceil(n / (double)(sp->per_node > 0 ? sp->per_node : 1));
+    if (nodes < 2) nodes = 2;
+    return ((n - nodes) * nvl + (nodes - 1) * net) / (n - 1);
 }
 
 /* Bytes/s of the link a span uses: NVLink inside a node; across nodes each GPU
@@ -445,7 +467,7 @@ static double sumsq_time(const Sched *s, const Op *o)
         return cpu_stream(&r, read_bytes(s, o, o->stream == ST_HOST ? SPACE_HOST : SPACE_DEVICE), 0) + cpu_kernels(&r, 1);
     }
     if (o->stream == ST_HOST) return read_bytes(s, o, SPACE_HOST) / sp->cluster.host_bandwidth;
-    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + COST_KERNEL_S;
+    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, 1);
 }
 
 /* Seconds of one optimizer sub-group's AdamW step: on the device fp32 master,
@@ -461,7 +483,7 @@ static double opt_time(const Sched *s, const Op *o)
     }
     if (o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
     double per = 24.0 + (p->gbytes < 4 && p->spec->precision.dtype != DT_FP32 ? 4 : p->gbytes) + p->wbytes;
-    return hbm_time(p->spec, n * per) + 2 * COST_KERNEL_S;
+    return hbm_time(p->spec, n * per) + kernels_time(p->spec, 2);
 }
 
 /* Seconds of a copy, NVMe transfer or embedding on the CPU backend (the
@@ -512,7 +534,7 @@ double cost_op_time(const Plan *mp, const Sched *s, int op)
     case OP_HEAD: return head_time(p, o);
     case OP_EMBED_FWD: case OP_EMBED_BWD:
         /* a row gather (or scatter-add) of [T, h] plus the positions */
-        return hbm_time(sp, 3.0 * (double)p->T * (double)p->model->h * p->wbytes) + 2 * COST_KERNEL_S;
+        return hbm_time(sp, 3.0 * (double)p->T * (double)p->model->h * p->wbytes) + kernels_time(sp, 2);
     case OP_OPT_STEP: return opt_time(s, o);
     case OP_GRAD_SUMSQ: return sumsq_time(s, o);
     case OP_GRAD_NORM:

@@ -228,7 +228,7 @@ static int run_plan(Job *j)
     report_text(stdout, pl);
     sim_summary(stdout, pl, &sim);
     if (rank >= 0) report_rank(stdout, pl, rank);
-    if (opt(j, "--json") && !write_out("plan", opt(j, "--json"), report_json(pl, rank))) return EXIT_USER;
+    if (opt(j, "--json") && !write_out("plan", opt(j, "--json"), report_json(pl, &sim, rank))) return EXIT_USER;
     if (opt(j, "--trace") && !write_out("plan", opt(j, "--trace"), trace_json(pl, &sim))) return EXIT_USER;
     if (opt(j, "--html") && !write_out("plan", opt(j, "--html"), html_report(pl, &sim))) return EXIT_USER;
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;

@@ -603,7 +603,9 @@ void fix_find(Plan *pl);
 
 void report_text(FILE *out, const Plan *mp);
 void report_rank(FILE *out, const Plan *mp, int64_t rank);
-/* The plan as JSON (cJSON text, arena-owned); rank < 0: no buffer list. */
-char *report_json(const Plan *mp, int64_t rank);
+/* The plan as JSON (cJSON text, arena-owned): the memory plan, the fixes,
+ * the simulated step (sim.h's Sim; NULL: none); rank < 0: no buffer list. */
+struct Sim;
+char *report_json(const Plan *mp, const struct Sim *sim, int64_t rank);
 
 #endif

@@ -624,8 +624,9 @@ static double best_gemm(const Profile *pf, int dt, double *m, double *n, double 
 
 /* The cluster keys a profile fills for ranks_per_node ranks on a node (the
  * spec's cluster.gpus_per_node), each in the spec's unit (see ProfCluster). */
-ProfCluster profile_cluster(const Profile *pf, int64_t ranks_per_node)
+ProfCluster profile_cluster(const Profile *pf, int gpu, int64_t ranks_per_node)
 {
+    const CostProfile *cp = cost_profile_gpu(gpu);
     ProfCluster c = {0};
     int tmax = 1;
     for (int i = 0; i < pf->nthreads; i++)
@@ -642,9 +643,9 @@ ProfCluster profile_cluster(const Profile *pf, int64_t ranks_per_node)
     } else {
         /* the GPU model's peak and HBM such that it reproduces the largest
          * measured GEMM and the streaming rate */
-        c.fp32_tflops = f32 / cost_gemm_eff(m, n, k) * 1e-12;
-        c.bf16_tflops = b16 / cost_gemm_eff(m, n, k) * 1e-12;
-        c.hbm_bandwidth = stream / cost_hbm_eff();
+        c.fp32_tflops = f32 / cost_gemm_eff(cp, m, n, k) * 1e-12;
+        c.bf16_tflops = b16 / cost_gemm_eff(cp, m, n, k) * 1e-12;
+        c.hbm_bandwidth = stream / cp->hbm_eff;
     }
     c.pcie = pf->io[PROFILE_H2D].beta > 0 ? 1 / pf->io[PROFILE_H2D].beta : 0;
     double rd = pf->io[PROFILE_NVME_READ].beta, wr = pf->io[PROFILE_NVME_WRITE].beta;

@@ -408,7 +408,53 @@ static cJSON *json_rank(const Plan *mp, int64_t rank)
 }
 
 /* The whole plan as JSON text (arena copy). */
-char *report_json(const Plan *mp, int64_t rank)
+/* A simulated figure, to 6 significant digits: the model is not more precise
+ * than that, and the golden plans do not churn on the last bits. */
+static void jsim(cJSON *o, const char *k, double v)
+{
+    cJSON_AddNumberToObject(o, k, strtod(arena_printf(&g_arena, "%.6g", v), NULL));
+}
+
+/* The simulated step (docs/plan-json.md `simulation`): the figures of the
+ * schedule summary, per rank class too. */
+static cJSON *json_sim(const Plan *mp, const Sim *sim)
+{
+    cJSON *o = cJSON_CreateObject();
+    jsim(o, "step_time_s", sim->step_time);
+    jsim(o, "tokens_per_s", sim->tokens_per_s);
+    jsim(o, "peak_flops_per_gpu", cost_peak(mp->spec));
+    jsim(o, "mfu", sim->mfu);
+    jsim(o, "hfu", sim->hfu);
+    jsim(o, "bubble", sim->bubble);
+    cJSON *ex = cJSON_AddObjectToObject(o, "exposed_comm");
+    for (int g = GRP_NONE + 1; g < NGROUPS; g++) jsim(ex, cost_group_name(g), sim->exposed[g]);
+    jsim(o, "copy_s", sim->copy_time);
+    jsim(o, "nvme_s", sim->nvme_time);
+    double by[NOPKINDS];
+    sim_critical_by_kind(mp, sim, by);
+    cJSON *crit = cJSON_AddObjectToObject(o, "critical_path");
+    jnum(crit, "ops", sim->ncritical);
+    cJSON *kinds = cJSON_AddObjectToObject(crit, "share_by_kind");
+    for (int k = 0; k < NOPKINDS; k++)
+        if (by[k] > 0 && sim->step_time > 0) jsim(kinds, sched_op_kind_name(k), by[k] / sim->step_time);
+    cJSON *classes = cJSON_AddArrayToObject(o, "rank_classes");
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        const SimClass *sc = &sim->classes[c];
+        cJSON *e = cJSON_CreateObject();
+        jnum(e, "stage", mp->mem.classes[c].cls->stage);
+        jsim(e, "end_s", sc->end);
+        cJSON *busy = cJSON_AddObjectToObject(e, "busy_s");
+        for (int st = 0; st < NSTREAMS; st++) jsim(busy, sched_stream_name(st), sc->busy[st]);
+        jsim(e, "work_s", sc->work);
+        jsim(e, "bubble_s", sc->bubble);
+        cJSON *cex = cJSON_AddObjectToObject(e, "exposed_comm_s");
+        for (int g = GRP_NONE + 1; g < NGROUPS; g++) jsim(cex, cost_group_name(g), sc->exposed[g]);
+        cJSON_AddItemToArray(classes, e);
+    }
+    return o;
+}
+
+char *report_json(const Plan *mp, const Sim *sim, int64_t rank)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "spec", mp->spec->source ? mp->spec->source : "");
@@ -427,6 +473,7 @@ char *report_json(const Plan *mp, int64_t rank)
     cJSON *classes = cJSON_AddArrayToObject(root, "rank_classes");
     for (int i = 0; i < mp->mem.nclasses; i++) cJSON_AddItemToArray(classes, json_class(mp, i));
     cJSON_AddItemToObject(root, "fixes", json_fixes(mp));
+    if (sim) cJSON_AddItemToObject(root, "simulation", json_sim(mp, sim));
     if (rank >= 0) cJSON_AddItemToObject(root, "rank", json_rank(mp, rank));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);

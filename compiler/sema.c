@@ -669,7 +669,7 @@ static void derive_cluster(Sema *cx)
     if (!is_set(cx, "cluster.inter_node")) s->cluster.inter_node = n->bandwidth;
     if (!is_set(cx, "cluster.network_latency_us")) s->cluster.network_latency_us = n->latency_us;
     if (!s->cluster.profile) return;
-    ProfCluster pc = profile_cluster(s->cluster.profile, s->cluster.gpus_per_node);
+    ProfCluster pc = profile_cluster(s->cluster.profile, s->cluster.gpu, s->cluster.gpus_per_node);
     struct { const char *path; double *f; double v; } fill[] = {
         {"cluster.fp32_tflops", &s->cluster.fp32_tflops, pc.fp32_tflops},
         {"cluster.bf16_tflops", &s->cluster.bf16_tflops, pc.bf16_tflops},

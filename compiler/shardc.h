@@ -394,13 +394,14 @@ int profile_threads(const Profile *pf, int64_t w);
 /* The cluster keys a profile derives (0: it has nothing for that one), for
  * ranks_per_node ranks on a node: a CPU profile gives a rank its share of the
  * node's best GEMM rate and streaming bandwidth; a CUDA profile the peak and
- * HBM bandwidth at which the GPU model reproduces its largest GEMM and its
- * streaming rate; both the copy, NVMe and link bandwidths they measured. */
+ * HBM bandwidth at which the GPU model (gpu's CostProfile, sim.h) reproduces
+ * its largest GEMM and its streaming rate; both the copy, NVMe and link
+ * bandwidths they measured. */
 typedef struct ProfCluster {
     double fp32_tflops, bf16_tflops, hbm_bandwidth, host_bandwidth, pcie, nvme;
     double intra_node, inter_node, network_latency_us;
 } ProfCluster;
-ProfCluster profile_cluster(const Profile *pf, int64_t ranks_per_node);
+ProfCluster profile_cluster(const Profile *pf, int gpu, int64_t ranks_per_node);
 /* shardc calibrate (calibrate.c), its options parsed by the driver. */
 enum { CALIB_MAX_RANKS = 16 };
 typedef enum CalibGrid { CALIB_FULL, CALIB_QUICK, CALIB_SMOKE } CalibGrid;

@@ -614,19 +614,27 @@ static int contrib_cmp(const void *pa, const void *pb)
     return a->sec > b->sec ? -1 : a->sec < b->sec;
 }
 
-/* The critical path's time by op kind: each op adds the time from its cause's
- * end to its own. */
-static void print_critical(FILE *f, const Plan *mp, const Sim *sim)
+/* The critical path's seconds by op kind (by[NOPKINDS]): each op adds the
+ * time from its predecessor's end to its own. */
+void sim_critical_by_kind(const Plan *mp, const Sim *sim, double *by)
 {
-    Contrib by[NOPKINDS];
-    for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, 0};
+    for (int k = 0; k < NOPKINDS; k++) by[k] = 0;
     double prev = 0;
     for (int i = 0; i < sim->ncritical; i++) {
         const SimRef *r = &sim->critical[i];
         const SimOp *t = &sim->classes[r->cls].ops[r->op];
-        by[mp->sched.classes[r->cls].ops[r->op].kind].sec += t->end - prev;
+        by[mp->sched.classes[r->cls].ops[r->op].kind] += t->end - prev;
         prev = t->end;
     }
+}
+
+/* The critical path's time by op kind, largest first. */
+static void print_critical(FILE *f, const Plan *mp, const Sim *sim)
+{
+    double sec[NOPKINDS];
+    Contrib by[NOPKINDS];
+    sim_critical_by_kind(mp, sim, sec);
+    for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, sec[k]};
     qsort(by, NOPKINDS, sizeof by[0], contrib_cmp);
     fprintf(f, "critical  path of %d ops:", sim->ncritical);
     for (int k = 0; k < 6 && by[k].sec > 0; k++)

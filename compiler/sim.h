@@ -33,12 +33,21 @@ const char *cost_group_name(int group);
 typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_SENDRECV } Collective;
 /* Dense peak FLOP/s of the spec's GPU at the training dtype (fp32 or bf16/fp16). */
 double cost_peak(const Spec *s);
+/* The compute constants of one GPU generation (cost.c, docs/cost-model.md):
+ * a GEMM of M×K by K×N reaches gemm_eff · Π f(x) of peak, f(x) = x / (x +
+ * gemm_dim); the attention core attn_eff · f(head dim); a streaming kernel
+ * hbm_eff of HBM bandwidth; each kernel launch and tail costs kernel_s. */
+typedef struct CostProfile {
+    const char *name;
+    double gemm_eff, gemm_dim, attn_eff, hbm_eff, kernel_s;
+} CostProfile;
+/* The profile of a GPU (enum GpuProfile), of the spec's GPU. */
+const CostProfile *cost_profile_gpu(int gpu);
+const CostProfile *cost_profile(const Spec *s);
 /* Fraction of peak an M×K by K×N GEMM reaches (the calibrated shape curve). */
-double cost_gemm_eff(double M, double N, double K);
+double cost_gemm_eff(const CostProfile *cp, double M, double N, double K);
 /* Fraction of peak of the attention core with head dimension hd. */
-double cost_attn_eff(double hd);
-/* Fraction of the HBM bandwidth a streaming kernel reaches. */
-double cost_hbm_eff(void);
+double cost_attn_eff(const CostProfile *cp, double hd);
 /* Whether the spec's backend runs each op when it is issued (the CPU backend
  * priced from a profile): a rank's ops then follow one another in schedule
  * order, whatever their streams; sends and receives are only posted. */
@@ -100,6 +109,10 @@ const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out);
 /* The schedule summary of `shardc plan`: per stream busy time, bubble,
  * exposed communication, step time, tokens/s, MFU. */
 void sim_summary(FILE *out, const Plan *mp, const Sim *sim);
+/* The critical path's seconds by op kind: each op on it adds the time from
+ * its predecessor's end to its own (the stretches add up to the step);
+ * by[NOPKINDS]. */
+void sim_critical_by_kind(const Plan *mp, const Sim *sim, double *by);
 
 /* ---- verify.c: the schedule verifier -------------------------------------- */
 

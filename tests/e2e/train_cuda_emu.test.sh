@@ -103,7 +103,7 @@ print("ok: fp16 from 2^24 on the emulated CUDA runtime: the same %d of %d steps 
       "(down to %g) as the CPU backend, losses within %.3g" % (skipped, len(a), a[-1]["loss_scale"], worst))
 PYEOF
 else
-    echo "FAIL: fp16 did not train"; tail -5 "$T/f16_cpu.err" "$T/f16_cuda.err"; fail=1
+    echo "FAIL: fp16 did not train"; tail -n 5 "$T/f16_cpu.err" "$T/f16_cuda.err"; fail=1
 fi
 # no host synchronisation inside a step (issue 7): the emulated runtime counts
 # the calls that make the host wait for the device (CUEMU_SYNC_STATS=1); two

@@ -48,10 +48,12 @@ train_build_spec() {
     fi
 }
 
+# The timeout guards a hang, not a speed: under load on a shared 2-core
+# machine an emulated-CUDA run of 12 steps took over 120 s while training.
 train_run() {
     local np=$1 name=$2
     shift 2
-    timeout 120 mpirun --oversubscribe -np "$np" "$T/$name" "$@" > "$T/$name.out" 2> "$T/$name.err"
+    timeout 600 mpirun --oversubscribe -np "$np" "$T/$name" "$@" > "$T/$name.out" 2> "$T/$name.err"
 }
 
 train_cmp() {

@@ -49,7 +49,8 @@ static void test_collective_formulas(void)
     CHECK(cost_link_bandwidth(&s, true, 8) == 300e9);
 }
 
-/* The dp collectives of real plans on each kind of link. */
+/* The dp collectives of real plans on each kind of link: bandwidth by the
+ * NICs the group's members bring, latency by the steps that cross nodes. */
 static void test_dp_links(void)
 {
     static const struct {
@@ -80,11 +81,14 @@ static void test_dp_links(void)
         CHECK_EQ(cost_group(sc, i), GRP_DP);
         double bw = cases[k].cross ? fmin(s->cluster.intra_node, cases[k].per_node * s->cluster.inter_node)
                                    : s->cluster.intra_node;
-        double hop = (cases[k].cross ? s->cluster.network_latency_us : cluster_nets[NET_NVLINK].latency_us) * 1e-6;
-        double n = (double)mp->part.dp, S = (double)sc->ops[i].bytes;
+        /* NCCL's ring latency: of the n - 1 steps a chunk travels, nodes - 1
+         * cross the network, the others stay on NVLink */
+        double nvl = cluster_nets[NET_NVLINK].latency_us * 1e-6, net = s->cluster.network_latency_us * 1e-6;
+        double n = (double)mp->part.dp, S = (double)sc->ops[i].bytes, nodes = n / cases[k].per_node;
+        double lat = cases[k].cross ? (n - nodes) * nvl + (nodes - 1) * net : (n - 1) * nvl;
         double f = cases[k].coll == COLL_ALLREDUCE ? 2 * (n - 1) / n : (n - 1) / n;
         double phases = cases[k].coll == COLL_ALLREDUCE ? 2 : 1;
-        double want = phases * (n - 1) * hop + S * f / bw;
+        double want = phases * lat + S * f / bw;
         if (fabs(cost_op_time(mp, sc, i) - want) > 1e-9 * want) {
             fprintf(stderr, "case %zu (%s; %s): %s takes %.9g s, the formula says %.9g s\n", k, cases[k].parallel,
                     cases[k].cluster, sched_op_label(sc, i), cost_op_time(mp, sc, i), want);
@@ -129,14 +133,17 @@ static void test_tp_and_pp_ops(void)
 /* The shape curve: each of M, N, K contributes x / (x + 128). */
 static void test_gemm_curve(void)
 {
-    double big = 1e12, top = cost_gemm_eff(big, big, big);
+    Spec a100 = {0};
+    a100.cluster.gpu = GPU_A100_80GB;
+    const CostProfile *cp = cost_profile(&a100);
+    double big = 1e12, top = cost_gemm_eff(cp, big, big, big);
     CHECK(top > 0.3 && top <= 1);
-    CHECK_NEAR(cost_gemm_eff(128, big, big), top / 2, 1e-6);
-    CHECK_NEAR(cost_gemm_eff(128, 128, 128), top / 8, 1e-6);
-    CHECK_NEAR(cost_gemm_eff(384, big, big), top * 0.75, 1e-6);
-    CHECK(cost_gemm_eff(2048, 768, 6144) < cost_gemm_eff(2048, 3200, 25600));
-    CHECK(cost_attn_eff(64) < cost_attn_eff(128));
-    CHECK_NEAR(cost_attn_eff(128) / cost_attn_eff(1e12), 0.5, 1e-6);
+    CHECK_NEAR(cost_gemm_eff(cp, 128, big, big), top / 2, 1e-6);
+    CHECK_NEAR(cost_gemm_eff(cp, 128, 128, 128), top / 8, 1e-6);
+    CHECK_NEAR(cost_gemm_eff(cp, 384, big, big), top * 0.75, 1e-6);
+    CHECK(cost_gemm_eff(cp, 2048, 768, 6144) < cost_gemm_eff(cp, 2048, 3200, 25600));
+    CHECK(cost_attn_eff(cp, 64) < cost_attn_eff(cp, 128));
+    CHECK_NEAR(cost_attn_eff(cp, 128) / cost_attn_eff(cp, 1e12), 0.5, 1e-6);
 }
 
 /* The FLOPs and seconds of the ops of one kind for the first layer and
@@ -170,14 +177,15 @@ static void test_layer_time(void)
     CHECK(mp != NULL);
     if (!mp) return;
     double T = 2048, h = 16384, t = 2, peak = 312e12;
+    const CostProfile *cp = cost_profile(mp->spec);
     double shapes[4][3] = {{T, 3 * h / t, h}, {T, h, h / t}, {T, 4 * h / t, h}, {T, h, 4 * h / t}};
     double fl = 0, sec = 0;
     for (int i = 0; i < 4; i++) {
         double f = 2 * shapes[i][0] * shapes[i][1] * shapes[i][2];
-        fl += f, sec += f / (peak * cost_gemm_eff(shapes[i][0], shapes[i][1], shapes[i][2]));
+        fl += f, sec += f / (peak * cost_gemm_eff(cp, shapes[i][0], shapes[i][1], shapes[i][2]));
     }
     double fa = 4 * T * T * h / t;
-    fl += fa, sec += fa / (peak * cost_attn_eff(128));
+    fl += fa, sec += fa / (peak * cost_attn_eff(cp, 128));
     /* tp > 1 splits the layer around its collectives: add up its parts */
     double ffl, tf, tb, tr;
     CHECK(layer_parts(mp, OP_LAYER_FWD, &ffl, &tf) >= 1);
@@ -188,7 +196,7 @@ static void test_layer_time(void)
     CHECK_NEAR(tf, sec, 0.03);
     CHECK_NEAR(tb, 2 * sec, 0.03);
     /* selective recompute replays the attention core alone */
-    CHECK_NEAR(tr, fa / (peak * cost_attn_eff(128)), 0.01);
+    CHECK_NEAR(tr, fa / (peak * cost_attn_eff(cp, 128)), 0.01);
     /* fp32 computes at the fp32 peak */
     Spec s32 = *mp->spec;
     s32.precision.dtype = DT_FP32;
@@ -246,7 +254,7 @@ static void test_calibration(void)
 {
     char buf[1 << 14];
     FILE *f = fmemopen(buf, sizeof buf, "w");
-    double mae = cal_table(f), ex[3];
+    double mae = cal_table(f, SET_CAL, false), ex[3];
     fclose(f);
     printf("%s", buf);
     CHECK(mae >= 0);

@@ -5,6 +5,7 @@
  * follow the pipeline schedule; ZeRO-3 gathers respect max_live_parameters;
  * the verdict, the fixes (each really fits when re-planned) and the JSON. */
 #include "plan_fixture.h"
+#include "sim.h"
 
 #include <cjson/cJSON.h>
 
@@ -273,6 +274,10 @@ static void test_verdict_and_fixes(void)
     fx_llama(&s, 32, 4096, 32, 11008);
     s.parallel.dp = 8, s.train.micro_batch = 4, s.parallel.microbatches = 2;
     s.checkpointing.activations = CKPT_SELECTIVE;
+    /* the H100 profile's rates, so that the simulated step is finite */
+    s.cluster.bf16_tflops = 989, s.cluster.fp32_tflops = 67, s.cluster.hbm_bandwidth = 3350e9;
+    s.cluster.intra_node = 450e9, s.cluster.inter_node = 50e9, s.cluster.network_latency_us = 5;
+    s.cluster.pcie = 64e9, s.cluster.host_bandwidth = 100e9, s.cluster.nvme = 3.5e9;
     fx_batch(&s);
     CHECK(plan_build(&s, mp, false));
     CHECK(!mp->mem.fits && !mp->mem.fits_device && mp->mem.fits_gpus);
@@ -297,8 +302,10 @@ static void test_verdict_and_fixes(void)
             CHECK_EQ(mp->fixes[i].device_total, alt->mem.classes[alt->mem.worst].device_total);
         }
     CHECK(listed);
-    /* the JSON has the documented keys */
-    char *json = report_json(mp, 3);
+    /* the JSON has the documented keys, the simulated step's as sim.c computed them */
+    Sim sim;
+    sim_run(mp, &sim);
+    char *json = report_json(mp, &sim, 3);
     cJSON *root = cJSON_Parse(json);
     CHECK(root != NULL);
     const char *keys[] = {"model.params", "model.flops_per_step", "layout.tp", "layout.pp", "layout.dp",
@@ -310,6 +317,16 @@ static void test_verdict_and_fixes(void)
                            "device_bytes.reserve", "device_bytes.peak", "device_bytes.arena",
                            "host_bytes.optimizer", "host_bytes.params", "host_bytes.total", "nvme_bytes"};
     for (size_t i = 0; i < sizeof ckeys / sizeof ckeys[0]; i++) CHECK(has_path(cls, ckeys[i]));
+    const char *skeys[] = {"simulation.step_time_s", "simulation.tokens_per_s", "simulation.mfu", "simulation.hfu",
+                           "simulation.bubble", "simulation.exposed_comm.tp", "simulation.exposed_comm.dp",
+                           "simulation.exposed_comm.pp", "simulation.exposed_comm.embed", "simulation.copy_s",
+                           "simulation.critical_path.share_by_kind", "simulation.rank_classes"};
+    for (size_t i = 0; i < sizeof skeys / sizeof skeys[0]; i++) CHECK(has_path(root, skeys[i]));
+    const cJSON *simj = cJSON_GetObjectItemCaseSensitive(root, "simulation");
+    double step = cJSON_GetObjectItemCaseSensitive(simj, "step_time_s")->valuedouble;
+    CHECK(step > 0 && fabs(step - sim.step_time) <= 1e-5 * sim.step_time);
+    CHECK(fabs(cJSON_GetObjectItemCaseSensitive(simj, "mfu")->valuedouble - sim.mfu) <= 1e-5 * sim.mfu);
+    CHECK_EQ(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(simj, "rank_classes")), mp->mem.nclasses);
     CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "fits")));
     CHECK_EQ(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"), "params")->valuedouble,
              6738415616LL);

@@ -130,7 +130,7 @@ static void test_tables(void)
     CHECK_NEAR(profile_sharing(pf, 8, 1, false), 4.0, 1e-12);
     CHECK_EQ(profile_threads(pf, 1), 2);
     CHECK_EQ(profile_threads(pf, 8), 1);
-    ProfCluster c = profile_cluster(pf, 2);
+    ProfCluster c = profile_cluster(pf, GPU_CPU, 2);
     CHECK_NEAR(c.fp32_tflops, 16e9 / 2 * 1e-12, 1e-9);   /* the best rate (2 threads) shared by 2 ranks */
     CHECK_NEAR(c.pcie, 10e9, 1e-6);
     CHECK_NEAR(c.nvme, 2e9, 1e-6);

@@ -148,14 +148,15 @@ static void test_mfu_compute_only(void)
     CHECK(mp != NULL);
     if (!mp) return;
     double T = 2048, h = 12288, hd = 128, peak = 312e12;
+    const CostProfile *cp = cost_profile(mp->spec);
     double shapes[4][3] = {{T, 3 * h, h}, {T, h, h}, {T, 4 * h, h}, {T, h, 4 * h}};
     double fl = 0, sec = 0;
     for (int i = 0; i < 4; i++) {
         double f = 2 * shapes[i][0] * shapes[i][1] * shapes[i][2];
-        fl += f, sec += f / (peak * cost_gemm_eff(shapes[i][0], shapes[i][1], shapes[i][2]));
+        fl += f, sec += f / (peak * cost_gemm_eff(cp, shapes[i][0], shapes[i][1], shapes[i][2]));
     }
     double fa = 4 * T * T * h;
-    fl += fa, sec += fa / (peak * cost_attn_eff(hd));
+    fl += fa, sec += fa / (peak * cost_attn_eff(cp, hd));
     double eff = fl / sec / peak;
     Sim sim;
     sim_run(mp, &sim);

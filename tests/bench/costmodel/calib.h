@@ -1,18 +1,13 @@
-/* calib.h — the cost model's calibration, shared by the benchmark
- * (tests/bench/costmodel/run.sh prints it) and the unit test (test_cost.c
- * asserts it): every row of Megatron-LM's 2021 weak-scaling table (Narayanan
- * et al., REFERENCE.md) planned and simulated with the one A100 profile, and
- * the seed discussion's ZeRO-3 case on three networks.
+/* calib.h — the cost model's calibration and validation, shared by the
+ * benchmark (tests/bench/costmodel/run.sh prints both sets) and the unit test
+ * (test_cost.c asserts the calibration set): published throughput of large
+ * training runs, each row written as a spec, planned, simulated and counted
+ * as its source counts FLOPs.  The constants of compiler/cost.c were fitted on
+ * the rows marked SET_CAL only; the SET_VAL rows check them.
  *
- * The assumptions, the same for every row (docs/cost-model.md says why):
- * a100_80gb, 8 GPUs per node, ib200 (8 × 200 Gb/s HDR per node); GPT with
- * vocabulary 51 200 and context 2048; full recompute; fp16 with the gradient
- * all-reduced in fp32 (Megatron's main_grad) as one buffer after the pipeline
- * flush (ZeRO 0, one bucket); sequence parallelism wherever tp > 1, which
- * splits the pipeline boundary tensor over the tp ranks as Megatron's
- * scatter/gather optimisation does; micro-batch 1; the plain 1F1B schedule
- * (CAL_V=2: interleaved with 2 model chunks per stage where the stage's layers
- * split evenly).
+ * The assumptions per source are in cal_spec (docs/cost-model.md says why);
+ * CAL_V=2 runs the pipelined rows on the interleaved schedule (2 model chunks
+ * per stage where the stage's layers split evenly) instead of 1F1B.
  */
 #ifndef CALIB_H
 #define CALIB_H
@@ -22,25 +17,71 @@
 #include <math.h>
 #include <string.h>
 
+/* Where a row comes from; the spec it is planned as and the FLOPs its
+ * throughput is counted with follow from it. */
+typedef enum CalSource {
+    SRC_PTDP,   /* Narayanan et al. SC21, Megatron-LM PTD-P, A100 80 GB, ib200:
+                   Table 1 (weak scaling) and Table 2 (175B, 530B)          */
+    SRC_ZERO3,  /* Narayanan et al. SC21 Table 2: DeepSpeed ZeRO-3, no model
+                   parallelism, A100 80 GB, ib200                           */
+    SRC_MCORE,  /* Megatron-LM README (r0.8) weak-scaling table, Megatron-Core,
+                   H100 SXM, bf16, s 4096, V 131072, no recompute, ZeRO-1   */
+} CalSource;
+typedef enum CalSet { SET_CAL, SET_VAL } CalSet;
+
 typedef struct CalRow {
-    double params_b;            /* the paper's label, billions                  */
-    int a, h, l, tp, pp, gpus, B;
-    double published;           /* TFLOP/s per GPU                              */
+    CalSet set;                 /* calibration (constants fitted on it) or
+                                   validation (never looked at when fitting)  */
+    CalSource src;
+    const char *cite;           /* table and row, as printed                    */
+    double params_b;            /* the source's label, billions                 */
+    int a, h, l, tp, pp, gpus, B, mb;
+    double published;           /* TFLOP/s per GPU, as the source counts them   */
 } CalRow;
 
 static const CalRow cal_rows[] = {
-    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},
-    {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
-    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},
-    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148},
-    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
-    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163},
-    {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
+    /* calibration: Narayanan Table 1, 7 of its 10 rows (A100) */
+    {SET_CAL, SRC_PTDP, "Narayanan T1", 1.7, 24, 2304, 24, 1, 1, 32, 512, 1, 137},
+    {SET_CAL, SRC_PTDP, "Narayanan T1", 18.4, 48, 6144, 40, 8, 1, 256, 1024, 1, 135},
+    {SET_CAL, SRC_PTDP, "Narayanan T1", 39.1, 64, 8192, 48, 8, 2, 512, 1536, 1, 138},
+    {SET_CAL, SRC_PTDP, "Narayanan T1", 145.6, 96, 12288, 80, 8, 8, 1536, 2304, 1, 148},
+    {SET_CAL, SRC_PTDP, "Narayanan T1", 310.1, 128, 16384, 96, 8, 16, 1920, 2160, 1, 155},
+    {SET_CAL, SRC_PTDP, "Narayanan T1", 529.6, 128, 20480, 105, 8, 35, 2520, 2520, 1, 163},
+    {SET_CAL, SRC_PTDP, "Narayanan T1", 1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 1, 163},
+    /* calibration: Megatron-Core H100, 3 of its 9 rows */
+    {SET_CAL, SRC_MCORE, "Megatron-Core", 1.7, 16, 2048, 24, 1, 1, 48, 192, 1, 408.8},
+    {SET_CAL, SRC_MCORE, "Megatron-Core", 32, 56, 7168, 48, 8, 1, 384, 192, 1, 459.6},
+    {SET_CAL, SRC_MCORE, "Megatron-Core", 177, 96, 12288, 96, 8, 6, 2304, 1152, 1, 432.8},
+    /* validation: Table 1's other 3 rows */
+    {SET_VAL, SRC_PTDP, "Narayanan T1", 3.6, 32, 3072, 30, 2, 1, 64, 512, 1, 138},
+    {SET_VAL, SRC_PTDP, "Narayanan T1", 7.5, 32, 4096, 36, 4, 1, 128, 512, 1, 142},
+    {SET_VAL, SRC_PTDP, "Narayanan T1", 76.1, 80, 10240, 60, 8, 4, 1024, 1792, 1, 140},
+    /* validation: Table 2, PTD-P */
+    {SET_VAL, SRC_PTDP, "Narayanan T2", 175, 96, 12288, 96, 8, 12, 384, 1536, 1, 153},
+    {SET_VAL, SRC_PTDP, "Narayanan T2", 175, 96, 12288, 96, 8, 12, 768, 1536, 1, 149},
+    {SET_VAL, SRC_PTDP, "Narayanan T2", 175, 96, 12288, 96, 8, 12, 1536, 1536, 1, 141},
+    {SET_VAL, SRC_PTDP, "Narayanan T2", 530, 128, 20480, 105, 8, 35, 560, 2240, 1, 171},
+    {SET_VAL, SRC_PTDP, "Narayanan T2", 530, 128, 20480, 105, 8, 35, 1120, 2240, 1, 167},
+    {SET_VAL, SRC_PTDP, "Narayanan T2", 530, 128, 20480, 105, 8, 35, 2240, 2240, 1, 159},
+    /* validation: Table 2, ZeRO-3 */
+    {SET_VAL, SRC_ZERO3, "Narayanan T2", 175, 96, 12288, 96, 1, 1, 384, 1536, 4, 144},
+    {SET_VAL, SRC_ZERO3, "Narayanan T2", 175, 96, 12288, 96, 1, 1, 768, 1536, 2, 88},
+    {SET_VAL, SRC_ZERO3, "Narayanan T2", 175, 96, 12288, 96, 1, 1, 1536, 1536, 1, 44},
+    {SET_VAL, SRC_ZERO3, "Narayanan T2", 530, 128, 20480, 105, 1, 1, 640, 2560, 4, 138},
+    {SET_VAL, SRC_ZERO3, "Narayanan T2", 530, 128, 20480, 105, 1, 1, 1120, 2240, 2, 98},
+    {SET_VAL, SRC_ZERO3, "Narayanan T2", 530, 128, 20480, 105, 1, 1, 2240, 2240, 1, 48},
+    /* validation: Megatron-Core H100, the other 6 rows */
+    {SET_VAL, SRC_MCORE, "Megatron-Core", 7.1, 32, 4096, 30, 2, 1, 96, 192, 1, 465.9},
+    {SET_VAL, SRC_MCORE, "Megatron-Core", 16, 48, 6144, 32, 4, 1, 192, 192, 1, 489.1},
+    {SET_VAL, SRC_MCORE, "Megatron-Core", 70, 64, 8192, 84, 8, 2, 768, 384, 1, 419.7},
+    {SET_VAL, SRC_MCORE, "Megatron-Core", 119, 80, 10240, 92, 8, 4, 1536, 768, 1, 420.5},
+    {SET_VAL, SRC_MCORE, "Megatron-Core", 314, 128, 16384, 96, 8, 8, 3072, 1536, 1, 474.4},
+    {SET_VAL, SRC_MCORE, "Megatron-Core", 462, 144, 18432, 112, 8, 16, 6144, 3072, 1, 459.9},
 };
 #ifndef CAL_V
 #define CAL_V 1                 /* model chunks per stage: 1 = plain 1F1B      */
 #endif
-enum { CAL_NROWS = (int)(sizeof cal_rows / sizeof cal_rows[0]), CAL_SEQ = 2048, CAL_VOCAB = 51200 };
+enum { CAL_NROWS = (int)(sizeof cal_rows / sizeof cal_rows[0]) };
 
 /* Plans spec text end to end; NULL (diagnostics on stderr) if it does not check. */
 static inline Plan *cal_plan(const char *text)
@@ -54,47 +95,86 @@ static inline Plan *cal_plan(const char *text)
     return plan_build(s, mp, true) ? mp : NULL;
 }
 
+/* Sequence length and vocabulary of a row's source. */
+static inline int cal_seq(const CalRow *r) { return r->src == SRC_MCORE ? 4096 : 2048; }
+static inline int cal_vocab(const CalRow *r) { return r->src == SRC_MCORE ? 131072 : 51200; }
+
 /* Model chunks per pipeline rank the row runs with (1: plain 1F1B). */
 static inline int cal_chunks(const CalRow *r)
 {
     return CAL_V > 1 && r->pp > 1 && (r->l / r->pp) % CAL_V == 0 ? CAL_V : 1;
 }
 
-/* The spec of one row (arena text). */
+/* The spec of one row (arena text).  PTD-P: fp16, gradients all-reduced in
+ * fp32 as one buffer after the flush (Megatron's 2021 DDP), full recompute,
+ * sequence parallelism where tp > 1 (it splits the pipeline transfers as
+ * Megatron's scatter/gather does).  ZeRO-3: DeepSpeed's defaults, fp16, full
+ * recompute, dp over every GPU.  Megatron-Core: bf16, no recompute, the
+ * distributed optimizer (ZeRO-1) with its overlapped reduce-scatter and
+ * all-gather, sequence parallelism, untied embeddings. */
 static inline const char *cal_spec(const CalRow *r)
 {
     int v = cal_chunks(r), dp = r->gpus / (r->tp * r->pp);
-    return arena_printf(&g_arena,
-        "model gpt { layers = %d  hidden = %d  heads = %d  vocab = %d  seq_len = %d }\n"
-        "parallel { tp = %d  pp = %d  dp = %d  sequence_parallel = %s  %s }\n"
-        "zero { stage = 0  reduce_bucket = 1e12 }\n"
-        "precision { dtype = fp16  master_weights = fp32  grad_reduce = fp32 }\n"
-        "checkpointing { activations = full }\n"
-        "train { global_batch = %d  micro_batch = 1 }\n"
-        "cluster { nodes = %d  gpus_per_node = 8  gpu = a100_80gb  network = ib200 }\n",
-        r->l, r->h, r->a, CAL_VOCAB, CAL_SEQ, r->tp, r->pp, dp, r->tp > 1 ? "on" : "off",
-        v > 1 ? arena_printf(&g_arena, "schedule = interleaved  virtual_stages = %d", v) : "schedule = 1f1b", r->B,
-        r->gpus / 8);
+    const char *sched = v > 1 ? arena_printf(&g_arena, "schedule = interleaved  virtual_stages = %d", v)
+                              : "schedule = 1f1b";
+    const char *model = arena_printf(&g_arena,
+        "model gpt { layers = %d  hidden = %d  heads = %d  vocab = %d  seq_len = %d%s }\n", r->l, r->h, r->a,
+        cal_vocab(r), cal_seq(r), r->src == SRC_MCORE ? "  tie_embeddings = off" : "");
+    const char *train = arena_printf(&g_arena,
+        "train { global_batch = %d  micro_batch = %d }\n"
+        "cluster { nodes = %d  gpus_per_node = 8  gpu = %s  network = %s }\n", r->B, r->mb, r->gpus / 8,
+        r->src == SRC_MCORE ? "h100_sxm_80gb" : "a100_80gb", r->src == SRC_MCORE ? "ib400" : "ib200");
+    switch (r->src) {
+    case SRC_ZERO3:
+        return arena_printf(&g_arena, "%sparallel { dp = %d }\nzero { stage = 3 }\n"
+                            "precision { dtype = fp16  master_weights = fp32 }\n"
+                            "checkpointing { activations = full }\n%s", model, dp, train);
+    case SRC_MCORE:
+        return arena_printf(&g_arena, "%sparallel { tp = %d  pp = %d  dp = %d  sequence_parallel = %s  %s }\n"
+                            "zero { stage = 1  overlap_comm = on  reduce_bucket = 4e7 }\n"
+                            "precision { dtype = bf16  master_weights = fp32 }\n%s",
+                            model, r->tp, r->pp, dp, r->tp > 1 ? "on" : "off", sched, train);
+    default:
+        return arena_printf(&g_arena, "%sparallel { tp = %d  pp = %d  dp = %d  sequence_parallel = %s  %s }\n"
+                            "zero { stage = 0  reduce_bucket = 1e12 }\n"
+                            "precision { dtype = fp16  master_weights = fp32  grad_reduce = fp32 }\n"
+                            "checkpointing { activations = full }\n%s",
+                            model, r->tp, r->pp, dp, r->tp > 1 ? "on" : "off", sched, train);
+    }
 }
 
-/* TFLOP/s per GPU as the paper counts them: 96·B·s·l·h²·(1 + s/6h + V/16lh) per step. */
+/* TFLOP/s per GPU as the row's source counts them: Narayanan (full
+ * recompute) 96·B·s·l·h²·(1 + s/6h + V/16lh) per step; Megatron-Core (model
+ * FLOPs) 72·B·s·l·h²·(1 + s/6h + V/12lh). */
 static inline double cal_tflops(const CalRow *r, double step)
 {
-    double s = CAL_SEQ, h = r->h, l = r->l, V = CAL_VOCAB;
-    double flops = 96.0 * r->B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    double s = cal_seq(r), h = r->h, l = r->l, V = cal_vocab(r), B = r->B;
+    double flops = r->src == SRC_MCORE ? 72.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+                                       : 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
     return flops / (step * r->gpus) / 1e12;
 }
 
-/* Prints the calibration table (when out) and returns the mean absolute
- * error, as a fraction of the published figure; < 0 if a row did not plan. */
-static inline double cal_table(FILE *out)
+/* Which rows a table covers: one set of one GPU (A100 rows: PTD-P and
+ * ZeRO-3; H100 rows: Megatron-Core). */
+static inline bool cal_in(const CalRow *r, CalSet set, bool h100)
+{
+    return r->set == set && (r->src == SRC_MCORE) == h100;
+}
+
+/* Prints the rows of one set and GPU (when out) and returns their mean
+ * absolute error, as a fraction of the published figure; < 0 if a row did
+ * not plan. */
+static inline double cal_table(FILE *out, CalSet set, bool h100)
 {
     double sum = 0;
+    int n = 0;
     bool ok = true;
-    if (out) fprintf(out, "%8s %5s %3s %3s %5s %5s %2s %-12s %12s %10s %7s %6s %6s %6s\n", "params", "h", "l", "tp",
-                     "pp", "gpus", "B", "  schedule", "step (s)", "predicted", "paper", "error", "bubble", "tp+dp");
+    if (out) fprintf(out, "%-14s %-7s %6s %5s %3s %2s %2s %5s %4s %2s %9s %9s %7s %7s %6s %5s %5s\n", "source", "kind",
+                     "params", "h", "l", "tp", "pp", "gpus", "B", "mb", "step (s)", "predicted", "paper", "error",
+                     "bubble", "tp", "dp");
     for (int i = 0; i < CAL_NROWS; i++) {
         const CalRow *r = &cal_rows[i];
+        if (!cal_in(r, set, h100)) continue;
         Plan *mp = cal_plan(cal_spec(r));
         Sim sim;
         const char *why = mp ? sim_simulate(mp, NULL, &sim) : "the spec does not plan";
@@ -104,16 +184,16 @@ static inline double cal_table(FILE *out)
             continue;
         }
         double pred = cal_tflops(r, sim.step_time), err = (pred - r->published) / r->published;
-        sum += fabs(err);
+        sum += fabs(err), n++;
         if (out)
-            fprintf(out, "%7.1fB %5d %3d %3d %5d %5d %4d %-12s %10.2f %10.1f %7.0f %+5.1f%% %5.1f%% %5.1f%%\n",
-                    r->params_b, r->h, r->l, r->tp, r->pp, r->gpus, r->B,
-                    cal_chunks(r) > 1 ? "interleaved" : "1f1b", sim.step_time, pred, r->published, 100 * err,
-                    100 * sim.bubble, 100 * (sim.exposed[GRP_TP] + sim.exposed[GRP_DP]));
+            fprintf(out, "%-14s %-7s %5.1fB %5d %3d %2d %2d %5d %4d %2d %9.2f %9.1f %7.1f %+6.1f%% %5.1f%% %4.1f%% %4.1f%%\n",
+                    r->cite, r->src == SRC_ZERO3 ? "ZeRO-3" : r->src == SRC_MCORE ? "MCore" : "PTD-P", r->params_b,
+                    r->h, r->l, r->tp, r->pp, r->gpus, r->B, r->mb, sim.step_time, pred, r->published, 100 * err,
+                    100 * sim.bubble, 100 * sim.exposed[GRP_TP], 100 * sim.exposed[GRP_DP]);
     }
-    if (!ok) return -1;
-    double mae = sum / CAL_NROWS;
-    if (out) fprintf(out, "mean absolute error: %.1f%% (must be under 10%%)\n", 100 * mae);
+    if (!ok || n == 0) return -1;
+    double mae = sum / n;
+    if (out) fprintf(out, "mean absolute error: %.1f%% over %d rows\n", 100 * mae, n);
     return mae;
 }
 
@@ -137,7 +217,7 @@ static inline bool cal_zero3(FILE *out, double exposed[3])
             "precision { dtype = bf16 }\n"
             "checkpointing { activations = full }\n"
             "train { global_batch = 64  micro_batch = 2 }\n"
-            "cluster { %s  gpu = a100_80gb }\n", CAL_VOCAB, CAL_SEQ, nets[i]);
+            "cluster { %s  gpu = a100_80gb }\n", 51200, 2048, nets[i]);
         Plan *mp = cal_plan(text);
         Sim sim;
         const char *err = mp ? sim_simulate(mp, NULL, &sim) : "the spec does not plan";

@@ -1,0 +1,150 @@
+/* test_cost_props.c — properties the cost model and the simulation must have
+ * whatever their constants: a faster link or a faster GPU never makes a step
+ * slower, more work never makes it faster, overlapping communication is never
+ * slower than not overlapping it, more microbatches never give a bigger
+ * bubble fraction, interleaving never a bigger bubble than 1F1B.  Each
+ * compares simulated steps of small plans (no timings of this machine). */
+#include "plan_fixture.h"
+#include "sim.h"
+#include "../bench/costmodel/calib.h"
+
+/* The simulated step of a GPT (layers × hidden) with the given blocks;
+ * bubble (when not NULL) gets the simulated bubble; < 0 if it does not plan. */
+static double step_of(int layers, int hidden, const char *parallel, const char *zero, const char *train,
+                      const char *cluster, double *bubble)
+{
+    const char *text = arena_printf(&g_arena,
+        "model gpt { layers = %d  hidden = %d  heads = %d  vocab = 51200  seq_len = 2048 }\n"
+        "parallel { %s }\nzero { %s }\nprecision { dtype = bf16 }\n"
+        "checkpointing { activations = full }\ntrain { %s }\ncluster { %s }\n",
+        layers, hidden, hidden / 128, parallel, zero, train, cluster);
+    Plan *mp = cal_plan(text);
+    if (!mp) {
+        fprintf(stderr, "does not plan:\n%s", text);
+        return -1;
+    }
+    Sim sim;
+    const char *err = sim_simulate(mp, NULL, &sim);
+    if (err) {
+        fprintf(stderr, "%s\n%s", err, text);
+        return -1;
+    }
+    if (bubble) *bubble = sim.bubble;
+    return sim.step_time;
+}
+
+/* x is at most y, up to rounding (fails on NaN). */
+static bool le(double x, double y) { return x >= 0 && x <= y * (1 + 1e-9); }
+
+/* The steps of one layout over increasing values of one cluster key (a
+ * bandwidth or a peak): each no slower than the one before. */
+static void check_never_slower(int hidden, const char *parallel, const char *zero, const char *train,
+                               const char *cluster, const char *key, const char *const *vals, int nvals)
+{
+    double prev = -1;
+    for (int i = 0; i < nvals; i++) {
+        const char *cl = arena_printf(&g_arena, "%s  %s = %s", cluster, key, vals[i]);
+        double t = step_of(8, hidden, parallel, zero, train, cl, NULL);
+        CHECK(t > 0);
+        if (prev >= 0) CHECK(le(t, prev));
+        prev = t;
+    }
+}
+
+/* A faster network (inter_node) or NVLink (intra_node) never slows a step:
+ * tp and pp inside and across nodes, ZeRO-1 and ZeRO-3 data parallelism. */
+static void test_monotone_in_bandwidth(void)
+{
+    static const struct { const char *parallel, *zero; } layouts[] = {
+        {"tp = 2  pp = 2  dp = 8", "stage = 1"},
+        {"tp = 8  pp = 2  dp = 2  sequence_parallel = on", "stage = 0"},
+        {"dp = 32", "stage = 3"},
+        {"dp = 32", "stage = 2  overlap_comm = on"},
+    };
+    static const char *const nets[] = {"5GB/s", "12.5GB/s", "25GB/s", "50GB/s", "100GB/s"};
+    static const char *const nvl[] = {"100GB/s", "300GB/s", "900GB/s"};
+    const char *train = "global_batch = 64  micro_batch = 1", *cl = "nodes = 4  gpus_per_node = 8  gpu = a100_80gb";
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        check_never_slower(4096, layouts[l].parallel, layouts[l].zero, train, cl, "inter_node", nets, (int)(sizeof nets / sizeof nets[0]));
+        check_never_slower(4096, layouts[l].parallel, layouts[l].zero, train, cl, "intra_node", nvl, (int)(sizeof nvl / sizeof nvl[0]));
+    }
+    /* the formulas themselves: more bandwidth, less time; more bytes or ranks, more */
+    for (int coll = COLL_ALLREDUCE; coll <= COLL_SENDRECV; coll++) {
+        CHECK(cost_collective(coll, 1e9, 8, 50e9, 5e-6) < cost_collective(coll, 1e9, 8, 25e9, 5e-6));
+        CHECK(cost_collective(coll, 1e9, 8, 25e9, 5e-6) < cost_collective(coll, 2e9, 8, 25e9, 5e-6));
+        CHECK(cost_collective(coll, 1e9, 8, 25e9, 5e-6) <= cost_collective(coll, 1e9, 16, 25e9, 5e-6));
+    }
+}
+
+/* A faster GPU (peak, HBM) never slows a step; more layers never speed it up;
+ * the Hopper profile is faster than the A100's on the same plan. */
+static void test_monotone_in_compute(void)
+{
+    static const char *const peaks[] = {"100", "312", "989", "2000"};
+    static const char *const hbms[] = {"1TB/s", "2TB/s", "4TB/s"};
+    const char *layout = "tp = 2  pp = 2  dp = 2", *train = "global_batch = 32  micro_batch = 1";
+    const char *cl = "nodes = 1  gpus_per_node = 8  gpu = a100_80gb";
+    check_never_slower(4096, layout, "stage = 1", train, cl, "bf16_tflops", peaks, (int)(sizeof peaks / sizeof peaks[0]));
+    check_never_slower(4096, layout, "stage = 1", train, cl, "hbm_bandwidth", hbms, (int)(sizeof hbms / sizeof hbms[0]));
+    /* a faster peak is strictly faster here: the step is mostly compute */
+    CHECK(step_of(8, 4096, layout, "stage = 1", train, arena_printf(&g_arena, "%s  bf16_tflops = 989", cl), NULL) <
+          step_of(8, 4096, layout, "stage = 1", train, arena_printf(&g_arena, "%s  bf16_tflops = 312", cl), NULL));
+    double prev = -1;
+    for (int layers = 4; layers <= 32; layers *= 2) {
+        double t = step_of(layers, 4096, layout, "stage = 1", train, cl, NULL);
+        CHECK(t > 0);
+        if (prev >= 0) CHECK(le(prev, t) && prev < t);
+        prev = t;
+    }
+    double a100 = step_of(8, 4096, layout, "stage = 1", train, cl, NULL);
+    double h100 = step_of(8, 4096, layout, "stage = 1", train, "nodes = 1  gpus_per_node = 8  gpu = h100_sxm_80gb", NULL);
+    CHECK(h100 > 0 && h100 < a100);
+}
+
+/* Overlapping the data-parallel communication with the backward (overlap_comm)
+ * is never slower than not overlapping it, on a slow and a fast network, for
+ * every ZeRO stage that reduces in buckets, with and without a pipeline. */
+static void test_overlap_never_slower(void)
+{
+    static const char *const layouts[] = {"dp = 16", "pp = 2  dp = 8"};
+    static const char *const nets[] = {"network = eth100", "network = ib200"};
+    for (int stage = 0; stage <= 3; stage++)
+        for (int l = 0; l < 2; l++)
+            for (int n = 0; n < 2; n++) {
+                if (stage >= 2 && l == 1) continue;   /* ZeRO 2-3 with pp: not supported, as DeepSpeed */
+                const char *cl = arena_printf(&g_arena, "nodes = 2  gpus_per_node = 8  gpu = a100_80gb  %s", nets[n]);
+                const char *on = arena_printf(&g_arena, "stage = %d  overlap_comm = on  reduce_bucket = 2e7", stage);
+                const char *off = arena_printf(&g_arena, "stage = %d  overlap_comm = off  reduce_bucket = 2e7", stage);
+                double t_on = step_of(8, 2048, layouts[l], on, "global_batch = 64  micro_batch = 1", cl, NULL);
+                double t_off = step_of(8, 2048, layouts[l], off, "global_batch = 64  micro_batch = 1", cl, NULL);
+                if (!(t_on > 0 && t_off > 0 && le(t_on, t_off)))
+                    fprintf(stderr, "stage %d, %s, %s: overlap %.6f s, none %.6f s\n", stage, layouts[l], nets[n], t_on, t_off);
+                CHECK(t_on > 0 && t_off > 0 && le(t_on, t_off));
+            }
+}
+
+/* More microbatches never give a bigger bubble fraction; the interleaved
+ * schedule's bubble is never bigger than 1F1B's at the same microbatches. */
+static void test_bubble_shrinks(void)
+{
+    const char *cl = "nodes = 1  gpus_per_node = 4  gpu = a100_80gb";
+    double prev = -1;
+    for (int m = 4; m <= 32; m *= 2) {
+        double b1, bi;
+        const char *train = arena_printf(&g_arena, "global_batch = %d  micro_batch = 1", m);
+        CHECK(step_of(8, 2048, "pp = 4  dp = 1  schedule = 1f1b", "stage = 0", train, cl, &b1) > 0);
+        CHECK(step_of(8, 2048, "pp = 4  dp = 1  schedule = interleaved  virtual_stages = 2", "stage = 0", train, cl, &bi) > 0);
+        CHECK(b1 > 0 && le(bi, b1));
+        if (prev >= 0) CHECK(le(b1, prev));
+        prev = b1;
+    }
+}
+
+int main(void)
+{
+    test_monotone_in_bandwidth();
+    test_monotone_in_compute();
+    test_overlap_never_slower();
+    test_bubble_shrinks();
+    return fx_done("test_cost_props");
+}
