@@ -20,6 +20,7 @@
  * Every bound is a lower bound of what the exact pass computes; --exhaustive
  * evaluates every candidate exactly and counts the bounds that were not.
  */
+#define _GNU_SOURCE     /* qsort_r */
 #include "tune.h"
 #include "sim.h"
 
@@ -482,13 +483,16 @@ static void enumerate(Tune *t, int64_t *pick, int a)
 
 /* ---- 3. branch and bound ------------------------------------------------------------ */
 
-/* Candidates by their time bound, then by their memory bound. */
-static const Tune *sort_tune;
-static int by_bound(const void *x, const void *y)
+/* Candidates by their time bound, then their memory bound, then their index
+ * (so that the order, and the winner among equals, is the same on every run). */
+static int by_bound(const void *x, const void *y, void *ctx)
 {
-    const Cand *a = &sort_tune->c[*(const int64_t *)x], *b = &sort_tune->c[*(const int64_t *)y];
+    const Tune *t = ctx;
+    int64_t i = *(const int64_t *)x, j = *(const int64_t *)y;
+    const Cand *a = &t->c[i], *b = &t->c[j];
     if (a->time_lb != b->time_lb) return a->time_lb < b->time_lb ? -1 : 1;
-    return a->mem_lb < b->mem_lb ? -1 : a->mem_lb > b->mem_lb;
+    if (a->mem_lb != b->mem_lb) return a->mem_lb < b->mem_lb ? -1 : 1;
+    return i < j ? -1 : i > j;
 }
 
 /* Inserts candidate i among the best (fastest first), keeping at most top. */
@@ -587,8 +591,7 @@ static void search(Tune *t)
     int64_t *order = malloc(sizeof *order * (size_t)(t->nc ? t->nc : 1));
     if (!order) die("out of memory");
     for (int64_t i = 0; i < t->nc; i++) order[i] = i;
-    sort_tune = t;
-    qsort(order, (size_t)t->nc, sizeof *order, by_bound);
+    qsort_r(order, (size_t)t->nc, sizeof *order, by_bound, t);
     t->top = malloc(sizeof *t->top * (size_t)t->o->top);
     bool all = t->o->exhaustive;
     double last_shown = 0;
