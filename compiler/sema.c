@@ -396,8 +396,9 @@ static bool is_open_value(const SchemaKey *k, const Value *v)
     return v->kind == V_TUPLE && sema_tunable(k);
 }
 
-/* The value store() left in s for k (an int, an enum's index, a bool), as int64. */
-static int64_t stored(const Spec *s, const SchemaKey *k)
+/* The value of key k in s (an int, an enum's index, a bool) as an open key's
+ * values are kept: what store() left there. */
+int64_t sema_value(const Spec *s, const SchemaKey *k)
 {
     const void *f = (const char *)s + k->offset;
     switch (k->type) {
@@ -463,7 +464,7 @@ static void open_key(Sema *cx, const SchemaKey *k, const Value *v, Loc at)
                 good = false;
                 continue;
             }
-            int64_t x = stored(scratch, k);
+            int64_t x = sema_value(scratch, k);
             bool twice = false;
             for (int q = 0; q < o->n; q++) twice |= o->v[q] == x;
             if (twice) {

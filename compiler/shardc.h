@@ -367,6 +367,8 @@ bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out);
 bool sema_applies(const Spec *s, const SchemaKey *k);
 /* True if key k may be left open (`auto` or a set of values) for shardc tune. */
 bool sema_tunable(const SchemaKey *k);
+/* The value of a tunable key in s as OpenKey keeps values (enum index, 0/1, integer). */
+int64_t sema_value(const Spec *s, const SchemaKey *k);
 /* The tunable keys' paths, NULL-terminated. */
 extern const char *const sema_tunable_keys[];
 /* Resolves one choice of an open spec (open->nopen > 0): val[i] for

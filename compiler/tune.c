@@ -117,10 +117,7 @@ enum { MAX_VALUES = 64, MAX_MICRO = 16, MAX_VSTAGES = 8, MAX_EVERY = 4 };
  * open spec's (the user's, or the default; derived keys read 0). */
 static int64_t value_of(const Tune *t, const int64_t *pick, int a)
 {
-    if (pick[a] != SEMA_UNBOUND) return pick[a];
-    const SchemaKey *k = axis_key(a);
-    const void *f = (const char *)t->open + k->offset;
-    return k->type == T_INT ? *(const int64_t *)f : k->type == T_ENUM ? *(const int *)f : *(const bool *)f;
+    return pick[a] != SEMA_UNBOUND ? pick[a] : sema_value(t->open, axis_key(a));
 }
 
 /* `auto`'s values for axis a, given the axes before it: the ones that make
@@ -234,11 +231,7 @@ static bool bind_quiet(const Tune *t, const int64_t *pick, Spec *out, char **msg
 /* The layout a resolved spec has: what two choices must differ in to count twice. */
 static void layout_key(const Spec *s, int64_t *key)
 {
-    for (int a = 0; a < NAXES; a++) {
-        const SchemaKey *k = axis_key(a);
-        const void *f = (const char *)s + k->offset;
-        key[a] = k->type == T_INT ? *(const int64_t *)f : k->type == T_ENUM ? *(const int *)f : *(const bool *)f;
-    }
+    for (int a = 0; a < NAXES; a++) key[a] = sema_value(s, axis_key(a));
     if (s->checkpointing.activations != CKPT_FULL) key[AX_EVERY] = 1;
     if (s->parallel.schedule != SCHED_INTERLEAVED) key[AX_VSTAGES] = 1;
     key[NAXES] = s->parallel.dp;
