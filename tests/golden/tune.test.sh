@@ -10,6 +10,12 @@
 #    that say where and what would help; check, plan and build refuse open keys.
 set -u
 SHARDC=$1
+BUILD=${2:-build}
+# the sanitizer build's runtime (make asan) links only with the sanitizers, as in
+# tests/sanitize/trainers.test.sh
+if nm "$BUILD/runtime/libshardrt_cpu.a" 2> /dev/null | grep -q "__asan_report"; then
+    export CC="cc -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+fi
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 D=$SRC/tests/golden/tune
 T=$(mktemp -d)
