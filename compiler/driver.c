@@ -15,6 +15,7 @@
 #include "sim.h"
 #include "emit.h"
 #include "catalog.h"
+#include "tune.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ typedef struct Tool {
                                    or a usage error's exit code (NULL: none)        */
     int (*run)(Job *j);
     int (*own)(int argc, char **argv);  /* a tool that parses its own arguments (run NULL) */
+    bool tunes;                 /* it takes a spec with open keys (shardc tune)     */
 } Tool;
 
 /* One invocation: the tool, its parsed arguments, and what the passes made. */
@@ -164,6 +166,22 @@ static const char *opt(const Job *j, const char *name)
 
 /* ---- the passes -------------------------------------------------------------- */
 
+/* A spec with open keys is a search space: only shardc tune takes one; the
+ * other tools say where each open key is and how to close it. */
+static bool refuse_open(const Job *j)
+{
+    const Spec *s = &j->spec;
+    for (int i = 0; i < s->nopen; i++) {
+        const OpenKey *o = &s->open[i];
+        const char *path = schema_keys[o->key].path;
+        diag_error(o->loc, "%s is left open (%s): shardc %s needs one layout", path,
+                   o->any ? "auto" : "a set of values to try", j->tool->name);
+        diag_hint("let `shardc tune %s` choose it (its -o FILE writes the choice as a spec), or set it: -D %s=VALUE",
+                  j->pos[0], path);
+    }
+    return false;
+}
+
 /* Loads the spec: parse, -D overrides, semantic checks, the user-defined op's
  * header against its kind's ABI.  False after the diagnostics. */
 static bool load(Job *j)
@@ -172,6 +190,12 @@ static bool load(Job *j)
     Item *items = spec_parse_file(j->pos[0]);
     if (diag_errors) return false;
     if (!sema_resolve(items, j->ov, j->nov, &j->spec) || diag_errors) return false;
+    if (j->spec.nopen && !j->tool->tunes) return refuse_open(j);
+    if (!j->spec.nopen && j->tool->tunes) {
+        diag_plain("tune: %s leaves no layout key open: write the keys to search as auto or a set, e.g. "
+                   "parallel { tp = auto }  zero { stage = (1, 3) } (docs/tune.md)", j->pos[0]);
+        return false;
+    }
     return catalog_check_extern(&j->spec, &j->ext) && !diag_errors;
 }
 
@@ -283,6 +307,26 @@ static int run_build(Job *j)
     return cc.out ? cc_build(&cc, src, c_path, x) : EXIT_OK;
 }
 
+/* Checks the options of shardc tune. */
+static int check_tune_opts(const Job *j)
+{
+    const char *top = opt(j, "--top");
+    if (top) {
+        char *end;
+        long n = strtol(top, &end, 10);
+        if (*end || end == top || n < 1 || n > 1000) return usage_error(j->tool, "--top needs a number from 1 to 1000, got '%s'", top);
+    }
+    return PARSED;
+}
+
+/* shardc tune: the fastest layout of the open spec that fits. */
+static int run_tune(Job *j)
+{
+    TuneOpts o = {.top = opt(j, "--top") ? atoi(opt(j, "--top")) : 5, .exhaustive = opt(j, "--exhaustive") != NULL,
+                  .quiet = opt(j, "--quiet") != NULL, .json = opt(j, "--json"), .out = opt(j, "-o")};
+    return tune_main(&j->spec, &o);
+}
+
 /* shardc ops [FILE]: the op catalog (and the spec's user-defined ops). */
 static int run_ops(Job *j)
 {
@@ -362,7 +406,7 @@ static const Tool tools[] = {
      "usage: shardc check FILE [-D key.path=value ...] [--max-errors N]\n"
      "\n"
      "Checks a spec and prints it resolved (every default filled in) in canonical\n"
-     "form, which parses back to the same spec.\n", NULL, run_check, NULL},
+     "form, which parses back to the same spec.\n", NULL, run_check, NULL, false},
     {"plan", "  plan  FILE [-D ...] [options]    partition and memory plan (see `shardc plan --help`)\n",
      SPEC_REQUIRED, true, true, 1, {{"--json", "FILE"}, {"--trace", "FILE"}, {"--html", "FILE"}, {"--rank", "R"}},
      "usage: shardc plan FILE [-D key.path=value ...] [--rank R] [--json FILE] [--trace FILE] [--html FILE]\n"
@@ -375,7 +419,7 @@ static const Tool tools[] = {
      "  --help        this text\n"
      "\n"
      "Exit 0 with a plan (whether it fits or not), 1 for a spec that cannot be\n"
-     "planned, 2 for a bad option.\n", NULL, run_plan, NULL},
+     "planned, 2 for a bad option.\n", NULL, run_plan, NULL, false},
     {"build", "  build FILE -o TRAINER [options]  generate the trainer's C and compile it (see `shardc build --help`)\n",
      SPEC_REQUIRED, true, true, 1,
      {{"-o", "TRAINER"}, {"--backend", "cpu|cuda"}, {"--emit-c", "OUT.c"}, {"--runtime", "DIR"}, {"--no-loops", NULL}},
@@ -398,7 +442,27 @@ static const Tool tools[] = {
      "set, MPI's flags come from `mpicc --showme`)\n"
      "\n"
      "exit codes: 0 ok, 1 error in the input, 2 usage, 3 internal error (the C\n"
-     "compiler rejected the generated code: a shardc bug)\n", check_build_opts, run_build, NULL},
+     "compiler rejected the generated code: a shardc bug)\n", check_build_opts, run_build, NULL, false},
+    {"tune", "  tune  FILE [-D ...] [options]    the fastest layout that fits (see `shardc tune --help`)\n",
+     SPEC_REQUIRED, false, true, 1,
+     {{"--top", "N"}, {"--json", "FILE"}, {"-o", "FILE"}, {"--exhaustive", NULL}, {"--quiet", NULL}},
+     "usage: shardc tune FILE [-D key.path=value ...] [--top N] [--json FILE] [-o FILE]\n"
+     "\n"
+     "Searches the layouts of a spec whose layout keys are left open (tp = auto,\n"
+     "zero.stage = (1, 3); docs/tune.md) for the fastest one that fits: every\n"
+     "layout reported fits by the exact memory plan and is priced by the simulated\n"
+     "step; cheap lower bounds skip the ones that cannot win.  Keys that are set\n"
+     "stay fixed.\n"
+     "  --top N        how many of the best to list (default 5)\n"
+     "  --json FILE    write the table, the counts and the rejected as JSON (docs/tune.md)\n"
+     "  -o FILE        write the fastest layout as a spec (`shardc check` resolves it)\n"
+     "  --exhaustive   plan and simulate every layout, no pruning; count the bounds\n"
+     "                 above the exact values (a check of the pruning)\n"
+     "  --quiet        no progress line on the terminal\n"
+     "  --help         this text\n"
+     "\n"
+     "Exit 0 with a layout that fits, 1 when nothing fits or the spec is invalid,\n"
+     "2 for a bad option.\n", check_tune_opts, run_tune, NULL, true},
     {"import", "  import deepspeed DS.json [--hf config.json] [--nodes N --gpus-per-node G] [-D ...] [-o OUT]\n"
                "                                   convert a DeepSpeed config (+ HF model config) to a spec\n"
                "  import hf config.json [--nodes N --gpus-per-node G] [-D ...] [-o OUT]\n"
@@ -425,12 +489,12 @@ static const Tool tools[] = {
      "  --max-errors N            stop after N errors (default 20)\n"
      "\n"
      "Keys DeepSpeed has but shardc does not honour are reported as warnings (docs/import-deepspeed.md).\n",
-     NULL, run_import, NULL},
+     NULL, run_import, NULL, false},
     {"export", "  export CKPT_DIR -o OUT_DIR|FILE.safetensors [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
                "                                   a checkpoint as a Hugging Face model directory (or one file)\n",
-     SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_main},    /* export.c parses its own arguments */
+     SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_main, false},    /* export.c parses its own arguments */
     {"ckpt", "  ckpt verify CKPT_DIR             check a checkpoint (checksums, structure) without training\n",
-     SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_ckpt_main},
+     SPEC_NONE, false, false, 0, {{0}}, NULL, NULL, NULL, export_ckpt_main, false},
     {"calibrate", "  calibrate -o PROFILE.json [--quick]\n"
                   "                                   measure this machine for cluster.profile (see `shardc calibrate --help`)\n",
      SPEC_NONE, false, false, 0,
@@ -459,14 +523,14 @@ static const Tool tools[] = {
      "  --nvme-dir DIR         the folder of the NVMe swap file (default: $TMPDIR or /tmp)\n"
      "\n"
      "exit codes: 0 ok, 1 a benchmark failed or the profile could not be written, 2 usage\n",
-     NULL, run_calibrate, NULL},
+     NULL, run_calibrate, NULL, false},
     {"docs", "  docs spec-reference              print the spec language reference (docs/spec-reference.md)\n",
-     SPEC_NONE, false, false, 1, {{0}}, "usage: shardc docs spec-reference\n", NULL, run_docs, NULL},
+     SPEC_NONE, false, false, 1, {{0}}, "usage: shardc docs spec-reference\n", NULL, run_docs, NULL, false},
     {"ops", "  ops [FILE]                       every runtime op (and FILE's user-defined ops): signature, doc\n",
      SPEC_OPTIONAL, false, true, 1, {{0}},
      "usage: shardc ops [FILE [-D key.path=value ...]]\n"
      "  every op of the runtime (runtime/include/shardrt.h) with its signature and doc comment;\n"
-     "  with a spec, also its user-defined ops (checked against their kind's ABI)\n", NULL, run_ops, NULL},
+     "  with a spec, also its user-defined ops (checked against their kind's ABI)\n", NULL, run_ops, NULL, false},
 };
 static const int ntools = (int)(sizeof tools / sizeof tools[0]);
 

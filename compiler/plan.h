@@ -603,6 +603,8 @@ void fix_find(Plan *pl);
 
 void report_text(FILE *out, const Plan *mp);
 void report_rank(FILE *out, const Plan *mp, int64_t rank);
+/* What would make a plan that does not fit fit (fix_find's changes), as text. */
+void report_fixes(FILE *out, const Plan *mp);
 /* The plan as JSON (cJSON text, arena-owned): the memory plan, the fixes,
  * the simulated step (sim.h's Sim; NULL: none); rank < 0: no buffer list. */
 struct Sim;

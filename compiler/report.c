@@ -183,8 +183,8 @@ static void text_verdict(FILE *out, const Plan *mp)
         fprintf(out, "  NVMe: %s per node of %s\n", util_bytes(mp->mem.nvme_node), util_bytes(s->cluster.nvme_capacity));
 }
 
-/* The fixes, each already re-planned. */
-static void text_fixes(FILE *out, const Plan *mp)
+/* The fixes, each already re-planned (shardc tune prints them too). */
+void report_fixes(FILE *out, const Plan *mp)
 {
     if (mp->mem.fits) return;
     if (!mp->nfixes) {
@@ -207,7 +207,7 @@ void report_text(FILE *out, const Plan *mp)
     text_table(out, mp);
     text_worst(out, mp);
     text_verdict(out, mp);
-    text_fixes(out, mp);
+    report_fixes(out, mp);
 }
 
 /* One rank: its coordinates, the ranges it owns and every buffer of its class. */

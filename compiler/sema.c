@@ -25,6 +25,9 @@ typedef struct Sema {
     Loc block_loc[16];
     bool block_seen[16];
     int nblocks;
+    bool is_open[SPEC_MAX_KEYS];    /* the key is left open for shardc tune             */
+    OpenKey *open;                  /* [SPEC_MAX_KEYS]: its set, where is_open          */
+    bool defaults_done;             /* an open spec's defaults are filled already       */
 } Sema;
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -356,6 +359,7 @@ static bool record(Sema *cx, const SchemaKey *k, Loc loc)
     cx->s->loc[i] = loc;
     cx->seq[i] = ++cx->nseq;
     cx->bad[i] = false;
+    cx->is_open[i] = false;
     return true;
 }
 
@@ -366,6 +370,115 @@ static void assign(Sema *cx, const SchemaKey *k, const Value *v, Loc at)
     if (!store(cx->s, k, v)) {
         cx->bad[schema_index(k)] = true;
         cx->s->set[schema_index(k)] = false;
+    }
+}
+
+/* ---- open keys: what shardc tune searches ------------------------------------ */
+
+const char *const sema_tunable_keys[] = {
+    "parallel.tp", "parallel.pp", "parallel.schedule", "parallel.virtual_stages", "parallel.sequence_parallel",
+    "zero.stage", "train.micro_batch", "checkpointing.activations", "checkpointing.every", "offload.optimizer",
+    "offload.params", NULL,
+};
+
+/* True if key k may be left open (`auto` or a set of values). */
+bool sema_tunable(const SchemaKey *k)
+{
+    for (int i = 0; sema_tunable_keys[i]; i++)
+        if (strcmp(k->path, sema_tunable_keys[i]) == 0) return true;
+    return false;
+}
+
+/* True if v leaves k open: `auto`, or a tuple of values for a tunable key. */
+static bool is_open_value(const SchemaKey *k, const Value *v)
+{
+    if (v->kind == V_IDENT && strcmp(v->s, "auto") == 0) return k->type != T_ENUM || schema_enum_index(k, "auto") < 0;
+    return v->kind == V_TUPLE && sema_tunable(k);
+}
+
+/* The value of key k in s (an int, an enum's index, a bool) as an open key's
+ * values are kept: what store() left there. */
+int64_t sema_value(const Spec *s, const SchemaKey *k)
+{
+    const void *f = (const char *)s + k->offset;
+    switch (k->type) {
+    case T_INT: return *(const int64_t *)f;
+    case T_ENUM: return *(const int *)f;
+    case T_BOOL: return *(const bool *)f;
+    default: die("the tunable key %s is not an integer, an enum or a switch", k->path);
+    }
+}
+
+/* Stores x (see stored) as k's value in s. */
+static void put(Spec *s, const SchemaKey *k, int64_t x)
+{
+    void *f = (char *)s + k->offset;
+    switch (k->type) {
+    case T_INT: *(int64_t *)f = x; break;
+    case T_ENUM: *(int *)f = (int)x; break;
+    case T_BOOL: *(bool *)f = x != 0; break;
+    default: die("the tunable key %s is not an integer, an enum or a switch", k->path);
+    }
+}
+
+/* "(1, 2)", "(off, on)", "(none, cpu)": a set of values k could take. */
+static const char *example_set(const SchemaKey *k)
+{
+    if (k->type == T_BOOL) return "(off, on)";
+    if (k->type == T_ENUM) return arena_printf(&g_arena, "(%s, %s)", schema_enum_name(k, 0), schema_enum_name(k, 1));
+    return k->min > 1 ? arena_printf(&g_arena, "(%g, %g)", k->min, k->min + 1) : "(1, 2)";
+}
+
+/* `key = auto` or `key = (a, b, ..)`: records k as open, each value checked
+ * as if it had been given alone (type, range), none listed twice. */
+static void open_key(Sema *cx, const SchemaKey *k, const Value *v, Loc at)
+{
+    int i = schema_index(k);
+    if (!sema_tunable(k)) {
+        char list[512] = "";
+        for (int j = 0; sema_tunable_keys[j]; j++) {
+            size_t len = strlen(list);
+            snprintf(list + len, sizeof list - len, "%s%s", j ? ", " : "", sema_tunable_keys[j]);
+        }
+        diag_error(v->loc, "%s cannot be left open: shardc tune searches only the layout keys", k->path);
+        diag_hint("give %s a value; the keys that take auto or a set such as (1, 2) are %s", k->path, list);
+        cx->bad[i] = true;
+        return;
+    }
+    if (!record(cx, k, at)) return;
+    OpenKey *o = &cx->open[i];
+    *o = (OpenKey){.key = i, .loc = v->loc, .key_loc = at, .any = v->kind == V_IDENT};
+    bool good = true;
+    if (!o->any) {
+        if (v->n == 0) {
+            diag_error(v->loc, "%s = (): an empty set of values to try", k->path);
+            diag_hint("list the values to try, e.g. %s = %s, or let shardc tune choose: %s = auto", k->path,
+                      example_set(k), k->path);
+            good = false;
+        }
+        o->v = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(v->n ? v->n : 1));
+        Spec *scratch = arena_alloc(&g_arena, sizeof *scratch);
+        for (int j = 0; j < v->n; j++) {
+            const Value *e = v->elems[j];
+            if (!store(scratch, k, e)) {
+                good = false;
+                continue;
+            }
+            int64_t x = sema_value(scratch, k);
+            bool twice = false;
+            for (int q = 0; q < o->n; q++) twice |= o->v[q] == x;
+            if (twice) {
+                diag_error(e->loc, "%s: this value is listed twice in the set", k->path);
+                diag_hint("list each value once");
+                good = false;
+            }
+            o->v[o->n++] = x;
+        }
+    }
+    cx->is_open[i] = good;
+    if (!good) {
+        cx->bad[i] = true;
+        cx->s->set[i] = false;
     }
 }
 
@@ -476,7 +589,8 @@ static void walk_item(Sema *cx, const Item *it, const char *prefix)
         cx->bad[schema_index(k)] = true;
         return;
     }
-    assign(cx, k, v, it->loc);
+    if (is_open_value(k, v)) open_key(cx, k, v, it->loc);
+    else assign(cx, k, v, it->loc);
     if (v->arg) assign_arg(cx, k, v);
     if (v->has_block) {
         if (carries_block(k)) walk(cx, v->block, path);
@@ -1278,22 +1392,33 @@ static const SrcFile *top_file(const Item *items)
     return items ? items->loc.file : NULL;
 }
 
-/* Resolves items and overrides into *out (see shardc.h). */
-bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out)
+/* The keys left open, in table order, as out's search space; their defaults
+ * (and every other unset key's) are filled so that sema_bind starts from them. */
+static void keep_open(Sema *cx, int nopen)
 {
-    int errors_before = diag_errors;
-    memset(out, 0, sizeof *out);
-    Sema *cx = arena_alloc(&g_arena, sizeof *cx);
-    cx->s = out;
-    cx->main_file = top_file(items);
-    out->source = cx->main_file ? cx->main_file->path : "";
-    cx->nblocks = schema_children("", cx->blocks, 16);
-
-    walk(cx, items, "");
-    for (int i = 0; i < nov; i++) apply_override(cx, &ov[i]);
-
+    Spec *out = cx->s;
+    OpenKey *o = arena_alloc(&g_arena, sizeof *o * (size_t)nopen);
+    int n = 0;
+    for (int i = 0; i < schema_nkeys; i++) {
+        if (!cx->is_open[i]) continue;
+        o[n++] = cx->open[i];
+        out->set[i] = false;
+    }
     for (int i = 0; i < schema_nkeys; i++)
         if (!out->set[i]) set_default(out, &schema_keys[i]);
+    cx->defaults_done = true;
+    out->open = o;
+    out->nopen = n;
+    out->pending = cx;
+}
+
+/* Everything after the items: defaults, derived values, the rules. */
+static void finish(Sema *cx)
+{
+    Spec *out = cx->s;
+    if (!cx->defaults_done)
+        for (int i = 0; i < schema_nkeys; i++)
+            if (!out->set[i]) set_default(out, &schema_keys[i]);
     bool have_model = rules_model_present(cx);
     derive_rest(cx);                /* the activation first: it governs extern's keys */
     check_applies(cx);
@@ -1313,6 +1438,50 @@ bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out)
     rules_checkpointing(cx);
     rules_train(cx);
     rules_cluster(cx);
+}
+
+/* Resolves items and overrides into *out (see shardc.h); a spec with open
+ * keys stops after its items (sema_bind finishes each choice). */
+bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out)
+{
+    int errors_before = diag_errors;
+    memset(out, 0, sizeof *out);
+    Sema *cx = arena_alloc(&g_arena, sizeof *cx);
+    cx->s = out;
+    cx->open = arena_alloc(&g_arena, sizeof *cx->open * SPEC_MAX_KEYS);
+    cx->main_file = top_file(items);
+    out->source = cx->main_file ? cx->main_file->path : "";
+    cx->nblocks = schema_children("", cx->blocks, 16);
+
+    walk(cx, items, "");
+    for (int i = 0; i < nov; i++) apply_override(cx, &ov[i]);
+
+    int nopen = 0;
+    for (int i = 0; i < schema_nkeys; i++) nopen += cx->is_open[i];
+    if (nopen) keep_open(cx, nopen);
+    else finish(cx);
+    return diag_errors == errors_before;
+}
+
+/* Resolves one choice of an open spec (see shardc.h). */
+bool sema_bind(const Spec *open, const int64_t *val, Spec *out)
+{
+    if (!open->pending) die("sema_bind on a spec with no open keys");
+    int errors_before = diag_errors;
+    Sema cx = *open->pending;
+    *out = *open;
+    cx.s = out;
+    out->open = NULL;
+    out->nopen = 0;
+    out->pending = NULL;
+    for (int j = 0; j < open->nopen; j++) {
+        if (val[j] == SEMA_UNBOUND) continue;
+        const OpenKey *o = &open->open[j];
+        put(out, &schema_keys[o->key], val[j]);
+        out->set[o->key] = true;
+        out->loc[o->key] = o->key_loc;
+    }
+    finish(&cx);
     return diag_errors == errors_before;
 }
 

@@ -231,6 +231,20 @@ enum Network      { NET_IB400, NET_IB200, NET_ETH100, NET_ETH400, NET_NVLINK };
 
 typedef struct IntList { int64_t *v; int n; } IntList;
 
+/* A layout key left open for `shardc tune`: `tp = auto` (every value tune
+ * considers) or `zero.stage = (1, 3)` (the values to try).  Values are stored
+ * as the key's type stores them: an enum's index, 0/1, an integer. */
+typedef struct OpenKey {
+    int key;                    /* index into schema_keys                   */
+    Loc loc;                    /* the value: `auto` or the tuple           */
+    Loc key_loc;                /* the key                                  */
+    bool any;                   /* auto                                     */
+    int64_t *v;                 /* the set (any: NULL)                      */
+    int n;
+} OpenKey;
+/* tune's "leave this key to its default or derived value" in sema_bind. */
+#define SEMA_UNBOUND INT64_MIN
+
 typedef struct Spec {
     struct {
         int family;             /* enum Family                              */
@@ -319,6 +333,12 @@ typedef struct Spec {
     bool set[SPEC_MAX_KEYS];
     Loc loc[SPEC_MAX_KEYS];
     const char *source;         /* path of the top-level file               */
+
+    /* Keys left open for `shardc tune` (nopen > 0: the spec is a search space,
+     * resolved only as far as its items; sema_bind resolves one choice). */
+    const OpenKey *open;
+    int nopen;
+    struct Sema *pending;       /* the checker's state, for sema_bind         */
 } Spec;
 
 /* ---- cluster.c: named GPU profiles ------------------------------------- */
@@ -429,6 +449,17 @@ bool sema_resolve(Item *items, const Override *ov, int nov, Spec *out);
 /* True if key k applies under the resolved enum values of s (a key inside an
  * enum's block applies only for the values in its `when`); canon.c prints these. */
 bool sema_applies(const Spec *s, const SchemaKey *k);
+/* True if key k may be left open (`auto` or a set of values) for shardc tune. */
+bool sema_tunable(const SchemaKey *k);
+/* The value of a tunable key in s as OpenKey keeps values (enum index, 0/1, integer). */
+int64_t sema_value(const Spec *s, const SchemaKey *k);
+/* The tunable keys' paths, NULL-terminated. */
+extern const char *const sema_tunable_keys[];
+/* Resolves one choice of an open spec (open->nopen > 0): val[i] for
+ * open->open[i] (SEMA_UNBOUND: its default or derived value), then the
+ * defaults, derived values and every rule, as sema_resolve does.  Returns
+ * false after reporting the errors that choice has. */
+bool sema_bind(const Spec *open, const int64_t *val, Spec *out);
 /* Where the user (an include, or -D) set key path, or no location. */
 Loc sema_key_loc(const Spec *s, const char *path);
 /* The top-level spec's path as given to spec_parse_file ("-" = stdin); the

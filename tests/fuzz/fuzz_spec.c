@@ -34,6 +34,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bool ok = sema_resolve(items, NULL, 0, spec);
         /* A rejected spec without a diagnostic is a bug. */
         if (!ok && diag_errors == 0) abort();
+        if (ok && spec->nopen) {
+            /* a search space (shardc tune): one choice resolved, its first values */
+            int64_t val[SPEC_MAX_KEYS];
+            for (int i = 0; i < spec->nopen; i++) val[i] = spec->open[i].any ? SEMA_UNBOUND : spec->open[i].v[0];
+            Spec *one = calloc(1, sizeof *one);
+            if (!one) abort();
+            int before = diag_errors;
+            if (!sema_bind(spec, val, one) && diag_errors == before) abort();
+            free(one);
+        }
         free(spec);
     }
     diag_reset();

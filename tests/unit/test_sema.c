@@ -424,6 +424,66 @@ static void test_roundtrip_specs(void)
     unlink(tmp);
 }
 
+/* The canonical text of a resolved spec (malloc'ed). */
+static char *canon_text(const Spec *s)
+{
+    char *text;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    canon_print(f, s);
+    fclose(f);
+    return text;
+}
+
+/* Open keys: where they are and what they hold; sema_bind of a choice resolves
+ * exactly as the spec with those values written in (every default, derived
+ * value and rule), and a choice's errors are reported like a file's. */
+static void test_open_keys(void)
+{
+    const char *open = TINY "parallel { tp = auto  schedule = (gpipe, 1f1b) }\n"
+                       "zero { stage = (3, 1) }\ntrain { global_batch = 16  micro_batch = auto }\n"
+                       "cluster { nodes = 1 gpus_per_node = 4 gpu = cpu }\n";
+    Spec o;
+    CHECK(resolve_ok(open, &o, NULL));
+    CHECK(o.nopen == 4 && o.pending);
+    if (o.nopen != 4) return;
+    const char *keys[] = {"parallel.tp", "parallel.schedule", "zero.stage", "train.micro_batch"};
+    for (int i = 0; i < 4; i++) CHECK(strcmp(schema_keys[o.open[i].key].path, keys[i]) == 0);
+    CHECK(o.open[0].any && o.open[0].loc.line == 2 && o.open[0].loc.col == 17);
+    CHECK(!o.open[2].any && o.open[2].n == 2 && o.open[2].v[0] == 3 && o.open[2].v[1] == 1);
+    CHECK(!o.open[1].any && o.open[1].v[0] == SCHED_GPIPE);
+    struct { int64_t tp, sched, zero, mb; } choice[] = {{1, SCHED_GPIPE, 3, 4}, {2, SCHED_1F1B, 1, 2}, {4, SCHED_1F1B, 3, 1}};
+    for (int c = 0; c < 3; c++) {
+        int64_t val[4] = {choice[c].tp, choice[c].sched, choice[c].zero, choice[c].mb};
+        Spec bound, closed;
+        capture();
+        CHECK(sema_bind(&o, val, &bound));
+        char *text = arena_printf(&g_arena,
+                                  TINY "parallel { tp = %lld  schedule = %s }\nzero { stage = %lld }\n"
+                                  "train { global_batch = 16  micro_batch = %lld }\ncluster { nodes = 1 gpus_per_node = 4 gpu = cpu }\n",
+                                  (long long)val[0], val[1] == SCHED_GPIPE ? "gpipe" : "1f1b", (long long)val[2], (long long)val[3]);
+        CHECK(resolve_ok(text, &closed, NULL));
+        char *a = canon_text(&bound), *b = canon_text(&closed);
+        CHECK(strcmp(a, b) == 0);
+        CHECK(bound.nopen == 0 && bound.parallel.dp == 4 / val[0]);
+        free(a);
+        free(b);
+    }
+    /* unbound: the default (tp 1) and the derived micro-batch (16 / dp 4) */
+    int64_t val[4] = {SEMA_UNBOUND, SCHED_1F1B, 1, SEMA_UNBOUND};
+    Spec bound;
+    CHECK(sema_bind(&o, val, &bound) && bound.parallel.tp == 1 && bound.train.micro_batch == 4);
+    /* a choice the rules reject: located at the open key */
+    int64_t bad[4] = {4, SCHED_1F1B, 1, 3};
+    capture();
+    CHECK(!sema_bind(&o, bad, &bound));
+    CHECK(strstr(captured(), "t.tspec:") != NULL && strstr(captured(), "error:") != NULL);
+    /* -D closes an open key and opens a fixed one */
+    const char *defs[] = {"parallel.tp=2", "parallel.pp=auto", NULL};
+    CHECK(resolve_ok(open, &o, defs));
+    CHECK(o.nopen == 4 && strcmp(schema_keys[o.open[0].key].path, "parallel.pp") == 0);
+}
+
 int main(void)
 {
     test_model_derived();
@@ -436,6 +496,7 @@ int main(void)
     test_rules();
     test_warnings();
     test_roundtrip_specs();
+    test_open_keys();
     if (failures) fprintf(stderr, "test_sema: %d failures\n", failures);
     else printf("test_sema: ok\n");
     return failures != 0;
