@@ -113,7 +113,8 @@ typedef struct CpuRank {
 } CpuRank;
 
 /* Whether the spec is priced by the CPU model (a CPU profile). */
-static bool cpu_priced(const Spec *s) { return s->cluster.profile && s->cluster.profile->backend == PROFILE_CPU; }
+bool cost_cpu_priced(const Spec *s) { return s->cluster.profile && s->cluster.profile->backend == PROFILE_CPU; }
+static bool cpu_priced(const Spec *s) { return cost_cpu_priced(s); }
 
 /* Whether the backend runs every op when it is issued (sim.c then orders a
  * rank's ops as they are issued; sends and receives are only posted then). */

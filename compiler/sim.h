@@ -31,6 +31,10 @@ const char *cost_group_name(int group);
 
 /* The collectives of the alpha-beta model (NCCL's ring algorithms). */
 typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_SENDRECV } Collective;
+/* Whether the CPU backend's ops are priced from a measured profile's rates
+ * (cluster.profile of the CPU backend) rather than from a peak and the
+ * efficiency curves. */
+bool cost_cpu_priced(const Spec *s);
 /* Dense peak FLOP/s of the spec's GPU at the training dtype (fp32 or bf16/fp16). */
 double cost_peak(const Spec *s);
 /* The compute constants of one GPU generation (cost.c, docs/cost-model.md):

@@ -365,6 +365,13 @@ static double tp_comm(const Spec *s)
     return 2 * cost_collective(COLL_ALLREDUCE, bytes, s->parallel.tp, s->cluster.intra_node, 0);
 }
 
+/* Whether the time bounds hold for this spec: they price the GEMMs at the
+ * peak and efficiency curves of cost.c's device model; a CPU profile's
+ * measured rates can exceed that peak (a profile's peak is the rate of its
+ * largest GEMM, not a bound of its rates), so under one the search prunes by
+ * memory only, and plans and simulates every layout that fits. */
+static bool timed(const Spec *s) { return !cost_cpu_priced(s); }
+
 /* Step 2's bounds of a resolved candidate. */
 static void cheap_bounds(Tune *t, const Spec *s, Cand *c)
 {
@@ -375,7 +382,7 @@ static void cheap_bounds(Tune *t, const Spec *s, Cand *c)
     double f, b, r;
     layer_times(s, m, &f, &b, &r);
     double busiest = ceil((double)m->l / pp);   /* some stage holds at least this many layers */
-    c->time_lb = (double)s->parallel.microbatches * busiest * (f + b + r + tp_comm(s));
+    c->time_lb = timed(s) ? (double)s->parallel.microbatches * busiest * (f + b + r + tp_comm(s)) : 0;
 }
 
 /* Device bytes one layer keeps for backward per microbatch in flight, by the
@@ -424,7 +431,7 @@ static void part_bounds(const Spec *s, const Partition *p, Cand *c)
         time = fmax(time, (double)before * (f + b + comm) + work);
     }
     c->mem_lb2 = fmax(c->mem_lb, mem);
-    c->time_lb2 = fmax(c->time_lb, time);
+    c->time_lb2 = timed(s) ? fmax(c->time_lb, time) : 0;
 }
 
 /* Enumerates the space from axis a on (pick holds the axes before it). */

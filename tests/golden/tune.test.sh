@@ -28,7 +28,7 @@ bad() { echo "FAIL: $1"; fail=1; }
 ask() { python3 - "$@"; }
 
 # 1. pruning is sound: the same top step times as the exhaustive search, no bound above its value
-for spec in gpt-8ranks llama-tight gpt-a100 gpt-fixed; do
+for spec in gpt-8ranks gpt-8ranks-profile llama-tight gpt-a100 gpt-fixed; do
     "$SHARDC" tune "$D/$spec.tspec" --quiet --top 6 --json "$T/p.json" > "$T/p.txt" 2> "$T/p.err" || { bad "$spec: tune exit $?"; cat "$T/p.err"; continue; }
     "$SHARDC" tune "$D/$spec.tspec" --quiet --top 6 --exhaustive --json "$T/e.json" > "$T/e.txt" 2> "$T/e.err" || { bad "$spec: exhaustive exit $?"; continue; }
     if ask "$T/p.json" "$T/e.json" <<'PY'
