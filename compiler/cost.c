@@ -114,11 +114,10 @@ typedef struct CpuRank {
 
 /* Whether the spec is priced by the CPU model (a CPU profile). */
 bool cost_cpu_priced(const Spec *s) { return s->cluster.profile && s->cluster.profile->backend == PROFILE_CPU; }
-static bool cpu_priced(const Spec *s) { return cost_cpu_priced(s); }
 
 /* Whether the backend runs every op when it is issued (sim.c then orders a
  * rank's ops as they are issued; sends and receives are only posted then). */
-bool cost_at_issue(const Spec *s) { return cpu_priced(s); }
+bool cost_at_issue(const Spec *s) { return cost_cpu_priced(s); }
 
 static CpuRank cpu_rank(const Partition *p)
 {
@@ -162,7 +161,7 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd)
         {PC_MLP_IN, T, (m->gated ? 2 : 1) * ffn / t, h}, /* gate and up, column-par.  */
         {PC_MLP_OUT, T, h, ffn / t},                    /* row-parallel               */
     };
-    bool cpu = cpu_priced(p->spec);
+    bool cpu = cost_cpu_priced(p->spec);
     CpuRank r = cpu ? cpu_rank(p) : (CpuRank){0};
     const CostProfile *cp = cost_profile(p->spec);
     double flops = 0, sec = 0;
@@ -230,7 +229,7 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
 static double layer_time(const Partition *p, const Op *o, bool bwd)
 {
     int pieces = op_pieces(p, o);
-    if (cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
+    if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
     double t = o->flops * layer_sec_per_flop(p, pieces, false);
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
@@ -243,7 +242,7 @@ static double head_time(const Partition *p, const Op *o)
     const Model *m = p->model;
     double T = (double)p->T, h = (double)m->h, vt = (double)m->Vpad / (double)p->tp;
     double bytes = (double)p->wbytes * (5 * (double)p->T_sp * h + 3 * T * vt);
-    if (cpu_priced(p->spec)) {
+    if (cost_cpu_priced(p->spec)) {
         CpuRank r = cpu_rank(p);
         return cpu_gemm(&r, false, T, vt, h) + cpu_gemm(&r, true, T, vt, h) + cpu_stream(&r, bytes, 3 * T * vt * p->wbytes) +
                cpu_kernels(&r, 8);
@@ -436,7 +435,7 @@ static double comm_time(const Sched *s, const Op *o, int group)
 {
     const Partition *p = s->part;
     Span sp = group_span(p, s->cls->stage, group, o->kind);
-    if (cpu_priced(p->spec)) {
+    if (cost_cpu_priced(p->spec)) {
         double t = cpu_coll_time(p, coll_of(s, o), sp.cross, sp.n, (double)o->bytes);
         if (t >= 0) return t;
     }
@@ -451,7 +450,7 @@ static double world_scalar_time(const Partition *p)
     const Spec *sp = p->spec;
     if (p->world <= 1) return 0;
     Span all = {p->world, p->world > sp->cluster.gpus_per_node, 1};
-    if (cpu_priced(sp)) {
+    if (cost_cpu_priced(sp)) {
         double t = cpu_coll_time(p, COLL_ALLREDUCE, all.cross, p->world, 8);
         if (t >= 0) return t;
     }
@@ -462,7 +461,7 @@ static double world_scalar_time(const Partition *p)
 static double sumsq_time(const Sched *s, const Op *o)
 {
     const Spec *sp = s->part->spec;
-    if (cpu_priced(sp)) {
+    if (cost_cpu_priced(sp)) {
         CpuRank r = cpu_rank(s->part);
         r.dt = DT_FP32;   /* the gradients' sums are read in their dtype; fp32's rate bounds it */
         return cpu_stream(&r, read_bytes(s, o, o->stream == ST_HOST ? SPACE_HOST : SPACE_DEVICE), 0) + cpu_kernels(&r, 1);
@@ -478,7 +477,7 @@ static double opt_time(const Sched *s, const Op *o)
 {
     const Partition *p = s->part;
     double n = o->flops / 16.0;
-    if (cpu_priced(p->spec)) {   /* the host's steps run the same kernel on the CPU backend */
+    if (cost_cpu_priced(p->spec)) {   /* the host's steps run the same kernel on the CPU backend */
         CpuRank r = cpu_rank(p);
         return n / profile_opt_rate(r.pf, r.threads) * r.share_ew + cpu_kernels(&r, 1);
     }
@@ -524,7 +523,7 @@ double cost_op_time(const Plan *mp, const Sched *s, int op)
     double pcie = sp->cluster.pcie, bytes = (double)o->bytes;
     int group = cost_group(s, op);
     if (group != GRP_NONE && o->kind != OP_GRAD_NORM) return comm_time(s, o, group);
-    if (cpu_priced(sp)) {
+    if (cost_cpu_priced(sp)) {
         double t = cpu_io_time(s, op);
         if (t >= 0) return t;
     }
