@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #define WD_DEFAULT_S 300.0      /* without the spec's key or the environment's  */
-#define WD_SPIN_S 100e-6        /* tests in a row before the first sleep         */
+#define WD_YIELD_S 5e-3         /* tests with sched_yield between them, then naps */
+#define WD_NAP_MIN_NS 50000L    /* the first nap (50 us)                         */
 #define WD_NAP_MAX_NS 1000000L  /* the longest sleep between two tests (1 ms)    */
 #define WD_ASK_S 5.0            /* how long the diagnosis waits for an answer    */
 #define WD_MAX_REQS 256         /* requests of one wait                          */
@@ -29,10 +31,17 @@ static double wd_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Sleeps *nap nanoseconds once past the spin, and grows the next nap. */
+/* Between two tests of a wait that has lasted waited seconds: for the first
+ * WD_YIELD_S the core is offered to whatever else is runnable (sched_yield)
+ * and taken back at once when nothing is, so that a peer's arrival is seen
+ * within microseconds and a peer sharing this core runs; past it, sleeps
+ * *nap nanoseconds and doubles the next nap up to WD_NAP_MAX_NS. */
 static void wd_nap(double waited, long *nap)
 {
-    if (waited < WD_SPIN_S) return;
+    if (waited < WD_YIELD_S) {
+        sched_yield();
+        return;
+    }
     struct timespec ts = {0, *nap};
     nanosleep(&ts, NULL);
     *nap = *nap * 2 > WD_NAP_MAX_NS ? WD_NAP_MAX_NS : *nap * 2;
@@ -201,7 +210,7 @@ static _Noreturn void wd_expired(srt_ctx *c, int n, MPI_Request *reqs, const wd_
 void wd_wait(srt_ctx *c, int n, MPI_Request *reqs, const wd_what *w)
 {
     double t0 = wd_now(), last = t0, limit = c ? c->comm_timeout : wd_timeout(NULL);
-    long nap = 20000;
+    long nap = WD_NAP_MIN_NS;
     int done[WD_MAX_REQS];
     if (n > WD_MAX_REQS) ctx_die(c, "wd_wait of %d requests (at most %d)", n, WD_MAX_REQS);
     for (;;) {

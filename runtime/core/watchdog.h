@@ -2,9 +2,14 @@
  * backend's collectives and sends/receives, and of srt_main's own world
  * collectives, goes through wd_wait.
  *
- * wd_wait tests its requests (MPI_Testall) and sleeps between tests with a
- * growing backoff (after a short spin for the fast case), so a rank waiting
- * for a late peer uses next to no CPU.  Past the timeout — train.comm_timeout
+ * wd_wait tests its requests (MPI_Testsome).  For the first 5 ms it yields
+ * the core between tests (sched_yield): every CPU collective needs each
+ * member inside MPI to progress, and a member asleep stalls the others (a
+ * 100 us spin then naps of up to 1 ms made tp's ~170 small all-reduces a
+ * step cost 3-10x the compute), while a yielding rank answers within
+ * microseconds and still lets a rank that shares its core run.  Past that
+ * it sleeps with a backoff (50 us doubling to 1 ms), so a rank waiting for
+ * a late or stopped peer uses next to no CPU.  Past the timeout — train.comm_timeout
  * in the spec (srt_program.comm_timeout), SRT_COMM_TIMEOUT in the environment
  * overriding it, 300 s without either — it prints what did not complete (the
  * op, the group, for a send or receive the peer) and which ranks did not
