@@ -128,6 +128,31 @@ static CpuRank cpu_rank(const Partition *p)
     return (CpuRank){pf, s->precision.dtype, t, profile_sharing(pf, w, t, true), profile_sharing(pf, w, t, false), w};
 }
 
+/* The step of ranks that share their node's cores in time (CPU profile, W
+ * ranks of t threads with W·t > cores): the simulation priced every op at
+ * the sharing measured with all W ranks busy, share = W·t / cores times a
+ * slice each, but a rank that waits (a pipeline bubble, a late peer) yields
+ * its core, and the busy ones then run faster.  Processor sharing bounds the
+ * step below by the chain at one slice a rank (the timeline over share) and
+ * by the node's work over its cores (the mean rank's busy seconds, priced at
+ * share already); the step is the larger.  With every rank busy the whole
+ * step the second is the timeline itself (no change), with a core per rank
+ * (share <= 1) nothing changes. */
+double cost_shared_step(const Plan *mp, double timeline, const double *busy)
+{
+    if (!cost_cpu_priced(mp->spec) || timeline <= 0) return timeline;
+    CpuRank r = cpu_rank(&mp->part);
+    double share = (double)r.w * r.threads / (double)r.pf->cores;
+    if (share <= 1) return timeline;
+    double work = 0, ranks = 0;
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        double n = (double)mp->mem.classes[c].cls->count;
+        work += n * busy[c], ranks += n;
+    }
+    double mean = ranks > 0 ? work / ranks : 0;
+    return fmin(timeline, fmax(timeline / share, mean));
+}
+
 /* Seconds of one GEMM (bwd: srt_matmul_bwd's two, 4·M·N·K FLOPs). */
 static double cpu_gemm(const CpuRank *r, bool bwd, double M, double N, double K)
 {

@@ -35,6 +35,11 @@ typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE
  * (cluster.profile of the CPU backend) rather than from a peak and the
  * efficiency curves. */
 bool cost_cpu_priced(const Spec *s);
+/* The step of a timeline of `timeline` seconds whose rank class c is busy
+ * busy[c] seconds (every stream), when the ranks share their node's cores
+ * in time (a CPU profile, more threads than cores): processor sharing's
+ * bound (cost.c); the timeline itself otherwise. */
+double cost_shared_step(const Plan *mp, double timeline, const double *busy);
 /* Dense peak FLOP/s of the spec's GPU at the training dtype (fp32 or bf16/fp16). */
 double cost_peak(const Spec *s);
 /* The compute constants of one GPU generation (cost.c, docs/cost-model.md):

@@ -220,11 +220,50 @@ static void test_model(void)
     CHECK_NEAR(l8, 2 * l4, 1e-9);              /* 8 and 4 ranks on 2 cores: the cores' share, 4 against 2 */
 }
 
+/* The timeline's end and the mean rank's busy seconds (every stream). */
+static void timeline_of(const Plan *mp, const Sim *sim, double *end, double *mean)
+{
+    double work = 0, ranks = 0;
+    *end = 0;
+    for (int c = 0; c < mp->mem.nclasses; c++) {
+        double busy = 0, n = (double)mp->mem.classes[c].cls->count;
+        for (int k = 0; k < NSTREAMS; k++) busy += sim->classes[c].busy[k];
+        work += n * busy, ranks += n;
+        if (sim->classes[c].end > *end) *end = sim->classes[c].end;
+    }
+    *mean = work / ranks;
+}
+
+/* Ranks that share the cores in time: a waiting rank yields its core, so the
+ * step is processor sharing's, between the timeline over the share and the
+ * timeline, never below the mean rank's work; with a core a rank, the
+ * timeline. */
+static void test_shared(void)
+{
+    const char *slow = write_tmp(profile_text(1, "", true));
+    Plan *p2 = cpu_plan(slow, 2, "pp = 2  schedule = gpipe"), *p4 = cpu_plan(slow, 4, "pp = 2  dp = 2  schedule = gpipe");
+    CHECK(p2 && p4);
+    if (!p2 || !p4) return;
+    Sim sim;
+    double end = 0, mean = 0;
+    sim_run(p2, &sim);                          /* 2 ranks, 2 cores: no time sharing */
+    timeline_of(p2, &sim, &end, &mean);
+    CHECK_NEAR(sim.step_time, end, 1e-12);
+    sim_run(p4, &sim);                          /* 4 ranks, 2 cores: share 2 */
+    timeline_of(p4, &sim, &end, &mean);
+    CHECK(mean < end);                          /* the pipeline's bubble idles each stage */
+    CHECK(sim.step_time < end);
+    CHECK(sim.step_time >= end / 2 && sim.step_time >= mean);
+    CHECK_NEAR(sim.step_time, fmax(end / 2, mean), 1e-12);
+    CHECK_NEAR(cost_shared_step(p4, end, (double[]){end, end}), end, 1e-12);   /* every rank busy throughout */
+}
+
 int main(void)
 {
     test_tables();
     test_errors();
     test_model();
+    test_shared();
     if (diag_stream) fclose(diag_stream), diag_stream = NULL;
     return failures != 0;
 }
