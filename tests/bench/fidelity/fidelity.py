@@ -7,7 +7,12 @@ three), the error (predicted - measured) / measured, and the arena bytes the pla
 gives each rank class (device_bytes.arena, host_bytes.total) against what each
 rank allocated (the log's last record, "allocated").  Then the mean |error| and
 Spearman's rank correlation of the predictions with the measurements (ranks of
-ties averaged).  Exits 1 when any arena differs from its plan.
+ties averaged).  The fastest of those steps is printed too, and the same two
+figures against it: `shardc calibrate` keeps each benchmark's fastest batch (the
+machine's own speed, whatever else runs), so on a shared machine the fastest
+step is the like-for-like measurement and the median also carries the others'
+load; on a quiet machine the two agree within a few percent.  Exits 1 when any
+arena differs from its plan.
 """
 import json
 import re
@@ -42,7 +47,8 @@ def spearman(a, b):
 
 def main():
     rows, bad = [], 0
-    print("%-18s %5s %11s %11s %8s  %s" % ("layout", "ranks", "predicted", "measured", "error", "arena bytes: planned / allocated (per stage)"))
+    print("%-18s %5s %11s %11s %8s %11s %8s  %s" % ("layout", "ranks", "predicted", "measured", "error", "fastest",
+                                                   "error", "arena bytes: planned / allocated (per stage)"))
     for line in open(sys.argv[1]):
         name, np, plan_txt, plan_json, log = line.split()
         m = re.search(r"^step\s+([0-9.eE+-]+) s predicted", open(plan_txt).read(), re.M)
@@ -64,12 +70,16 @@ def main():
                                                  ",".join("%d+%d" % g for g in sorted(got)) or "none"))
         bad += not same
         err = (pred - meas) / meas
-        rows.append((name, pred, meas, err))
-        print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%%  %s" % (name, np, pred * 1e3, meas * 1e3, 100 * err, "; ".join(arenas)))
+        fast = times[0]
+        rows.append((name, pred, meas, err, fast, (pred - fast) / fast))
+        print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%% %8.1f ms %+7.1f%%  %s" % (name, np, pred * 1e3, meas * 1e3, 100 * err,
+                                                                         fast * 1e3, 100 * rows[-1][5], "; ".join(arenas)))
     mean = sum(abs(r[3]) for r in rows) / len(rows)
     rho = spearman([r[1] for r in rows], [r[2] for r in rows])
     print("%d layouts: mean |predicted - measured| / measured = %.1f%% (target <= 10%%); Spearman %.3f (target >= 0.9); "
           "arenas %s" % (len(rows), 100 * mean, rho, "equal to the plan for every layout" if not bad else "DIFFER for %d layouts" % bad))
+    print("against the fastest step: mean |predicted - fastest| / fastest = %.1f%%; Spearman %.3f" %
+          (100 * sum(abs(r[5]) for r in rows) / len(rows), spearman([r[1] for r in rows], [r[4] for r in rows])))
     return 1 if bad else 0
 
 

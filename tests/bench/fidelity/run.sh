@@ -6,20 +6,22 @@
 # optimizer offload, bf16), with a profile calibrated on this machine in the same
 # run (PROFILE=FILE uses a given one instead; QUICK=1 calibrates with --quick).
 # Each layout is built with the profile, planned (`shardc plan`: the predicted
-# step; `--json`: the planned arenas) and trained STEPS steps (8) under mpirun as
+# step; `--json`: the planned arenas) and trained STEPS steps (12) under mpirun as
 # the README launches trainers (--bind-to none, cores / ranks threads each, MPI
 # yielding while it waits); fidelity.py takes the median step time of the steps
 # after the first two from the trainer's JSONL log, and the arenas every rank
 # allocated from its last record, and prints per layout the prediction, the
 # measurement, the error and planned against allocated arena bytes, then the
 # mean |error| and the Spearman rank correlation (targets: <= 10 %, >= 0.9, and
-# the arenas equal everywhere).  ONLY=NAME,... runs some layouts.
+# the arenas equal everywhere); the fastest step and the same two figures against
+# it follow (the calibration keeps each benchmark's fastest batch: on a shared
+# machine the like-for-like figure).  ONLY=NAME,... runs some layouts.
 # The machine's other load is in the measurement: the script prints `uptime`
 # before and after; compare runs made on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
-STEPS=${STEPS:-8}
+STEPS=${STEPS:-12}
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 tmp=$(mktemp -d)
