@@ -1,0 +1,222 @@
+/* period.c — a step of many microbatches planned from a few: the 1F1B and
+ * interleaved schedules are a warm-up, a steady state that repeats per
+ * microbatch (per pp microbatches interleaved) and a cool-down, so the step
+ * is planned, verified and simulated with m0, m0 + d and m0 + 2d microbatches
+ * (m0 ≡ m mod d, every warm-up inside), and the step of m is extrapolated:
+ *  - the memory plan must be the same for the three (every arena, peak,
+ *    category, family place and the verdict; the peak at the same op, or at
+ *    an op that moves by the same count each time, of the same label);
+ *  - every simulated figure of every class (busy per stream, exposed per
+ *    group, end, work, bubble, NVMe seconds), the op counts and the critical
+ *    path (its ops and its seconds by kind) must advance by the same amount
+ *    from m0 to m0 + d as from m0 + d to m0 + 2d (integers exactly, seconds
+ *    to PERIOD_TOL of the step): the steady state is periodic;
+ * then the step of m is m0's plus (m - m0) / d periods, and the step's own
+ * figures (bubble, exposure, tokens/s, MFU, HFU) are derived from those as
+ * sim.c derives them.  Anything else (gpipe, whose activations grow with m;
+ * a figure that is not periodic; too few microbatches for it to pay) plans
+ * the whole step.  SHARDC_EXPANDED=1 in the environment plans the whole step
+ * always (the tests compare the two).
+ */
+#include "sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Seconds figures must advance by the same period to this fraction of the step. */
+#define PERIOD_TOL 1e-9
+
+/* The period of a schedule in microbatches (0: none, gpipe, whose
+ * activations grow with m), and in *m0 the fewest it is planned with. */
+static int64_t period_of(const Partition *p, int64_t *m0)
+{
+    int64_t d, lo;
+    switch (p->spec->parallel.schedule) {
+    /* 1F1B: stage 0 keeps pp microbatches in flight once m >= pp, and each
+     * microbatch more adds one forward and one backward to its steady state */
+    case SCHED_1F1B: d = 1, lo = p->pp; break;
+    /* interleaved: Megatron's order repeats per pp microbatches (each a
+     * forward and a backward of every chunk); its warm-up reaches past the
+     * first pp, so the memory is the step's from 2·pp on */
+    case SCHED_INTERLEAVED: d = p->pp, lo = 2 * p->pp; break;
+    default: *m0 = 0; return 0;
+    }
+    *m0 = lo + ((p->m - lo) % d + d) % d;
+    return d;
+}
+
+/* The spec with m microbatches per step (global batch scaled). */
+static Spec *with_microbatches(const Spec *s, int64_t m)
+{
+    Spec *r = arena_alloc(&g_arena, sizeof *r);
+    *r = *s;
+    r->parallel.microbatches = m;
+    r->train.grad_accum = m;
+    r->train.global_batch = s->train.micro_batch * m * s->parallel.dp;
+    return r;
+}
+
+/* Whether two memory plans of the same partition are the same but for the op
+ * at the peak. */
+static bool same_memory(const MemPlan *a, const MemPlan *b)
+{
+    if (a->nclasses != b->nclasses || a->worst != b->worst || a->host_node != b->host_node ||
+        a->nvme_node != b->nvme_node || a->fits != b->fits || a->fits_gpus != b->fits_gpus ||
+        a->fits_device != b->fits_device || a->fits_host != b->fits_host || a->fits_nvme != b->fits_nvme)
+        return false;
+    for (int c = 0; c < a->nclasses; c++) {
+        const ClassMem *x = &a->classes[c], *y = &b->classes[c];
+        if (memcmp(x->arena, y->arena, sizeof x->arena) || memcmp(x->peak, y->peak, sizeof x->peak) ||
+            memcmp(x->at_peak, y->at_peak, sizeof x->at_peak) || memcmp(x->max_cat, y->max_cat, sizeof x->max_cat) ||
+            memcmp(x->host_cat, y->host_cat, sizeof x->host_cat) || x->model_states != y->model_states ||
+            x->reserve != y->reserve || x->device_total != y->device_total || x->ratio != y->ratio ||
+            x->nfams != y->nfams)
+            return false;
+        for (int f = 0; f < x->nfams; f++) {
+            const BufFamily *u = &x->fams[f], *v = &y->fams[f];
+            if (u->role != v->role || u->sub != v->sub || u->idx != v->idx || u->chunk != v->chunk ||
+                u->space != v->space || u->lm != v->lm || u->w != v->w || u->size != v->size || u->base != v->base)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* One plan's figures, kept once its plan and simulation are freed: per class
+ * its op count and the op at the device peak, and the simulated step (no
+ * per-op times, no critical-path ops). */
+typedef struct Sample { int *nops, *peak_op; Sim sim; } Sample;
+
+/* Copies what the extrapolation reads of plan pl and its simulation (in
+ * g_arena, about to be freed) into arena a. */
+static void keep(Arena *a, const Plan *pl, const Sim *sim, Sample *out)
+{
+    int nc = pl->mem.nclasses;
+    out->nops = arena_alloc(a, sizeof(int) * (size_t)nc);
+    out->peak_op = arena_alloc(a, sizeof(int) * (size_t)nc);
+    for (int c = 0; c < nc; c++) out->nops[c] = pl->mem.classes[c].sched->nops, out->peak_op[c] = pl->mem.classes[c].peak_op;
+    out->sim = *sim;
+    out->sim.critical = NULL;
+    out->sim.classes = arena_alloc(a, sizeof(SimClass) * (size_t)(nc + 1));
+    for (int c = 0; c < nc; c++) out->sim.classes[c] = sim->classes[c], out->sim.classes[c].ops = NULL;
+}
+
+/* Plans, verifies and simulates s with m microbatches and keeps the figures
+ * in g_arena.  ref NULL: the first plan, built in pl in g_arena (it stays),
+ * verified and simulated in a scratch arena; else pl is planned and
+ * simulated in the scratch arena too, and its memory plan and peak labels
+ * must equal ref's.
+ * False when any step fails or differs. */
+static bool sample(const Spec *s, int64_t m, Plan *pl, const Plan *ref, Sample *out)
+{
+    bool first = !ref;
+    bool ok = !first || plan_build(with_microbatches(s, m), pl, false);
+    Arena kept = g_arena;
+    g_arena = (Arena){0};
+    if (!first) {
+        ok = plan_build(with_microbatches(s, m), pl, false) && same_memory(&ref->mem, &pl->mem);
+        for (int c = 0; ok && c < ref->mem.nclasses; c++) {
+            const ClassMem *x = &ref->mem.classes[c], *y = &pl->mem.classes[c];
+            ok = !strcmp(sched_op_label(x->sched, x->peak_op), sched_op_label(y->sched, y->peak_op));
+        }
+    }
+    /* the first plan is the one the step's report shows: it is verified; the
+     * longer ones repeat its steady state and must plan the same memory */
+    Sim sim;
+    ok = ok && (!first || verify_plan(pl, stderr)) && !sim_simulate(pl, NULL, &sim);
+    if (ok) keep(&kept, pl, &sim, out);
+    arena_free(&g_arena);
+    g_arena = kept;
+    return ok;
+}
+
+/* Extrapolates seconds: f0, f1, f2 at m0, m0 + d, m0 + 2d to n periods past
+ * m0; false when the two steps differ by more than PERIOD_TOL of scale. */
+static bool extend(double f0, double f1, double f2, double n, double scale, double *out)
+{
+    double d1 = f1 - f0, d2 = f2 - f1;
+    if (!(fabs(d2 - d1) <= PERIOD_TOL * scale)) return false;
+    *out = f0 + n * d1;
+    return true;
+}
+
+/* The same for a count, exactly. */
+static bool extend_int(int64_t f0, int64_t f1, int64_t f2, int64_t n, int *out)
+{
+    if (f2 - f1 != f1 - f0) return false;
+    int64_t v = f0 + n * (f1 - f0);
+    if (v < 0 || v > 0x7fffffff) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* The step's simulation from the three samples, or false when it is not
+ * periodic. */
+static bool extend_sim(const Sample *r, int nc, int64_t n, const Plan *step, Sim *out)
+{
+    memset(out, 0, sizeof *out);
+    const Sim *sim[3] = {&r[0].sim, &r[1].sim, &r[2].sim};
+    double scale = sim[2]->step_time;
+    out->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)(nc + 1));
+    bool ok = extend(sim[0]->step_time, sim[1]->step_time, sim[2]->step_time, (double)n, scale, &out->step_time);
+    for (int c = 0; c < nc && ok; c++) {
+        const SimClass *a = &sim[0]->classes[c], *b = &sim[1]->classes[c], *e = &sim[2]->classes[c];
+        SimClass *o = &out->classes[c];
+        for (int st = 0; st < NSTREAMS && ok; st++) ok = extend(a->busy[st], b->busy[st], e->busy[st], (double)n, scale, &o->busy[st]);
+        for (int g = 0; g < NGROUPS && ok; g++)
+            ok = extend(a->exposed[g], b->exposed[g], e->exposed[g], (double)n, scale, &o->exposed[g]);
+        ok = ok && extend(a->end, b->end, e->end, (double)n, scale, &o->end) &&
+             extend(a->work, b->work, e->work, (double)n, scale, &o->work) &&
+             extend(a->bubble, b->bubble, e->bubble, (double)n, scale, &o->bubble) &&
+             extend(a->nvme, b->nvme, e->nvme, (double)n, scale, &o->nvme);
+    }
+    for (int k = 0; k < NOPKINDS && ok; k++)
+        ok = extend(sim[0]->critical_kind[k], sim[1]->critical_kind[k], sim[2]->critical_kind[k], (double)n, scale,
+                    &out->critical_kind[k]);
+    ok = ok && extend_int(sim[0]->ncritical, sim[1]->ncritical, sim[2]->ncritical, n, &out->ncritical);
+    if (ok) sim_step_figures(step, out);
+    return ok;
+}
+
+/* The per-class op counts and peak ops of the step, or false when they do not
+ * advance by a period. */
+static bool extend_ops(const Sample *r, int nc, int64_t n, Plan *step)
+{
+    step->step_nops = arena_alloc(&g_arena, sizeof(int) * (size_t)nc);
+    step->step_peak_op = arena_alloc(&g_arena, sizeof(int) * (size_t)nc);
+    for (int c = 0; c < nc; c++)
+        if (!extend_int(r[0].nops[c], r[1].nops[c], r[2].nops[c], n, &step->step_nops[c]) ||
+            !extend_int(r[0].peak_op[c], r[1].peak_op[c], r[2].peak_op[c], n, &step->step_peak_op[c]))
+            return false;
+    return true;
+}
+
+bool period_plan(const Spec *s, Plan *pl, Sim *sim)
+{
+    const char *env = getenv("SHARDC_EXPANDED");
+    if ((env && *env && strcmp(env, "0")) || !part_check(s, false)) return false;
+    Model model;
+    Partition part;
+    model_build(s, &model);
+    part_build(s, &model, &part);
+    int64_t m0, d = period_of(&part, &m0);
+    /* three plans of m0 .. m0 + 2d microbatches cost about what one of m does */
+    if (d == 0 || part.m < 3 * (m0 + d)) return false;
+    /* the step is m0's plan (built in pl, whose passes point into it); the
+     * two longer ones live only while their figures are taken */
+    Sample r[3];
+    Plan *longer = arena_alloc(&g_arena, sizeof *longer);
+    for (int k = 0; k < 3; k++)
+        if (!sample(s, m0 + k * d, k ? longer : pl, k ? pl : NULL, &r[k])) return false;
+    int nc = pl->mem.nclasses;
+    int64_t n = (part.m - m0) / d;
+    if (!extend_ops(r, nc, n, pl)) return false;
+    /* the spec's model and microbatches over m0's schedule and memory plan */
+    pl->spec = s;
+    model_build(s, &pl->model);
+    pl->part.spec = s;
+    pl->part.m = part.m;
+    pl->period_m = m0;
+    return extend_sim(r, nc, n, pl, sim);
+}
