@@ -539,14 +539,15 @@ static void evaluate(Tune *t, Cand *c, bool exact)
             c->fate = F_PRUNED;
         } else {
             Plan *pl = arena_alloc(&g_arena, sizeof *pl);
-            if (!plan_build(s, pl, false)) {
+            Sim sim;
+            bool simulated = period_plan(s, pl, &sim);      /* many microbatches from a few */
+            if (!simulated && !plan_build(s, pl, false)) {
                 c->fate = F_NO_PLAN;
             } else {
                 c->device = pl->mem.classes[pl->mem.worst].device_total;
                 c->fate = pl->mem.fits ? F_FITS : F_NO_FIT;
                 if (pl->mem.fits) {
-                    Sim sim;
-                    sim_run(pl, &sim);
+                    if (!simulated) sim_run(pl, &sim);
                     c->step = sim.step_time;
                     c->tokens_s = sim.tokens_per_s;
                     c->mfu = sim.mfu;
