@@ -33,9 +33,10 @@ static int64_t period_of(const Partition *p, int64_t *m0)
 {
     int64_t d, lo;
     switch (p->spec->parallel.schedule) {
-    /* 1F1B: stage 0 keeps pp microbatches in flight once m >= pp, and each
-     * microbatch more adds one forward and one backward to its steady state */
-    case SCHED_1F1B: d = 1, lo = p->pp; break;
+    /* 1F1B: stage 0 keeps pp microbatches in flight once m >= pp; one more
+     * gives every stage two forward-backward pairs in its steady state, and
+     * each microbatch more adds one pair */
+    case SCHED_1F1B: d = 1, lo = p->pp + 1; break;
     /* interleaved: Megatron's order repeats per pp microbatches (each a
      * forward and a backward of every chunk); its warm-up reaches past the
      * first pp, so the memory is the step's from 2·pp on */
