@@ -87,49 +87,69 @@ static bool same_memory(const MemPlan *a, const MemPlan *b)
 /* One plan's figures, kept once its plan and simulation are freed: per class
  * its op count and the op at the device peak, and the simulated step (no
  * per-op times, no critical-path ops). */
-typedef struct Sample { int *nops, *peak_op; Sim sim; } Sample;
+typedef struct Sample {
+    MemPlan mem;                /* its classes and families copied (no buffers)  */
+    const char **peak_label;    /* per class: the op at the device peak          */
+    int *nops;                  /* per class: ops of the step                     */
+    Sim sim;                    /* no per-op times, no critical-path ops          */
+} Sample;
 
-/* Copies what the extrapolation reads of plan pl and its simulation (in
- * g_arena, about to be freed) into arena a. */
+/* Copies what the comparison and the extrapolation read of plan pl and its
+ * simulation (in g_arena, about to be freed) into arena a. */
 static void keep(Arena *a, const Plan *pl, const Sim *sim, Sample *out)
 {
     int nc = pl->mem.nclasses;
+    out->mem = pl->mem;
+    out->mem.classes = arena_alloc(a, sizeof(ClassMem) * (size_t)nc);
+    out->peak_label = arena_alloc(a, sizeof(char *) * (size_t)nc);
     out->nops = arena_alloc(a, sizeof(int) * (size_t)nc);
-    out->peak_op = arena_alloc(a, sizeof(int) * (size_t)nc);
-    for (int c = 0; c < nc; c++) out->nops[c] = pl->mem.classes[c].sched->nops, out->peak_op[c] = pl->mem.classes[c].peak_op;
+    for (int c = 0; c < nc; c++) {
+        const ClassMem *cm = &pl->mem.classes[c];
+        ClassMem *k = &out->mem.classes[c];
+        *k = *cm;
+        k->cls = NULL, k->sched = NULL;
+        k->fams = arena_alloc(a, sizeof(BufFamily) * (size_t)(cm->nfams + 1));
+        for (int f = 0; f < cm->nfams; f++) k->fams[f] = cm->fams[f], k->fams[f].slot = NULL;
+        out->peak_label[c] = arena_strdup(a, sched_op_label(cm->sched, cm->peak_op));
+        out->nops[c] = cm->sched->nops;
+    }
     out->sim = *sim;
     out->sim.critical = NULL;
     out->sim.classes = arena_alloc(a, sizeof(SimClass) * (size_t)(nc + 1));
     for (int c = 0; c < nc; c++) out->sim.classes[c] = sim->classes[c], out->sim.classes[c].ops = NULL;
 }
 
-/* Plans, verifies and simulates s with m microbatches and keeps the figures
- * in g_arena.  ref NULL: the first plan, built in pl in g_arena (it stays),
- * verified and simulated in a scratch arena; else pl is planned and
- * simulated in the scratch arena too, and its memory plan and peak labels
- * must equal ref's.
- * False when any step fails or differs. */
-static bool sample(const Spec *s, int64_t m, Plan *pl, const Plan *ref, Sample *out)
+/* Plans and simulates s with m microbatches and keeps its figures in
+ * g_arena.  pl NULL: the plan and its simulation live in a scratch arena,
+ * freed after; else the plan is built in pl, in g_arena (it stays: the step's
+ * report shows it), and verified; its simulation is scratch.  False when a
+ * step fails. */
+static bool sample(const Spec *s, int64_t m, Plan *pl, Sample *out)
 {
-    bool first = !ref;
-    bool ok = !first || plan_build(with_microbatches(s, m), pl, false);
+    bool stays = pl != NULL;
+    bool ok = !stays || (plan_build(with_microbatches(s, m), pl, false) && verify_plan(pl, stderr));
     Arena kept = g_arena;
     g_arena = (Arena){0};
-    if (!first) {
-        ok = plan_build(with_microbatches(s, m), pl, false) && same_memory(&ref->mem, &pl->mem);
-        for (int c = 0; ok && c < ref->mem.nclasses; c++) {
-            const ClassMem *x = &ref->mem.classes[c], *y = &pl->mem.classes[c];
-            ok = !strcmp(sched_op_label(x->sched, x->peak_op), sched_op_label(y->sched, y->peak_op));
-        }
+    if (!stays) {
+        pl = arena_alloc(&g_arena, sizeof *pl);
+        ok = plan_build(with_microbatches(s, m), pl, false);
     }
-    /* the first plan is the one the step's report shows: it is verified; the
-     * longer ones repeat its steady state and must plan the same memory */
     Sim sim;
-    ok = ok && (!first || verify_plan(pl, stderr)) && !sim_simulate(pl, NULL, &sim);
+    ok = ok && !sim_simulate(pl, NULL, &sim);
     if (ok) keep(&kept, pl, &sim, out);
     arena_free(&g_arena);
     g_arena = kept;
     return ok;
+}
+
+/* Whether two samples planned the same memory, the peak at an op of the
+ * same label. */
+static bool same_peaks(const Sample *a, const Sample *b)
+{
+    if (!same_memory(&a->mem, &b->mem)) return false;
+    for (int c = 0; c < a->mem.nclasses; c++)
+        if (strcmp(a->peak_label[c], b->peak_label[c])) return false;
+    return true;
 }
 
 /* Extrapolates seconds: f0, f1, f2 at m0, m0 + d, m0 + 2d to n periods past
@@ -188,7 +208,8 @@ static bool extend_ops(const Sample *r, int nc, int64_t n, Plan *step)
     step->step_peak_op = arena_alloc(&g_arena, sizeof(int) * (size_t)nc);
     for (int c = 0; c < nc; c++)
         if (!extend_int(r[0].nops[c], r[1].nops[c], r[2].nops[c], n, &step->step_nops[c]) ||
-            !extend_int(r[0].peak_op[c], r[1].peak_op[c], r[2].peak_op[c], n, &step->step_peak_op[c]))
+            !extend_int(r[0].mem.classes[c].peak_op, r[1].mem.classes[c].peak_op, r[2].mem.classes[c].peak_op, n,
+                        &step->step_peak_op[c]))
             return false;
     return true;
 }
@@ -204,12 +225,12 @@ bool period_plan(const Spec *s, Plan *pl, Sim *sim)
     int64_t m0, d = period_of(&part, &m0);
     /* three plans of m0 .. m0 + 2d microbatches cost about what one of m does */
     if (d == 0 || part.m < 3 * (m0 + d)) return false;
-    /* the step is m0's plan (built in pl, whose passes point into it); the
-     * two longer ones live only while their figures are taken */
+    /* the two longer plans first, each freed once its figures are taken;
+     * then m0's, built in pl (whose passes point into it): the step's */
     Sample r[3];
-    Plan *longer = arena_alloc(&g_arena, sizeof *longer);
-    for (int k = 0; k < 3; k++)
-        if (!sample(s, m0 + k * d, k ? longer : pl, k ? pl : NULL, &r[k])) return false;
+    for (int k = 2; k >= 0; k--)
+        if (!sample(s, m0 + k * d, k ? NULL : pl, &r[k])) return false;
+    if (!same_peaks(&r[0], &r[1]) || !same_peaks(&r[0], &r[2])) return false;
     int nc = pl->mem.nclasses;
     int64_t n = (part.m - m0) / d;
     if (!extend_ops(r, nc, n, pl)) return false;
