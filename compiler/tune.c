@@ -12,8 +12,9 @@
  *      rejects the candidate;
  *   3. branch and bound, in order of the time bound: the partition's exact
  *      per-stage parameters and layers tighten both bounds (the pipeline's fill
- *      and drain), then the exact memory plan (plan_build, the verdict `plan`
- *      gives) and, if it fits, the simulated step (sim_run).  Once the next
+ *      and drain), then the exact memory plan (the verdict `plan` gives) and,
+ *      if it fits, the simulated step: period_plan's, from a few microbatches
+ *      when the steady state is periodic, else plan_build's and sim_run's.  Once the next
  *      candidate's bound is no less than the N-th best step time found, no
  *      candidate left can enter the top N, and the search stops;
  *   4. the top N are planned again and their schedules verified (verify_plan).

@@ -10,17 +10,7 @@
  * microbatches are declined. */
 #include "plan_fixture.h"
 #include "sim.h"
-
-/* The spec of text, resolved; NULL after diagnostics. */
-static const Spec *spec_of(const char *text)
-{
-    diag_reset();
-    sema_source = NULL;
-    Item *items = spec_parse_text("period.tspec", text, strlen(text));
-    Spec *s = arena_alloc(&g_arena, sizeof *s);
-    if (diag_errors || !sema_resolve(items, NULL, 0, s)) return NULL;
-    return s;
-}
+#include "../bench/costmodel/calib.h"
 
 /* |a - b| within tol of scale; NaN fails. */
 static bool near(double a, double b, double scale)
@@ -148,7 +138,7 @@ static void same_sim(const char *name, const Plan *w, const Sim *f, const Sim *e
  * with the whole step. */
 static void check_layout(const char *name, const char *text, bool periodic)
 {
-    const Spec *s = spec_of(text);
+    const Spec *s = cal_resolve(text);
     CHECK(s != NULL);
     if (!s) {
         fprintf(stderr, "%s does not resolve:\n%s", name, text);
