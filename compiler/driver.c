@@ -216,7 +216,7 @@ static int compile(Job *j)
 {
     const Tool *t = j->tool;
     if (t->spec != SPEC_NONE && j->npos > 0 && !j->spec_given && !load(j)) return EXIT_USER;    /* load */
-    if (t->plans && figures_only(j) && period_plan(&j->spec, &j->plan, &j->sim)) {
+    if (t->plans && figures_only(j) && period_plan(&j->spec, true, &j->plan, &j->sim)) {
         j->simulated = true;                                                    /* plan, verify, simulate */
     } else if (t->plans) {
         if (!plan_build(&j->spec, &j->plan, true)) return EXIT_USER;           /* plan */

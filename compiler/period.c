@@ -27,23 +27,23 @@
 /* Seconds figures must advance by the same period to this fraction of the step. */
 #define PERIOD_TOL 1e-9
 
-/* The period of a schedule in microbatches (0: none, gpipe, whose
+/* The period of s's schedule in microbatches (0: none, gpipe, whose
  * activations grow with m), and in *m0 the fewest it is planned with. */
-static int64_t period_of(const Partition *p, int64_t *m0)
+static int64_t period_of(const Spec *s, int64_t *m0)
 {
-    int64_t d, lo;
-    switch (p->spec->parallel.schedule) {
+    int64_t d, lo, pp = s->parallel.pp, m = s->parallel.microbatches;
+    switch (s->parallel.schedule) {
     /* 1F1B: stage 0 keeps pp microbatches in flight once m >= pp; one more
      * gives every stage two forward-backward pairs in its steady state, and
      * each microbatch more adds one pair */
-    case SCHED_1F1B: d = 1, lo = p->pp + 1; break;
+    case SCHED_1F1B: d = 1, lo = pp + 1; break;
     /* interleaved: Megatron's order repeats per pp microbatches (each a
      * forward and a backward of every chunk); its warm-up reaches past the
      * first pp, so the memory is the step's from 2·pp on */
-    case SCHED_INTERLEAVED: d = p->pp, lo = 2 * p->pp; break;
+    case SCHED_INTERLEAVED: d = pp, lo = 2 * pp; break;
     default: *m0 = 0; return 0;
     }
-    *m0 = lo + ((p->m - lo) % d + d) % d;
+    *m0 = lo + ((m - lo) % d + d) % d;
     return d;
 }
 
@@ -122,12 +122,12 @@ static void keep(Arena *a, const Plan *pl, const Sim *sim, Sample *out)
 /* Plans and simulates s with m microbatches and keeps its figures in
  * g_arena.  pl NULL: the plan and its simulation live in a scratch arena,
  * freed after; else the plan is built in pl, in g_arena (it stays: the step's
- * report shows it), and verified; its simulation is scratch.  False when a
+ * report shows it), and verified if asked; its simulation is scratch.  False when a
  * step fails. */
-static bool sample(const Spec *s, int64_t m, Plan *pl, Sample *out)
+static bool sample(const Spec *s, int64_t m, Plan *pl, bool verify, Sample *out)
 {
     bool stays = pl != NULL;
-    bool ok = !stays || (plan_build(with_microbatches(s, m), pl, false) && verify_plan(pl, stderr));
+    bool ok = !stays || (plan_build(with_microbatches(s, m), pl, false) && (!verify || verify_plan(pl, stderr)));
     Arena kept = g_arena;
     g_arena = (Arena){0};
     if (!stays) {
@@ -214,31 +214,26 @@ static bool extend_ops(const Sample *r, int nc, int64_t n, Plan *step)
     return true;
 }
 
-bool period_plan(const Spec *s, Plan *pl, Sim *sim)
+bool period_plan(const Spec *s, bool verify, Plan *pl, Sim *sim)
 {
     const char *env = getenv("SHARDC_EXPANDED");
-    if ((env && *env && strcmp(env, "0")) || !part_check(s, false)) return false;
-    Model model;
-    Partition part;
-    model_build(s, &model);
-    part_build(s, &model, &part);
-    int64_t m0, d = period_of(&part, &m0);
+    int64_t m = s->parallel.microbatches, m0, d = period_of(s, &m0);
     /* three plans of m0 .. m0 + 2d microbatches cost about what one of m does */
-    if (d == 0 || part.m < 3 * (m0 + d)) return false;
+    if ((env && *env && strcmp(env, "0")) || d == 0 || m < 3 * (m0 + d) || !part_check(s, false)) return false;
     /* the two longer plans first, each freed once its figures are taken;
      * then m0's, built in pl (whose passes point into it): the step's */
     Sample r[3];
     for (int k = 2; k >= 0; k--)
-        if (!sample(s, m0 + k * d, k ? NULL : pl, &r[k])) return false;
+        if (!sample(s, m0 + k * d, k ? NULL : pl, verify, &r[k])) return false;
     if (!same_peaks(&r[0], &r[1]) || !same_peaks(&r[0], &r[2])) return false;
     int nc = pl->mem.nclasses;
-    int64_t n = (part.m - m0) / d;
+    int64_t n = (m - m0) / d;
     if (!extend_ops(r, nc, n, pl)) return false;
     /* the spec's model and microbatches over m0's schedule and memory plan */
     pl->spec = s;
     model_build(s, &pl->model);
     pl->part.spec = s;
-    pl->part.m = part.m;
+    pl->part.m = m;
     pl->period_m = m0;
     return extend_sim(r, nc, n, pl, sim);
 }

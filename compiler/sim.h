@@ -126,15 +126,15 @@ void sim_critical_by_kind(const Plan *mp, const Sim *sim, double *by);
 
 /* ---- period.c: a step of many microbatches from a few ------------------- */
 
-/* Plans, verifies and simulates the spec's step from plans of a few
- * microbatches when its schedule's steady state is periodic (1F1B,
+/* Plans (verifies, with verify) and simulates the spec's step from plans of
+ * a few microbatches when its schedule's steady state is periodic (1F1B,
  * interleaved) and every figure shows it: *pl then holds the few's schedule
  * and memory plan (the same as the step's) with the spec's model and
  * microbatches, *sim the step's figures (no per-op times, no critical-path
  * ops).  False (nothing promised of *pl) when the whole step must be planned:
  * gpipe, a figure that is not periodic, too few microbatches to pay, or
  * SHARDC_EXPANDED set in the environment. */
-bool period_plan(const Spec *s, Plan *pl, Sim *sim);
+bool period_plan(const Spec *s, bool verify, Plan *pl, Sim *sim);
 
 /* ---- verify.c: the schedule verifier -------------------------------------- */
 

@@ -541,7 +541,7 @@ static void evaluate(Tune *t, Cand *c, bool exact)
         } else {
             Plan *pl = arena_alloc(&g_arena, sizeof *pl);
             Sim sim;
-            bool simulated = period_plan(s, pl, &sim);      /* many microbatches from a few */
+            bool simulated = period_plan(s, false, pl, &sim);   /* many microbatches from a few (verified: step 4) */
             if (!simulated && !plan_build(s, pl, false)) {
                 c->fate = F_NO_PLAN;
             } else {

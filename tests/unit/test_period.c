@@ -146,7 +146,7 @@ static void check_layout(const char *name, const char *text, bool periodic)
     }
     Plan *f = arena_alloc(&g_arena, sizeof *f), *w = arena_alloc(&g_arena, sizeof *w);
     Sim fs, ws;
-    bool took = period_plan(s, f, &fs);
+    bool took = period_plan(s, true, f, &fs);
     if (took != periodic) {
         fprintf(stderr, "%s: period_plan %s it\n", name, took ? "took" : "declined");
         failures++;

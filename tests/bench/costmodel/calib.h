@@ -110,7 +110,7 @@ static inline const char *cal_simulate(const char *text, Sim *sim)
     const Spec *s = cal_resolve(text);
     if (!s) return "the spec does not plan";
     Plan *mp = arena_alloc(&g_arena, sizeof *mp);
-    if (period_plan(s, mp, sim)) return NULL;
+    if (period_plan(s, true, mp, sim)) return NULL;
     if (!plan_build(s, mp, true)) return "the spec does not plan";
     return sim_simulate(mp, NULL, sim);
 }
