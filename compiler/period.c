@@ -27,8 +27,9 @@
 /* Seconds figures must advance by the same period to this fraction of the step. */
 #define PERIOD_TOL 1e-9
 
-/* The period of s's schedule in microbatches (0: none, gpipe, whose
- * activations grow with m), and in *m0 the fewest it is planned with. */
+/* The period of s's schedule in microbatches (0: none: gpipe, whose
+ * activations grow with m; ZeRO-3 with pp > 1), and in *m0 the fewest it is
+ * planned with. */
 static int64_t period_of(const Spec *s, int64_t *m0)
 {
     int64_t d, lo, pp = s->parallel.pp, m = s->parallel.microbatches;
@@ -39,10 +40,14 @@ static int64_t period_of(const Spec *s, int64_t *m0)
     case SCHED_1F1B: d = 1, lo = pp + 1; break;
     /* interleaved: Megatron's order repeats per pp microbatches (each a
      * forward and a backward of every chunk); its warm-up reaches past the
-     * first pp, so the memory is the step's from 2·pp on */
-    case SCHED_INTERLEAVED: d = pp, lo = 2 * pp; break;
+     * first pp, and ZeRO-2's per-microbatch reductions settle only in the
+     * third group of pp */
+    case SCHED_INTERLEAVED: d = pp, lo = 3 * pp; break;
     default: *m0 = 0; return 0;
     }
+    /* ZeRO-3 across stages: its gathers did not settle into a period in any
+     * number of microbatches tried (tune's 175B space, pp 2-16) */
+    if (s->zero.stage == 3 && pp > 1) return *m0 = 0, 0;
     *m0 = lo + ((m - lo) % d + d) % d;
     return d;
 }

@@ -2,12 +2,12 @@
  * few) against the whole step planned, verified and simulated (the path
  * SHARDC_EXPANDED forces), over a spread of layouts: 1f1b and interleaved,
  * ZeRO 0-3, optimizer offload, full and selective checkpointing, tp with and
- * without sequence parallelism, pp 1..8, GPT and Llama, m from 6 to 96.
+ * without sequence parallelism, pp 1..8, GPT and Llama, m from 8 to 96.
  * Equal: every memory figure and family place, every persistent buffer's and
  * every microbatch buffer's offset, the op counts, the op at the peak and its
  * label; the simulated step, per class and per stream, to 1e-9 of the step
- * (round-off of the extrapolation; NaN fails).  gpipe and too few
- * microbatches are declined. */
+ * (round-off of the extrapolation; NaN fails).  gpipe, ZeRO-3 across
+ * stages and too few microbatches are declined. */
 #include "plan_fixture.h"
 #include "sim.h"
 #include "../bench/costmodel/calib.h"
@@ -190,7 +190,10 @@ static void test_layouts(void)
         {"interleaved pp2 v2 tp2 sp full", "gpt",
          "tp = 2  pp = 2  dp = 1  sequence_parallel = on  schedule = interleaved  virtual_stages = 2",
          "zero { stage = 1 }\ncheckpointing { activations = full }", 4, 24, true},
+        {"interleaved pp2 v2 dp2 zero2", "llama", "pp = 2  dp = 2  schedule = interleaved  virtual_stages = 2",
+         "zero { stage = 2 }", 4, 48, true},
         {"gpipe pp4", "gpt", "pp = 4  dp = 1  schedule = gpipe", "zero { stage = 0 }", 4, 48, false},
+        {"1f1b pp2 zero3 (not periodic)", "gpt", "pp = 2  dp = 2  schedule = 1f1b", "zero { stage = 3 }", 4, 64, false},
         {"1f1b pp4 few microbatches", "gpt", "pp = 4  dp = 1  schedule = 1f1b", "zero { stage = 0 }", 4, 8, false},
     };
     for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
