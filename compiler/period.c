@@ -1,8 +1,9 @@
 /* period.c — a step of many microbatches planned from a few: the 1F1B and
  * interleaved schedules are a warm-up, a steady state that repeats per
  * microbatch (per pp microbatches interleaved) and a cool-down, so the step
- * is planned, verified and simulated with m0, m0 + d and m0 + 2d microbatches
- * (m0 ≡ m mod d, every warm-up inside), and the step of m is extrapolated:
+ * is planned and simulated with m0, m0 + d and m0 + 2d microbatches (m0 ≡ m
+ * mod d, every warm-up inside; the m0 plan, the one the report shows, is
+ * verified), and the step of m is extrapolated:
  *  - the memory plan must be the same for the three (every arena, peak,
  *    category, family place and the verdict; the peak at the same op, or at
  *    an op that moves by the same count each time, of the same label);
@@ -14,8 +15,8 @@
  * then the step of m is m0's plus (m - m0) / d periods, and the step's own
  * figures (bubble, exposure, tokens/s, MFU, HFU) are derived from those as
  * sim.c derives them.  Anything else (gpipe, whose activations grow with m;
- * a figure that is not periodic; too few microbatches for it to pay) plans
- * the whole step.  SHARDC_EXPANDED=1 in the environment plans the whole step
+ * ZeRO-3 across stages; a figure that is not periodic; too few microbatches
+ * for it to pay) plans the whole step.  SHARDC_EXPANDED=1 in the environment plans the whole step
  * always (the tests compare the two).
  */
 #include "sim.h"
@@ -45,8 +46,8 @@ static int64_t period_of(const Spec *s, int64_t *m0)
     case SCHED_INTERLEAVED: d = pp, lo = 3 * pp; break;
     default: *m0 = 0; return 0;
     }
-    /* ZeRO-3 across stages: its gathers did not settle into a period in any
-     * number of microbatches tried (tune's 175B space, pp 2-16) */
+    /* ZeRO-3 across stages: its figures did not settle into a period at the
+     * m0 tried (pp + 1 on 1F1B; up to 4·pp interleaved; tune's 175B space) */
     if (s->zero.stage == 3 && pp > 1) return *m0 = 0, 0;
     *m0 = lo + ((m - lo) % d + d) % d;
     return d;
