@@ -60,6 +60,8 @@ struct Job {
     bool spec_given;            /* spec was loaded by the caller (drv_run_spec)     */
     CatalogExtern ext;          /* the spec's user-defined op (ext.abi NULL: none)  */
     Plan plan;
+    Sim sim;                    /* plan: the step simulated by period_plan          */
+    bool simulated;
 };
 
 static const Tool tools[];
@@ -199,12 +201,24 @@ static bool load(Job *j)
     return catalog_check_extern(&j->spec, &j->ext) && !diag_errors;
 }
 
+static int run_plan(Job *j);
+
+/* Whether the tool reads only the step's figures: `plan` without the files
+ * and the rank listing, which show every op and buffer of the whole step. */
+static bool figures_only(const Job *j)
+{
+    return j->tool->run == run_plan && !opt(j, "--json") && !opt(j, "--trace") && !opt(j, "--html") &&
+           !opt(j, "--rank");
+}
+
 /* The compiler: the passes in order, then the tool's own (see the top). */
 static int compile(Job *j)
 {
     const Tool *t = j->tool;
     if (t->spec != SPEC_NONE && j->npos > 0 && !j->spec_given && !load(j)) return EXIT_USER;    /* load */
-    if (t->plans) {
+    if (t->plans && figures_only(j) && period_plan(&j->spec, true, &j->plan, &j->sim)) {
+        j->simulated = true;                                                    /* plan, verify, simulate */
+    } else if (t->plans) {
         if (!plan_build(&j->spec, &j->plan, true)) return EXIT_USER;           /* plan */
         if (!verify_plan(&j->plan, stderr)) return EXIT_INTERNAL;               /* verify */
     }
@@ -247,8 +261,8 @@ static int run_plan(Job *j)
         return EXIT_USAGE;
     }
     fix_find(pl);
-    Sim sim;
-    sim_run(pl, &sim);
+    Sim sim = j->sim;
+    if (!j->simulated) sim_run(pl, &sim);
     report_text(stdout, pl);
     sim_summary(stdout, pl, &sim);
     if (rank >= 0) report_rank(stdout, pl, rank);

@@ -20,3 +20,15 @@ bool plan_build(const Spec *s, Plan *pl, bool report)
     mem_plan(&pl->part, &pl->sched, &pl->mem);
     return true;
 }
+
+/* Class c's ops in the whole step. */
+int plan_step_ops(const Plan *pl, int c)
+{
+    return pl->step_nops ? pl->step_nops[c] : pl->sched.classes[c].nops;
+}
+
+/* Class c's op at the device peak, counted in the whole step. */
+int plan_peak_op(const Plan *pl, int c)
+{
+    return pl->step_peak_op ? pl->step_peak_op[c] : pl->mem.classes[c].peak_op;
+}

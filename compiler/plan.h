@@ -586,12 +586,21 @@ typedef struct Plan {
     MemPlan mem;                /* mem_plan                                        */
     Fix *fixes;                 /* fix_find (shardc plan, when it does not fit)    */
     int nfixes;
+    /* period_plan (sim.h): the schedule and memory plan hold period_m of the
+     * step's part.m microbatches; per class the step's op count and its op at
+     * the device peak (NULL: the schedule is the whole step) */
+    int64_t period_m;
+    int *step_nops, *step_peak_op;
 } Plan;
 
 /* The planning passes in order: model -> partition -> schedule -> memory
  * plan.  pl must stay where it is (the passes' outputs point into it).
  * Returns false (with diagnostics when report) if the spec cannot be planned. */
 bool plan_build(const Spec *s, Plan *pl, bool report);
+/* Class c's op count in the whole step and the index of its op at the device
+ * peak (period_plan's plan holds fewer microbatches than the step). */
+int plan_step_ops(const Plan *pl, int c);
+int plan_peak_op(const Plan *pl, int c);
 
 /* ---- fix.c: what would make a plan fit ------------------------------------ */
 

@@ -138,7 +138,8 @@ static void text_worst(FILE *out, const Plan *mp)
     int d = dominating(cm), inflight = sched_max_in_flight(&mp->part, cm->cls->stage);
     int64_t peak = cm->peak[SPACE_DEVICE];
     fprintf(out, "\nrank class %d (stage %d): peak %s at op %d of %d (%s); dominated by %s: %s (%.0f%%)\n",
-            mp->mem.worst, cm->cls->stage, util_bytes(peak), cm->peak_op, cm->sched->nops,
+            mp->mem.worst, cm->cls->stage, util_bytes(peak), plan_peak_op(mp, mp->mem.worst),
+            plan_step_ops(mp, mp->mem.worst),
             sched_op_label(cm->sched, cm->peak_op), mem_cat_name(d), util_bytes(cm->at_peak[d]),
             peak ? 100.0 * (double)cm->at_peak[d] / (double)peak : 0.0);
     fprintf(out, "  model states %s (params, grads, optimizer kept across steps) vs activations %s at the peak; "

@@ -538,25 +538,44 @@ static void critical_path(const Ctx *x, Sim *out)
         int c = x->cls_of[g];
         out->critical[--n] = (SimRef){c, g - x->base[c]};
     }
+    double prev = 0;
+    for (int i = 0; i < out->ncritical; i++) {
+        const SimRef *r = &out->critical[i];
+        double end = x->t[x->base[r->cls] + r->op].end;
+        out->critical_kind[sched_of(x, r->cls)->ops[r->op].kind] += end - prev;
+        prev = end;
+    }
 }
 
 /* Step time, throughput, utilisation, bubble, exposure, copies, critical path. */
 static void metrics(const Ctx *x, Sim *out)
 {
-    const Plan *mp = x->mp;
     out->step_time = 0;
     for (int g = 0; g < x->N; g++) out->step_time = fmax(out->step_time, x->t[g].end);
-    double step = out->step_time, nb = 0;
     int last = -1;
     for (int g = 0; g < x->N; g++)
         if (last < 0 || x->t[g].end > x->t[last].end) last = g;
     for (int c = 0; c < x->nc; c++) {
-        SimClass *sc = &out->classes[c];
-        class_metrics(x, c, step, last, sc);
+        class_metrics(x, c, out->step_time, last, &out->classes[c]);
+        out->classes[c].nvme = nvme_seconds(x, c);
+    }
+    sim_step_figures(x->mp, out);
+    critical_path(x, out);
+}
+
+/* The step's figures from its classes' and its step time. */
+void sim_step_figures(const Plan *mp, Sim *out)
+{
+    double step = out->step_time, nb = 0;
+    int nc = mp->mem.nclasses;
+    out->bubble = 0, out->copy_time = 0, out->nvme_time = 0;
+    for (int g = 0; g < NGROUPS; g++) out->exposed[g] = 0;
+    for (int c = 0; c < nc; c++) {
+        const SimClass *sc = &out->classes[c];
         if (sc->work > 0) out->bubble += sc->bubble / sc->work, nb++;
-        for (int g = 0; g < NGROUPS; g++) out->exposed[g] += sc->exposed[g] / x->nc;
+        for (int g = 0; g < NGROUPS; g++) out->exposed[g] += sc->exposed[g] / nc;
         out->copy_time = fmax(out->copy_time, sc->busy[ST_COPY]);
-        out->nvme_time = fmax(out->nvme_time, nvme_seconds(x, c));
+        out->nvme_time = fmax(out->nvme_time, sc->nvme);
     }
     if (nb > 0) out->bubble /= nb;
     for (int g = 0; g < NGROUPS; g++) out->exposed[g] = step > 0 ? out->exposed[g] / step : 0;
@@ -572,7 +591,6 @@ static void metrics(const Ctx *x, Sim *out)
     out->tokens_per_s = step > 0 ? (double)s->train.global_batch * (double)mp->model.s / step : 0;
     out->mfu = denom > 0 ? mp->model.flops_model_step / denom : 0;
     out->hfu = denom > 0 ? mp->model.flops_hw_step / denom : 0;
-    critical_path(x, out);
 }
 
 /* ---- entry points ------------------------------------------------------------------ */
@@ -612,27 +630,23 @@ void sim_run(const Plan *mp, Sim *out)
 
 /* ---- the report --------------------------------------------------------------------- */
 
-typedef struct Contrib { int kind; double sec; } Contrib;
+typedef struct Contrib { int kind; double sec, permille; } Contrib;
 
-/* Orders contributions, largest first. */
+/* Orders contributions, largest first as printed (permille: to 0.1% of the
+ * step, so that round-off does not reorder equal shares), then by kind. */
 static int contrib_cmp(const void *pa, const void *pb)
 {
     const Contrib *a = pa, *b = pb;
-    return a->sec > b->sec ? -1 : a->sec < b->sec;
+    if (a->permille != b->permille) return a->permille > b->permille ? -1 : 1;
+    return (a->kind > b->kind) - (a->kind < b->kind);
 }
 
 /* The critical path's seconds by op kind (by[NOPKINDS]): each op adds the
  * time from its predecessor's end to its own. */
 void sim_critical_by_kind(const Plan *mp, const Sim *sim, double *by)
 {
-    for (int k = 0; k < NOPKINDS; k++) by[k] = 0;
-    double prev = 0;
-    for (int i = 0; i < sim->ncritical; i++) {
-        const SimRef *r = &sim->critical[i];
-        const SimOp *t = &sim->classes[r->cls].ops[r->op];
-        by[mp->sched.classes[r->cls].ops[r->op].kind] += t->end - prev;
-        prev = t->end;
-    }
+    (void)mp;
+    for (int k = 0; k < NOPKINDS; k++) by[k] = sim->critical_kind[k];
 }
 
 /* The critical path's time by op kind, largest first. */
@@ -641,7 +655,7 @@ static void print_critical(FILE *f, const Plan *mp, const Sim *sim)
     double sec[NOPKINDS];
     Contrib by[NOPKINDS];
     sim_critical_by_kind(mp, sim, sec);
-    for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, sec[k]};
+    for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, sec[k], sim->step_time > 0 ? round(1000 * sec[k] / sim->step_time) : 0};
     qsort(by, NOPKINDS, sizeof by[0], contrib_cmp);
     fprintf(f, "critical  path of %d ops:", sim->ncritical);
     for (int k = 0; k < 6 && by[k].sec > 0; k++)

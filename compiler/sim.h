@@ -84,6 +84,7 @@ typedef struct SimClass {
                                    pipeline: the idle stretches (and the tail)
                                    where the chain that held it runs through
                                    other stages' compute, not communication     */
+    double nvme;                /* seconds of NVMe transfers                    */
 } SimClass;
 
 typedef struct Sim {
@@ -98,8 +99,10 @@ typedef struct Sim {
                                    the average over rank classes                */
     double copy_time, nvme_time;/* seconds on the copy stream, of it NVMe (the
                                    worst class)                                 */
-    SimRef *critical;           /* the critical path, first op to last          */
+    SimRef *critical;           /* the critical path, first op to last (NULL
+                                   from period_plan: the step was not expanded)  */
     int ncritical;
+    double critical_kind[NOPKINDS];     /* the critical path's seconds by op kind */
 } Sim;
 
 /* Simulates one step of every rank class of the plan; a deadlock (no op can
@@ -115,6 +118,9 @@ typedef struct SimOpts {
 /* sim_run with options; returns NULL, or on a deadlock a message naming the
  * stuck ops (then *out holds what ran). */
 const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out);
+/* The step's figures from its classes' (busy, exposed, work, bubble, nvme)
+ * and out->step_time: bubble, exposed fractions, copies, tokens/s, MFU, HFU. */
+void sim_step_figures(const Plan *mp, Sim *out);
 /* The schedule summary of `shardc plan`: per stream busy time, bubble,
  * exposed communication, step time, tokens/s, MFU. */
 void sim_summary(FILE *out, const Plan *mp, const Sim *sim);
@@ -122,6 +128,18 @@ void sim_summary(FILE *out, const Plan *mp, const Sim *sim);
  * its predecessor's end to its own (the stretches add up to the step);
  * by[NOPKINDS]. */
 void sim_critical_by_kind(const Plan *mp, const Sim *sim, double *by);
+
+/* ---- period.c: a step of many microbatches from a few ------------------- */
+
+/* Plans (verifies, with verify) and simulates the spec's step from plans of
+ * a few microbatches when its schedule's steady state is periodic (1F1B,
+ * interleaved) and every figure shows it: *pl then holds the few's schedule
+ * and memory plan (the same as the step's) with the spec's model and
+ * microbatches, *sim the step's figures (no per-op times, no critical-path
+ * ops).  False (nothing promised of *pl) when the whole step must be planned:
+ * gpipe, a figure that is not periodic, too few microbatches to pay, or
+ * SHARDC_EXPANDED set in the environment. */
+bool period_plan(const Spec *s, bool verify, Plan *pl, Sim *sim);
 
 /* ---- verify.c: the schedule verifier -------------------------------------- */
 

@@ -12,8 +12,9 @@
  *      rejects the candidate;
  *   3. branch and bound, in order of the time bound: the partition's exact
  *      per-stage parameters and layers tighten both bounds (the pipeline's fill
- *      and drain), then the exact memory plan (plan_build, the verdict `plan`
- *      gives) and, if it fits, the simulated step (sim_run).  Once the next
+ *      and drain), then the exact memory plan (the verdict `plan` gives) and,
+ *      if it fits, the simulated step: period_plan's, from a few microbatches
+ *      when the steady state is periodic, else plan_build's and sim_run's.  Once the next
  *      candidate's bound is no less than the N-th best step time found, no
  *      candidate left can enter the top N, and the search stops;
  *   4. the top N are planned again and their schedules verified (verify_plan).
@@ -539,14 +540,15 @@ static void evaluate(Tune *t, Cand *c, bool exact)
             c->fate = F_PRUNED;
         } else {
             Plan *pl = arena_alloc(&g_arena, sizeof *pl);
-            if (!plan_build(s, pl, false)) {
+            Sim sim;
+            bool simulated = period_plan(s, false, pl, &sim);   /* many microbatches from a few (verified: step 4) */
+            if (!simulated && !plan_build(s, pl, false)) {
                 c->fate = F_NO_PLAN;
             } else {
                 c->device = pl->mem.classes[pl->mem.worst].device_total;
                 c->fate = pl->mem.fits ? F_FITS : F_NO_FIT;
                 if (pl->mem.fits) {
-                    Sim sim;
-                    sim_run(pl, &sim);
+                    if (!simulated) sim_run(pl, &sim);
                     c->step = sim.step_time;
                     c->tokens_s = sim.tokens_per_s;
                     c->mfu = sim.mfu;

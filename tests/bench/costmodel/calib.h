@@ -83,16 +83,36 @@ static const CalRow cal_rows[] = {
 #endif
 enum { CAL_NROWS = (int)(sizeof cal_rows / sizeof cal_rows[0]) };
 
-/* Plans spec text end to end; NULL (diagnostics on stderr) if it does not check. */
-static inline Plan *cal_plan(const char *text)
+/* The spec of text, resolved; NULL (diagnostics on stderr) if it does not check. */
+static inline const Spec *cal_resolve(const char *text)
 {
     diag_reset();
     sema_source = NULL;
     Item *items = spec_parse_text("calibration.tspec", text, strlen(text));
     Spec *s = arena_alloc(&g_arena, sizeof *s);
     if (diag_errors || !sema_resolve(items, NULL, 0, s)) return NULL;
+    return s;
+}
+
+/* Plans spec text end to end; NULL (diagnostics on stderr) if it does not check. */
+static inline Plan *cal_plan(const char *text)
+{
+    const Spec *s = cal_resolve(text);
     Plan *mp = arena_alloc(&g_arena, sizeof *mp);
-    return plan_build(s, mp, true) ? mp : NULL;
+    return s && plan_build(s, mp, true) ? mp : NULL;
+}
+
+/* Plans and simulates spec text as `shardc plan` does: the step from a few
+ * microbatches when its steady state is periodic (period_plan), else the
+ * whole step; NULL, or why it did not (diagnostics on stderr). */
+static inline const char *cal_simulate(const char *text, Sim *sim)
+{
+    const Spec *s = cal_resolve(text);
+    if (!s) return "the spec does not plan";
+    Plan *mp = arena_alloc(&g_arena, sizeof *mp);
+    if (period_plan(s, true, mp, sim)) return NULL;
+    if (!plan_build(s, mp, true)) return "the spec does not plan";
+    return sim_simulate(mp, NULL, sim);
 }
 
 /* Sequence length and vocabulary of a row's source. */
@@ -175,9 +195,8 @@ static inline double cal_table(FILE *out, CalSet set, bool h100)
     for (int i = 0; i < CAL_NROWS; i++) {
         const CalRow *r = &cal_rows[i];
         if (!cal_in(r, set, h100)) continue;
-        Plan *mp = cal_plan(cal_spec(r));
         Sim sim;
-        const char *why = mp ? sim_simulate(mp, NULL, &sim) : "the spec does not plan";
+        const char *why = cal_simulate(cal_spec(r), &sim);
         if (why) {
             fprintf(out ? out : stderr, "%7.1fB: %s\n", r->params_b, why);
             ok = false;
