@@ -1046,16 +1046,17 @@ static void gen_comm_fns(CE *e, Str *o)
     sput(o, "}\n\n");
     }
     if (e->uses[K_REDUCE]) {
-    sf(o, "/* A gradient reduction over dp.  mode 0: all-reduce in place (ZeRO 0-1);\n"
+    sf(o, "/* A gradient reduction over dp.  mode 0: all-reduce in place (ZeRO 0);\n"
           " * 1: reduce-scatter into this rank's shard; 2: the same in place (this\n"
-          " * rank's slice of the bucket) and added to the shard (accumulation). */\n"
+          " * rank's slice of the bucket) and added to the shard (accumulation);\n"
+          " * 3: in place into this rank's slice only (ZeRO 1's distributed optimizer). */\n"
           "static void %s_reduce(srt_ctx *c, const %s_reduce_t *a)\n{\n", px, px);
     sput(o, "    if (a->mode == 0) {\n");
     rt_call(o, "        ", RT_all_reduce, "a->st", NULL, "SRT_DP", "DV(a->in, a->n, GDT)", "SRT_SUM", NULL);
     sput(o, "    } else if (a->mode == 1) {\n");
     rt_call(o, "        ", RT_reduce_scatter, "a->st", NULL, "SRT_DP", "DV(a->out, a->shard, GDT)", "DV(a->in, a->n, GDT)",
             NULL);
-    sput(o, "    } else {  /* mode 3 (offload): in place only; the caller moves the slice */\n"
+    sput(o, "    } else {  /* mode 3: in place only (offload: the caller moves the slice) */\n"
             "        srt_t mine = DV(a->in + srt_group_rank(c, SRT_DP) * a->shard * GB, a->shard, GDT);\n");
     rt_call(o, "        ", RT_reduce_scatter, "a->st", NULL, "SRT_DP", "mine", "DV(a->in, a->n, GDT)", NULL);
     sput(o, "        if (a->mode == 2) {\n"

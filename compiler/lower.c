@@ -588,9 +588,11 @@ static const char *shard_src(CE *e, const char *st, int64_t j, int64_t n, const 
     return v;
 }
 
-/* One OP_GRAD_REDUCE: per segment of the bucket, an all-reduce in place
- * (ZeRO 0-1), or a reduce-scatter into the shard (ZeRO 2-3; from the second
- * microbatch on, in place and added to the shard, since gradients accumulate). */
+/* One OP_GRAD_REDUCE: an all-reduce of the bucket in place (ZeRO 0); per
+ * segment of the bucket, a reduce-scatter in place into this rank's slice of
+ * the full gradients (ZeRO 1, the distributed optimizer: its optimizer reads
+ * only that slice), or into the shard (ZeRO 2-3; from the second microbatch
+ * on, in place and added to the shard, since gradients accumulate). */
 static void reduce_op(CE *e, const Op *o, const char *label)
 {
     const RankClass *rc = e->rc;
@@ -598,9 +600,18 @@ static void reduce_op(CE *e, const Op *o, const char *label)
     const Bucket *bk = &rc->buckets[o->aux];
     const Segment *first = &rc->segs[bk->first_seg];
     const char *st = stream_name(o->stream);
-    if (e->p->zero < 2) {
+    if (e->p->zero == 0) {
         CALL(e, K_REDUCE, label, atext(st), aint(0, IT_OTHER), aint(lower_off(e, e->b_grads) + first->offset * e->gb, IT_OTHER),
              aint(0, IT_OTHER), aint(bk->padded, IT_OTHER), aint(0, IT_OTHER));
+        return;
+    }
+    if (e->p->zero == 1) {
+        for (int i = bk->first_seg; i < bk->first_seg + bk->nseg; i++) {
+            const Segment *sg = &rc->segs[i];
+            CALL(e, K_REDUCE, arena_printf(&g_arena, "%s seg%d", label, i), atext(st), aint(3, IT_OTHER),
+                 aint(lower_off(e, e->b_grads) + sg->offset * e->gb, IT_OTHER), aint(-1, IT_OTHER),
+                 aint(sg->padded, IT_OTHER), aint(sg->shard, IT_OTHER));
+        }
         return;
     }
     bool whole = first->tied || first->persistent;
@@ -636,11 +647,24 @@ static void reduce_op(CE *e, const Op *o, const char *label)
 }
 
 /* One OP_PARAM_GATHER: ZeRO 1-2 all-gather the updated shards of the
- * segments since the previous one in place; ZeRO 3 gather the persistent
- * segment into params.persistent. */
+ * segments since the previous one in place, or, gathered ahead at the start
+ * of the step (the op touches part aux of the parameters), those of bucket
+ * aux; ZeRO 3 gather the persistent segment into params.persistent. */
 static void param_gather_op(CE *e, const Op *o, const char *label)
 {
     const RankClass *rc = e->rc;
+    if (e->p->zero < 3 && o->part_lo >= 0) {
+        if (o->aux < 0 || o->aux >= rc->nbuckets || o->part_lo != o->aux || o->part_hi != o->aux)
+            die("lower: %s names no bucket", label);
+        const Bucket *bk = &rc->buckets[o->aux];
+        for (int i = bk->first_seg; i < bk->first_seg + bk->nseg; i++) {
+            const Segment *sg = &rc->segs[i];
+            CALL(e, K_PARAM_GATHER, arena_printf(&g_arena, "%s seg%d", label, i), atext(stream_name(o->stream)),
+                 aint(lower_off(e, e->b_params) + sg->offset * e->wb, IT_OTHER), aint(-1, IT_OTHER), aint(sg->padded, IT_OTHER),
+                 aint(sg->shard, IT_OTHER));
+        }
+        return;
+    }
     int last = o->aux;
     if (last < 0 || last >= rc->nsegs) die("lower: %s names no segment", label);
     const char *st = stream_name(o->stream);

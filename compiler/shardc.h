@@ -266,7 +266,7 @@ typedef struct Spec {
     } parallel;
     struct {
         int64_t stage;
-        bool overlap_comm, contiguous_gradients, reduce_scatter;
+        bool overlap_comm, overlap_param_gather, contiguous_gradients, reduce_scatter;
         int64_t reduce_bucket, allgather_bucket, prefetch_bucket;   /* elements */
         int64_t param_persistence_threshold, max_live_parameters, max_reuse_distance;
         int64_t sub_group_size;
