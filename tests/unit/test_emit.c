@@ -185,8 +185,10 @@ static void test_matrix(void)
                     CHECK(strstr(src, "srt_grad_norm_finish(c, ") != NULL);
                     CHECK(strstr(src, "static void s0_eval(srt_ctx *c)") != NULL);
                     CHECK((strstr(src, "tr_gather(c, &(tr_gather_t){") != NULL) == (z == 3 && small));
-                    /* all-reduces (ZeRO 0-1); reduce-scatters that accumulate over microbatches */
-                    CHECK((strstr(src, "tr_reduce(c, &(tr_reduce_t){SRT_DP_COMM, 0, ") != NULL) == (z < 2));
+                    /* all-reduces (ZeRO 0); ZeRO 1's reduce-scatters in place into its slice;
+                     * reduce-scatters that accumulate over microbatches */
+                    CHECK((strstr(src, "tr_reduce(c, &(tr_reduce_t){SRT_DP_COMM, 0, ") != NULL) == (z == 0));
+                    if (z == 1) CHECK(strstr(src, "tr_reduce(c, &(tr_reduce_t){SRT_DP_COMM, 3, ") != NULL);
                     CHECK((strstr(src, "tr_reduce(c, &(tr_reduce_t){SRT_DP_COMM, 2, ") != NULL) ==
                           ((z == 2 || (z == 3 && small)) && dp < 4));
                     if (bf) CHECK(strstr(src, "OWN_OPT, 0, ") != NULL);

@@ -18,7 +18,7 @@ static const struct { const char *name; size_t offset, size; } fields[] = {
     F(model.bias), F(model.tie_embeddings), F(model.norm_eps), F(model.rope_theta), F(model.init_std),
     F(parallel.tp), F(parallel.pp), F(parallel.dp), F(parallel.sequence_parallel), F(parallel.schedule),
     F(parallel.microbatches), F(parallel.virtual_stages), F(parallel.stage_layers), F(parallel.rank_order),
-    F(zero.stage), F(zero.overlap_comm), F(zero.contiguous_gradients), F(zero.reduce_scatter),
+    F(zero.stage), F(zero.overlap_comm), F(zero.overlap_param_gather), F(zero.contiguous_gradients), F(zero.reduce_scatter),
     F(zero.reduce_bucket), F(zero.allgather_bucket), F(zero.prefetch_bucket),
     F(zero.param_persistence_threshold), F(zero.max_live_parameters), F(zero.max_reuse_distance),
     F(zero.sub_group_size), F(zero.gather_across_microbatches),
