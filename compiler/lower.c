@@ -751,6 +751,15 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
         return;
     }
     const char *st = stream_name(o->stream);
+    if (o->sub == SUB_BOUNDARY) {   /* kind 4: a received boundary's tp slices gathered in place */
+        if (o->kind != OP_TP_ALLGATHER || o->nrd != 1 || o->nwr != 1 || o->rd[0] != o->wr[0] ||
+            e->p->act.boundary_slices != e->p->tp)
+            die("lower: %s is not the in-place gather of a boundary sent in tp slices", label);
+        lower_expect(e, o->wr[0], e->p->act.boundary, "a stage boundary");
+        CALL(e, K_TP, label, atext(st), aint(4, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], 0), abuf(e, o->wr[0], 0),
+             aint(e->p->act.boundary / e->wb, IT_OTHER));
+        return;
+    }
     if (o->kind == OP_TP_ALLGATHER || o->kind == OP_TP_REDUCE_SCATTER) {
         bool ag = o->kind == OP_TP_ALLGATHER;
         if (!lower_sp(e) || o->nrd != 1 || o->nwr != 1)
@@ -790,13 +799,16 @@ static void pp_msg_op(CE *e, const Op *o, const char *label)
     bool fwd = o->kind == OP_SEND_FWD || o->kind == OP_RECV_FWD;
     if (send ? o->nrd != 1 : o->nwr != 1) die("lower: %s moves %d buffers, not one", label, send ? o->nrd : o->nwr);
     int id = send ? o->rd[0] : o->wr[0];
+    int64_t slices = e->p->act.boundary_slices;
     lower_expect(e, id, e->p->act.boundary, "a stage boundary");
-    if (e->p->act.boundary != o->bytes)
-        die("lower: %s moves %lld bytes, the boundary has %lld", label, (long long)o->bytes, (long long)e->p->act.boundary);
+    if (e->p->act.boundary / slices != o->bytes)
+        die("lower: %s moves %lld bytes, the boundary's %s has %lld", label, (long long)o->bytes,
+            slices > 1 ? "tp slice" : "whole", (long long)(e->p->act.boundary / slices));
     int64_t pp = e->p->pp, st = e->rc->stage;
     int64_t peer = send == fwd ? (st + 1) % pp : (st + pp - 1) % pp;   /* send fwd / recv bwd: the next stage */
-    CALL(e, K_PP, label, atext(stream_name(o->stream)), aint(send ? 0 : 1, IT_OTHER), abuf(e, id, 0),
-         aint(e->s->bufs[id].bytes / e->wb, IT_OTHER), aint(peer, IT_OTHER));
+    /* kinds 3, 4: this tp rank's slice of the boundary (pp_scatter_gather) */
+    CALL(e, K_PP, label, atext(stream_name(o->stream)), aint((send ? 0 : 1) + (slices > 1 ? 3 : 0), IT_OTHER),
+         abuf(e, id, 0), aint(o->bytes / e->wb, IT_OTHER), aint(peer, IT_OTHER));
 }
 
 /* The tied embedding's gradient summed between the first stage (the embedding)

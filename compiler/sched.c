@@ -1102,26 +1102,39 @@ static void head(Bld *b, int chunk, int mb, bool final)
 static void emit_msg(Bld *b, const Msg *g)
 {
     int k = g->chunk * (int)b->p->m + g->mb, o;
-    int64_t bytes = b->p->act.boundary;
+    int64_t bytes = b->p->act.boundary, moved = bytes / b->p->act.boundary_slices;
     if (g->send) {
         o = op_new(b, g->bwd ? OP_SEND_BWD : OP_SEND_FWD, ST_PP_COMM, -1, g->mb, g->chunk);
         op_rd(b, o, g->bwd ? b->bsend_buf[k] : b->fsend_buf[k]);
-        b->s->ops[o].bytes = bytes;
+        b->s->ops[o].bytes = moved;
         /* the compute stream waits for it (keeping the sent buffer) once its
          * consumer is done: a blocking send ends when its receiver is ready */
         b->swait[b->nswait++] = (SendWait){o, g->done};
     } else if (!g->bwd) {
         o = op_new(b, OP_RECV_FWD, ST_PP_COMM, -1, g->mb, g->chunk);
         op_wr(b, o, new_input(b, g->chunk, 0, g->mb));
-        b->s->ops[o].bytes = bytes;
+        b->s->ops[o].bytes = moved;
         b->frecv_op[k] = o;
     } else {
         int id = buf_new(b, key_at(BR_RECV_BWD, NO_LAYER, g->mb, g->chunk), arena_printf(&g_arena, "pp.recv_bwd.mb%d", g->mb), CAT_COMM, SPACE_DEVICE, bytes, false);
         o = op_new(b, OP_RECV_BWD, ST_PP_COMM, -1, g->mb, g->chunk);
         op_wr(b, o, id);
-        b->s->ops[o].bytes = bytes;
+        b->s->ops[o].bytes = moved;
         b->brecv_op[k] = o, b->brecv_buf[k] = id;
     }
+}
+
+/* The compute stream waits for received boundary r before using it; with
+ * the boundary sent in tp slices, for the all-gather over tp that completes
+ * it (on tp-comm, after the receive: the event pass orders the two). */
+static void recv_done(Bld *b, int r, int chunk, int mb)
+{
+    if (b->p->act.boundary_slices == 1) {
+        emit_wait(b, r);
+        return;
+    }
+    int buf = b->s->ops[r].wr[0];
+    emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_BOUNDARY, -1, mb, chunk, buf, buf, b->p->act.boundary));
 }
 
 /* The compute stream waits for the sends whose consumers end by time t. */
@@ -1150,7 +1163,7 @@ static void forward_unit(Bld *b, int chunk, int mb)
     if (ch->embed) load_batch(b, mb, true, head_here);
     else if (ch->head && !b->c->chunks[0].embed) load_batch(b, mb, false, true);
     if (ch->embed) embed_fwd(b, chunk, mb);
-    else emit_wait(b, b->frecv_op[chunk * b->p->m + mb]);
+    else recv_done(b, b->frecv_op[chunk * b->p->m + mb], chunk, mb);
     for (int i = 0; i < ch->nlayers; i++) layer_fwd(b, chunk, i, mb);
     if (ch->head) head(b, chunk, mb, final);
     else b->fsend_buf[chunk * b->p->m + mb] = b->HX[mb];
@@ -1351,7 +1364,7 @@ static int output_grad(Bld *b, int chunk, int mb)
 {
     if (b->c->chunks[chunk].head) return b->HD[mb];
     int k = chunk * (int)b->p->m + mb;
-    emit_wait(b, b->brecv_op[k]);
+    recv_done(b, b->brecv_op[k], chunk, mb);
     return b->brecv_buf[k];
 }
 
@@ -2119,12 +2132,12 @@ const char *sched_op_label(const Sched *s, int i)
         const char *inner = sched_op_label(s, o->aux);
         return arena_printf(&g_arena, "wait(%s)", inner);
     }
-    static const char *const subs[] = {"", " attn", " mlp", " grads"};
+    static const char *const subs[] = {"", " attn", " mlp", " grads", " boundary"};
     char layer[32] = "", mb[32] = "", aux[32] = "";
     int l = (int)s->part->model->l;
     bool named = o->kind == OP_HEAD || o->kind == OP_EMBED_FWD || o->kind == OP_EMBED_BWD;
     if (named) layer[0] = 0;
-    else if (o->layer == LAYER_PRE && embed_op(o->kind)) snprintf(layer, sizeof layer, " embed");
+    else if (o->layer == LAYER_PRE && embed_op(o->kind) && o->sub != SUB_BOUNDARY) snprintf(layer, sizeof layer, " embed");
     else if (o->layer == l) snprintf(layer, sizeof layer, " head");
     else if (o->layer >= 0) snprintf(layer, sizeof layer, " L%d", o->layer);
     if (o->mb >= 0) snprintf(mb, sizeof mb, " mb%d", o->mb);
@@ -2135,6 +2148,6 @@ const char *sched_op_label(const Sched *s, int i)
     if ((o->kind == OP_RECV_FWD || o->kind == OP_SEND_FWD || o->kind == OP_RECV_BWD || o->kind == OP_SEND_BWD) &&
         s->part->v > 1 && o->chunk >= 0)
         snprintf(aux, sizeof aux, " chunk%d", o->chunk);
-    const char *sub = o->sub > 0 && o->sub < 4 ? subs[o->sub] : "";
+    const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
     return arena_printf(&g_arena, "%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub);
 }

@@ -257,7 +257,7 @@ typedef struct Spec {
     } model;
     struct {
         int64_t tp, pp, dp;
-        bool sequence_parallel;
+        bool sequence_parallel, pp_scatter_gather;
         int schedule;           /* enum PipeSchedule                        */
         int64_t microbatches;   /* per step per pipeline (= grad_accum)     */
         int64_t virtual_stages;

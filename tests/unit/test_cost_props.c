@@ -138,6 +138,25 @@ static void test_overlap_never_slower(void)
                   "stage = %d  overlap_comm = on  reduce_bucket = 2e7", 1, 2, true);
 }
 
+/* Pipeline transfers split over the tp ranks (parallel.pp_scatter_gather:
+ * each sends 1/tp, the receiver all-gathers over NVLink) are never slower than
+ * whole boundaries from every tp rank, and strictly faster when the stages sit
+ * on two nodes of a slow network (tp 8 · pp 2, no sequence parallelism). */
+static void test_pp_scatter_gather_never_slower(void)
+{
+    static const char *const nets[] = {"network = eth100", "network = ib200"};
+    for (int n = 0; n < 2; n++) {
+        const char *cl = arena_printf(&g_arena, "nodes = 2  gpus_per_node = 8  gpu = a100_80gb  %s", nets[n]);
+        const char *train = "global_batch = 16  micro_batch = 1";
+        double t_on = step_of(8, 2048, "tp = 8  pp = 2  dp = 1", "stage = 0", train, cl, NULL);
+        double t_off = step_of(8, 2048, "tp = 8  pp = 2  dp = 1  pp_scatter_gather = off", "stage = 0", train, cl, NULL);
+        if (!(t_on > 0 && t_off > 0 && le(t_on, t_off)))
+            fprintf(stderr, "pp_scatter_gather, %s: on %.6f s, off %.6f s\n", nets[n], t_on, t_off);
+        CHECK(t_on > 0 && t_off > 0 && le(t_on, t_off));
+        if (n == 0) CHECK(t_on < t_off);
+    }
+}
+
 /* More microbatches never give a bigger bubble fraction; the interleaved
  * schedule's bubble is never bigger than 1F1B's at the same microbatches. */
 static void test_bubble_shrinks(void)
@@ -160,6 +179,7 @@ int main(void)
     test_monotone_in_bandwidth();
     test_monotone_in_compute();
     test_overlap_never_slower();
+    test_pp_scatter_gather_never_slower();
     test_bubble_shrinks();
     return fx_done("test_cost_props");
 }

@@ -16,7 +16,7 @@ static const struct { const char *name; size_t offset, size; } fields[] = {
     F(model.vocab), F(model.seq_len), F(model.ffn_hidden), F(model.activation),
     F(model.extern_name), F(model.extern_header), F(model.extern_cpu), F(model.extern_cuda),
     F(model.bias), F(model.tie_embeddings), F(model.norm_eps), F(model.rope_theta), F(model.init_std),
-    F(parallel.tp), F(parallel.pp), F(parallel.dp), F(parallel.sequence_parallel), F(parallel.schedule),
+    F(parallel.tp), F(parallel.pp), F(parallel.dp), F(parallel.sequence_parallel), F(parallel.pp_scatter_gather), F(parallel.schedule),
     F(parallel.microbatches), F(parallel.virtual_stages), F(parallel.stage_layers), F(parallel.rank_order),
     F(zero.stage), F(zero.overlap_comm), F(zero.overlap_param_gather), F(zero.contiguous_gradients), F(zero.reduce_scatter),
     F(zero.reduce_bucket), F(zero.allgather_bucket), F(zero.prefetch_bucket),
