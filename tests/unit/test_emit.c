@@ -369,8 +369,8 @@ static void test_pipeline(void)
         check_declared(src);
         CHECK(strstr(src, "==== stage 0: 1 ranks (tp 1 x dp 1), layers 0-0, 2-2, the embedding ====") != NULL);
         CHECK(strstr(src, "==== stage 1: 1 ranks (tp 1 x dp 1), layers 1-1, 3-3, the head ====") != NULL);
-        CHECK(strstr(src, "srt_send(c, a->st, DV(a->off, a->n, WDT), a->peer);") != NULL);
-        CHECK(strstr(src, "srt_recv(c, a->st, DV(a->off, a->n, WDT), a->peer);") != NULL);
+        CHECK(strstr(src, "srt_send(c, a->st, DV(off, a->n, WDT), a->peer);") != NULL);
+        CHECK(strstr(src, "srt_recv(c, a->st, DV(off, a->n, WDT), a->peer);") != NULL);
         CHECK(strstr(src, "srt_all_reduce(c, a->st, SRT_EMBED, DV(a->off, a->n, GDT), SRT_SUM);") != NULL);
         /* the straight-line form says what each call serves */
         char *fl = emit_of(tiny, ov, 6, false);
