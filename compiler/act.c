@@ -302,6 +302,11 @@ void act_plan(const Spec *s, Partition *p)
     bool split = s->checkpointing.partition_activations && !sp && p->tp > 1;
     a->ckpt = split ? (a->x + p->tp - 1) / p->tp : a->x;
     a->boundary = a->x;
+    /* Megatron's scatter/gather (Narayanan SC21 §4.1): without sequence
+     * parallelism every tp rank holds the whole boundary, so each sends its
+     * 1/tp and the receiving tp group all-gathers it over NVLink */
+    bool scatter = s->parallel.pp_scatter_gather && !sp && p->tp > 1 && p->pp > 1 && (a->x / p->wbytes) % p->tp == 0;
+    a->boundary_slices = scatter ? p->tp : 1;
     a->full = p->T * p->model->h * p->wbytes;
     /* the layouts are laid over the graph without sp: the generated code keeps
      * the norms' shards and gathers where the graph under sp would */

@@ -409,7 +409,7 @@ static int coll_of(const Sched *s, const Op *o)
     case OP_TP_ALLGATHER: case OP_GATHER: case OP_PARAM_GATHER: return COLL_ALLGATHER;
     case OP_TP_REDUCE_SCATTER: return COLL_REDUCE_SCATTER;
     case OP_GRAD_REDUCE:
-        return p->zero >= 2 ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE;     /* as emit.c's reduce_op does */
+        return p->zero >= 1 ? COLL_REDUCE_SCATTER : COLL_ALLREDUCE;     /* as lower.c's reduce_op does */
     case OP_SEND_FWD: case OP_SEND_BWD: case OP_RECV_FWD: case OP_RECV_BWD: return COLL_SENDRECV;
     default: return COLL_NONE;
     }

@@ -1046,16 +1046,17 @@ static void gen_comm_fns(CE *e, Str *o)
     sput(o, "}\n\n");
     }
     if (e->uses[K_REDUCE]) {
-    sf(o, "/* A gradient reduction over dp.  mode 0: all-reduce in place (ZeRO 0-1);\n"
+    sf(o, "/* A gradient reduction over dp.  mode 0: all-reduce in place (ZeRO 0);\n"
           " * 1: reduce-scatter into this rank's shard; 2: the same in place (this\n"
-          " * rank's slice of the bucket) and added to the shard (accumulation). */\n"
+          " * rank's slice of the bucket) and added to the shard (accumulation);\n"
+          " * 3: in place into this rank's slice only (ZeRO 1's distributed optimizer). */\n"
           "static void %s_reduce(srt_ctx *c, const %s_reduce_t *a)\n{\n", px, px);
     sput(o, "    if (a->mode == 0) {\n");
     rt_call(o, "        ", RT_all_reduce, "a->st", NULL, "SRT_DP", "DV(a->in, a->n, GDT)", "SRT_SUM", NULL);
     sput(o, "    } else if (a->mode == 1) {\n");
     rt_call(o, "        ", RT_reduce_scatter, "a->st", NULL, "SRT_DP", "DV(a->out, a->shard, GDT)", "DV(a->in, a->n, GDT)",
             NULL);
-    sput(o, "    } else {  /* mode 3 (offload): in place only; the caller moves the slice */\n"
+    sput(o, "    } else {  /* mode 3: in place only (offload: the caller moves the slice) */\n"
             "        srt_t mine = DV(a->in + srt_group_rank(c, SRT_DP) * a->shard * GB, a->shard, GDT);\n");
     rt_call(o, "        ", RT_reduce_scatter, "a->st", NULL, "SRT_DP", "mine", "DV(a->in, a->n, GDT)", NULL);
     sput(o, "        if (a->mode == 2) {\n"
@@ -1089,6 +1090,13 @@ static void gen_comm_fns(CE *e, Str *o)
         rt_call(o, "        ", RT_all_reduce, "a->st", NULL, "SRT_TP_KV", "DV(a->out, a->n, GDT)", "SRT_SUM", NULL);
         sput(o, "        return;\n    }\n");
     }
+    if (e->p->act.boundary_slices > 1) {
+        sf(o, "    if (a->kind == 4) {  /* a received stage boundary's tp slices, in place */\n"
+              "        int64_t ns = a->n / %lld;\n", (long long)e->p->tp);
+        rt_call(o, "        ", RT_all_gather, "a->st", NULL, "SRT_TP", "DV(a->out, a->n, WDT)",
+                "DV(a->out + srt_group_rank(c, SRT_TP) * ns * WB, ns, WDT)", NULL);
+        sput(o, "        return;\n    }\n");
+    }
     if (lower_sp(e)) {
         sf(o, "    int64_t ns = a->n / %lld;  /* a sequence shard */\n    if (a->kind == 1) {\n", (long long)e->p->tp);
         rt_call(o, "        ", RT_all_gather, "a->st", NULL, "SRT_TP", "DV(a->out, a->n, WDT)", "DV(a->in, ns, WDT)", NULL);
@@ -1103,12 +1111,18 @@ static void gen_comm_fns(CE *e, Str *o)
     if (e->uses[K_PP]) {
     sf(o, "/* Pipeline transfers on the pp stream: kind 0 sends a stage boundary (B,T,C)\n"
           " * to pp rank peer, 1 receives one from it; 2 sums the tied embedding's\n"
-          " * gradient between the first and the last stage (SRT_EMBED). */\n"
+          " * gradient between the first and the last stage (SRT_EMBED); 3 and 4 send\n"
+          " * and receive this tp rank's slice of n elements of a boundary (Megatron's\n"
+          " * scatter/gather: the receiver then all-gathers it over tp). */\n"
           "static void %s_pp(srt_ctx *c, const %s_pp_t *a)\n{\n", px, px);
-    sput(o, "    if (a->kind == 0) {\n");
-    rt_call(o, "        ", RT_send, "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
-    sput(o, "    } else if (a->kind == 1) {\n");
-    rt_call(o, "        ", RT_recv, "a->st", NULL, "DV(a->off, a->n, WDT)", "a->peer", NULL);
+    if (e->p->act.boundary_slices > 1)
+        sput(o, "    int64_t off = a->kind >= 3 ? a->off + srt_group_rank(c, SRT_TP) * a->n * WB : a->off;\n");
+    else
+        sput(o, "    int64_t off = a->off;\n");
+    sput(o, "    if (a->kind == 0 || a->kind == 3) {\n");
+    rt_call(o, "        ", RT_send, "a->st", NULL, "DV(off, a->n, WDT)", "a->peer", NULL);
+    sput(o, "    } else if (a->kind == 1 || a->kind == 4) {\n");
+    rt_call(o, "        ", RT_recv, "a->st", NULL, "DV(off, a->n, WDT)", "a->peer", NULL);
     sput(o, "    } else {\n");
     rt_call(o, "        ", RT_all_reduce, "a->st", NULL, "SRT_EMBED", "DV(a->off, a->n, GDT)", "SRT_SUM", NULL);
     sput(o, "    }\n}\n\n");

@@ -746,7 +746,7 @@ static const char *import_compat_why(const char *spec)
 {
     static const struct { const char *spec, *why; } compat[] = {
         {"zero.contiguous_gradients", "shardc always writes gradients into one contiguous buffer"},
-        {"zero.reduce_scatter", "shardc always reduce-scatters the gradients of ZeRO 2-3 (ZeRO 0-1 all-reduce them)"},
+        {"zero.reduce_scatter", "shardc always reduce-scatters the gradients of ZeRO 1-3 (ZeRO 0 all-reduces them)"},
         {"offload.optimizer.pin_memory", "shardc's host memory is always page-locked (cudaHostAlloc) on the CUDA backend"},
         {"offload.params.pin_memory", "shardc's host memory is always page-locked (cudaHostAlloc) on the CUDA backend"},
         {"offload.optimizer.pipeline_read", "shardc always reads the next NVMe sub-group while the current one steps "

@@ -588,9 +588,11 @@ static const char *shard_src(CE *e, const char *st, int64_t j, int64_t n, const 
     return v;
 }
 
-/* One OP_GRAD_REDUCE: per segment of the bucket, an all-reduce in place
- * (ZeRO 0-1), or a reduce-scatter into the shard (ZeRO 2-3; from the second
- * microbatch on, in place and added to the shard, since gradients accumulate). */
+/* One OP_GRAD_REDUCE: an all-reduce of the bucket in place (ZeRO 0); per
+ * segment of the bucket, a reduce-scatter in place into this rank's slice of
+ * the full gradients (ZeRO 1, the distributed optimizer: its optimizer reads
+ * only that slice), or into the shard (ZeRO 2-3; from the second microbatch
+ * on, in place and added to the shard, since gradients accumulate). */
 static void reduce_op(CE *e, const Op *o, const char *label)
 {
     const RankClass *rc = e->rc;
@@ -598,9 +600,18 @@ static void reduce_op(CE *e, const Op *o, const char *label)
     const Bucket *bk = &rc->buckets[o->aux];
     const Segment *first = &rc->segs[bk->first_seg];
     const char *st = stream_name(o->stream);
-    if (e->p->zero < 2) {
+    if (e->p->zero == 0) {
         CALL(e, K_REDUCE, label, atext(st), aint(0, IT_OTHER), aint(lower_off(e, e->b_grads) + first->offset * e->gb, IT_OTHER),
              aint(0, IT_OTHER), aint(bk->padded, IT_OTHER), aint(0, IT_OTHER));
+        return;
+    }
+    if (e->p->zero == 1) {
+        for (int i = bk->first_seg; i < bk->first_seg + bk->nseg; i++) {
+            const Segment *sg = &rc->segs[i];
+            CALL(e, K_REDUCE, arena_printf(&g_arena, "%s seg%d", label, i), atext(st), aint(3, IT_OTHER),
+                 aint(lower_off(e, e->b_grads) + sg->offset * e->gb, IT_OTHER), aint(-1, IT_OTHER),
+                 aint(sg->padded, IT_OTHER), aint(sg->shard, IT_OTHER));
+        }
         return;
     }
     bool whole = first->tied || first->persistent;
@@ -636,11 +647,24 @@ static void reduce_op(CE *e, const Op *o, const char *label)
 }
 
 /* One OP_PARAM_GATHER: ZeRO 1-2 all-gather the updated shards of the
- * segments since the previous one in place; ZeRO 3 gather the persistent
- * segment into params.persistent. */
+ * segments since the previous one in place, or, gathered ahead at the start
+ * of the step (the op touches part aux of the parameters), those of bucket
+ * aux; ZeRO 3 gather the persistent segment into params.persistent. */
 static void param_gather_op(CE *e, const Op *o, const char *label)
 {
     const RankClass *rc = e->rc;
+    if (e->p->zero < 3 && o->part_lo >= 0) {
+        if (o->aux < 0 || o->aux >= rc->nbuckets || o->part_lo != o->aux || o->part_hi != o->aux)
+            die("lower: %s names no bucket", label);
+        const Bucket *bk = &rc->buckets[o->aux];
+        for (int i = bk->first_seg; i < bk->first_seg + bk->nseg; i++) {
+            const Segment *sg = &rc->segs[i];
+            CALL(e, K_PARAM_GATHER, arena_printf(&g_arena, "%s seg%d", label, i), atext(stream_name(o->stream)),
+                 aint(lower_off(e, e->b_params) + sg->offset * e->wb, IT_OTHER), aint(-1, IT_OTHER), aint(sg->padded, IT_OTHER),
+                 aint(sg->shard, IT_OTHER));
+        }
+        return;
+    }
     int last = o->aux;
     if (last < 0 || last >= rc->nsegs) die("lower: %s names no segment", label);
     const char *st = stream_name(o->stream);
@@ -727,6 +751,15 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
         return;
     }
     const char *st = stream_name(o->stream);
+    if (o->sub == SUB_BOUNDARY) {   /* kind 4: a received boundary's tp slices gathered in place */
+        if (o->kind != OP_TP_ALLGATHER || o->nrd != 1 || o->nwr != 1 || o->rd[0] != o->wr[0] ||
+            e->p->act.boundary_slices != e->p->tp)
+            die("lower: %s is not the in-place gather of a boundary sent in tp slices", label);
+        lower_expect(e, o->wr[0], e->p->act.boundary, "a stage boundary");
+        CALL(e, K_TP, label, atext(st), aint(4, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], 0), abuf(e, o->wr[0], 0),
+             aint(e->p->act.boundary / e->wb, IT_OTHER));
+        return;
+    }
     if (o->kind == OP_TP_ALLGATHER || o->kind == OP_TP_REDUCE_SCATTER) {
         bool ag = o->kind == OP_TP_ALLGATHER;
         if (!lower_sp(e) || o->nrd != 1 || o->nwr != 1)
@@ -766,13 +799,16 @@ static void pp_msg_op(CE *e, const Op *o, const char *label)
     bool fwd = o->kind == OP_SEND_FWD || o->kind == OP_RECV_FWD;
     if (send ? o->nrd != 1 : o->nwr != 1) die("lower: %s moves %d buffers, not one", label, send ? o->nrd : o->nwr);
     int id = send ? o->rd[0] : o->wr[0];
+    int64_t slices = e->p->act.boundary_slices;
     lower_expect(e, id, e->p->act.boundary, "a stage boundary");
-    if (e->p->act.boundary != o->bytes)
-        die("lower: %s moves %lld bytes, the boundary has %lld", label, (long long)o->bytes, (long long)e->p->act.boundary);
+    if (e->p->act.boundary / slices != o->bytes)
+        die("lower: %s moves %lld bytes, the boundary's %s has %lld", label, (long long)o->bytes,
+            slices > 1 ? "tp slice" : "whole", (long long)(e->p->act.boundary / slices));
     int64_t pp = e->p->pp, st = e->rc->stage;
     int64_t peer = send == fwd ? (st + 1) % pp : (st + pp - 1) % pp;   /* send fwd / recv bwd: the next stage */
-    CALL(e, K_PP, label, atext(stream_name(o->stream)), aint(send ? 0 : 1, IT_OTHER), abuf(e, id, 0),
-         aint(e->s->bufs[id].bytes / e->wb, IT_OTHER), aint(peer, IT_OTHER));
+    /* kinds 3, 4: this tp rank's slice of the boundary (pp_scatter_gather) */
+    CALL(e, K_PP, label, atext(stream_name(o->stream)), aint((send ? 0 : 1) + (slices > 1 ? 3 : 0), IT_OTHER),
+         abuf(e, id, 0), aint(o->bytes / e->wb, IT_OTHER), aint(peer, IT_OTHER));
 }
 
 /* The tied embedding's gradient summed between the first stage (the embedding)

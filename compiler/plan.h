@@ -173,6 +173,9 @@ typedef struct ActBytes {
     int64_t fwd_scratch[3];     /* transient peak of a forward, by CkptPolicy      */
     int64_t bwd_scratch;        /* transient peak of a backward                    */
     int64_t boundary;           /* a stage boundary tensor [T_sp, h]              */
+    int64_t boundary_slices;    /* tp under pp_scatter_gather (each tp rank sends
+                                   1/tp of the boundary, the receiver all-gathers
+                                   it over tp), else 1                            */
     int64_t full;               /* [T, h] in the working dtype                     */
     int64_t head_scratch;       /* the head op's transients                        */
 } ActBytes;
@@ -357,6 +360,7 @@ typedef enum OpSub {
     SUB_ATTN,           /* norm1, qkv, attention core, output projection           */
     SUB_MLP,            /* norm2, MLP in, activation, MLP out                      */
     SUB_GRADS,          /* the tp all-reduce completing replicated tensors' gradients */
+    SUB_BOUNDARY,       /* the tp all-gather of a received stage boundary's slices */
 } OpSub;
 
 typedef struct Op {

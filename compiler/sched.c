@@ -65,6 +65,7 @@ typedef struct Bld {
     const Model *m;
     int pol, every, nl;         /* checkpoint policy, group size, layers on this rank */
     bool overlap;
+    bool gather_ahead;          /* ZeRO 1-2 overlap_param_gather: the step starts with the gathers */
     bool tpx, sp;               /* tp > 1 (layers split around collectives); sequence parallel */
     double mlp_share;           /* the MLP's share of a layer's FLOPs */
     /* persistent buffers (-1: none) */
@@ -188,11 +189,13 @@ static void op_wr(Bld *b, int op, int id)
     o->wr[o->nwr++] = id;
 }
 
-/* Widens the parts of the parted gradients op touches to include bucket k. */
+/* Widens the parts of the parted buffers op touches (ZeRO 0-1's gradients,
+ * the parameters gathered ahead) to include bucket k. */
 static void op_part(Bld *b, int op, int k)
 {
     Op *o = &b->s->ops[op];
-    if (b->grads < 0 || b->s->bufs[b->grads].nparts == 0 || k < 0) return;
+    bool parted = (b->grads >= 0 && b->s->bufs[b->grads].nparts > 0) || (b->params >= 0 && b->s->bufs[b->params].nparts > 0);
+    if (!parted || k < 0) return;
     if (o->part_lo < 0 || k < o->part_lo) o->part_lo = k;
     if (k > o->part_hi) o->part_hi = k;
 }
@@ -575,6 +578,9 @@ static void persistent_params(Bld *b)
     b->params = b->params_shard = b->persist = b->nvme_params = b->hswap_params = -1;
     if (p->zero < 3) {
         b->params = buf_new(b, key(BR_PARAMS), "params", CAT_PARAMS, SPACE_DEVICE, b->c->padded * p->wbytes, true);
+        /* gathered bucket by bucket at the start of the step: a layer's
+         * forward waits only for the gathers of its own buckets */
+        if (b->gather_ahead && b->params >= 0) b->s->bufs[b->params].nparts = b->c->nbuckets;
         return;
     }
     int64_t shard = b->c->shard * p->wbytes;
@@ -797,12 +803,16 @@ static void units_of(Bld *b, int o, int L)
     }
 }
 
-/* The parameters an op computes with: the whole copy, or (ZeRO 3) the
- * persistent ones (the gathered units are added by the gather pass). */
+/* The parameters an op computes with: the whole copy (gathered ahead: the
+ * buckets of the op's layer), or (ZeRO 3) the persistent ones (the gathered
+ * units are added by the gather pass). */
 static void reads_params(Bld *b, int o)
 {
     op_rd(b, o, b->params);
     op_rd(b, o, b->persist);
+    if (!b->gather_ahead) return;
+    int k = key_of(b->s->ops[o].layer);
+    for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) op_part(b, o, b->seg_bucket[b->key_segs[i]]);
 }
 
 /* ---- tensor parallelism ------------------------------------------------------------------ */
@@ -1092,26 +1102,39 @@ static void head(Bld *b, int chunk, int mb, bool final)
 static void emit_msg(Bld *b, const Msg *g)
 {
     int k = g->chunk * (int)b->p->m + g->mb, o;
-    int64_t bytes = b->p->act.boundary;
+    int64_t bytes = b->p->act.boundary, moved = bytes / b->p->act.boundary_slices;
     if (g->send) {
         o = op_new(b, g->bwd ? OP_SEND_BWD : OP_SEND_FWD, ST_PP_COMM, -1, g->mb, g->chunk);
         op_rd(b, o, g->bwd ? b->bsend_buf[k] : b->fsend_buf[k]);
-        b->s->ops[o].bytes = bytes;
+        b->s->ops[o].bytes = moved;
         /* the compute stream waits for it (keeping the sent buffer) once its
          * consumer is done: a blocking send ends when its receiver is ready */
         b->swait[b->nswait++] = (SendWait){o, g->done};
     } else if (!g->bwd) {
         o = op_new(b, OP_RECV_FWD, ST_PP_COMM, -1, g->mb, g->chunk);
         op_wr(b, o, new_input(b, g->chunk, 0, g->mb));
-        b->s->ops[o].bytes = bytes;
+        b->s->ops[o].bytes = moved;
         b->frecv_op[k] = o;
     } else {
         int id = buf_new(b, key_at(BR_RECV_BWD, NO_LAYER, g->mb, g->chunk), arena_printf(&g_arena, "pp.recv_bwd.mb%d", g->mb), CAT_COMM, SPACE_DEVICE, bytes, false);
         o = op_new(b, OP_RECV_BWD, ST_PP_COMM, -1, g->mb, g->chunk);
         op_wr(b, o, id);
-        b->s->ops[o].bytes = bytes;
+        b->s->ops[o].bytes = moved;
         b->brecv_op[k] = o, b->brecv_buf[k] = id;
     }
+}
+
+/* The compute stream waits for received boundary r before using it; with
+ * the boundary sent in tp slices, for the all-gather over tp that completes
+ * it (on tp-comm, after the receive: the event pass orders the two). */
+static void recv_done(Bld *b, int r, int chunk, int mb)
+{
+    if (b->p->act.boundary_slices == 1) {
+        emit_wait(b, r);
+        return;
+    }
+    int buf = b->s->ops[r].wr[0];
+    emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_BOUNDARY, -1, mb, chunk, buf, buf, b->p->act.boundary));
 }
 
 /* The compute stream waits for the sends whose consumers end by time t. */
@@ -1140,7 +1163,7 @@ static void forward_unit(Bld *b, int chunk, int mb)
     if (ch->embed) load_batch(b, mb, true, head_here);
     else if (ch->head && !b->c->chunks[0].embed) load_batch(b, mb, false, true);
     if (ch->embed) embed_fwd(b, chunk, mb);
-    else emit_wait(b, b->frecv_op[chunk * b->p->m + mb]);
+    else recv_done(b, b->frecv_op[chunk * b->p->m + mb], chunk, mb);
     for (int i = 0; i < ch->nlayers; i++) layer_fwd(b, chunk, i, mb);
     if (ch->head) head(b, chunk, mb, final);
     else b->fsend_buf[chunk * b->p->m + mb] = b->HX[mb];
@@ -1341,7 +1364,7 @@ static int output_grad(Bld *b, int chunk, int mb)
 {
     if (b->c->chunks[chunk].head) return b->HD[mb];
     int k = chunk * (int)b->p->m + mb;
-    emit_wait(b, b->brecv_op[k]);
+    recv_done(b, b->brecv_op[k], chunk, mb);
     return b->brecv_buf[k];
 }
 
@@ -1529,12 +1552,13 @@ static void opt_host(Bld *b)
 
 /* ZeRO 1-2: all-gather the updated shards in place, allgather_bucket at a
  * time; ZeRO 3: gather the persistent small parameters (with one dp rank
- * only when the shard is offloaded: the layers read them on the device). */
+ * only when the shard is offloaded: the layers read them on the device).
+ * Gathered ahead (overlap_param_gather), the next step starts with them. */
 static void param_gathers(Bld *b)
 {
     const Partition *p = b->p;
     bool away = p->zero == 3 && b->spec->offload.params != OFF_NONE;
-    if (p->zero == 0 || (p->dp == 1 && !away)) return;
+    if (p->zero == 0 || (p->dp == 1 && !away) || b->gather_ahead) return;
     int64_t acc = 0;
     for (int i = 0; i < b->c->nsegs; i++) {
         const Segment *sg = &b->c->segs[i];
@@ -1549,6 +1573,28 @@ static void param_gathers(Bld *b)
         op_wr(b, o, p->zero == 3 ? b->persist : b->params);
         defer_wait(b, o, 0);
         acc = 0;
+    }
+}
+
+/* overlap_param_gather (ZeRO 1-2, Megatron-Core's): the step begins with
+ * one in-place all-gather per bucket of the shards the previous step's
+ * optimizer updated, in the order the forward first uses them (the buckets
+ * are numbered backward), on dp-comm; each op computing with the parameters
+ * waits only for the gathers of its own buckets (the parts of params: the
+ * event pass adds the waits).  The first step gathers the shards that
+ * initialisation or the checkpoint wrote, which every rank already holds
+ * whole, so it changes nothing; the step never ends with stale parameters
+ * that something else reads, since a checkpoint holds only the shards. */
+static void param_gathers_ahead(Bld *b)
+{
+    if (!b->gather_ahead) return;
+    for (int k = b->c->nbuckets - 1; k >= 0; k--) {
+        int o = op_new(b, OP_PARAM_GATHER, ST_DP_COMM, -1, -1, b->c->buckets[k].chunk);
+        b->s->ops[o].aux = k;
+        b->s->ops[o].bytes = b->c->buckets[k].padded * b->p->wbytes;
+        op_part(b, o, k);
+        op_rd(b, o, b->params);
+        op_wr(b, o, b->params);
     }
 }
 
@@ -1998,6 +2044,7 @@ static void sched_class(const Partition *p, const RankClass *c, Sched *s)
     b.pol = p->spec->checkpointing.activations;
     b.every = p->spec->checkpointing.every > 0 ? (int)p->spec->checkpointing.every : 1;
     b.overlap = p->spec->zero.overlap_comm;
+    b.gather_ahead = p->spec->zero.overlap_param_gather && (p->zero == 1 || p->zero == 2) && p->dp > 1;
     b.tpx = p->tp > 1;
     b.sp = b.tpx && p->T_sp < p->T;
     b.mlp_share = mlp_share(p->model);
@@ -2011,6 +2058,7 @@ static void sched_class(const Partition *p, const RankClass *c, Sched *s)
     PipeUnit *order = arena_alloc(&g_arena, sizeof(PipeUnit) * (size_t)(2 * p->m * p->v));
     int n = sched_pipeline_order(p, c->stage, order);
     build_p2p(&b, order, n);
+    param_gathers_ahead(&b);
     for (int i = 0; i < n; i++) {
         wait_sends(&b, b.unit_start[i]);
         emit_msgs(&b, b.unit_end[i]);
@@ -2084,21 +2132,22 @@ const char *sched_op_label(const Sched *s, int i)
         const char *inner = sched_op_label(s, o->aux);
         return arena_printf(&g_arena, "wait(%s)", inner);
     }
-    static const char *const subs[] = {"", " attn", " mlp", " grads"};
+    static const char *const subs[] = {"", " attn", " mlp", " grads", " boundary"};
     char layer[32] = "", mb[32] = "", aux[32] = "";
     int l = (int)s->part->model->l;
     bool named = o->kind == OP_HEAD || o->kind == OP_EMBED_FWD || o->kind == OP_EMBED_BWD;
     if (named) layer[0] = 0;
-    else if (o->layer == LAYER_PRE && embed_op(o->kind)) snprintf(layer, sizeof layer, " embed");
+    else if (o->layer == LAYER_PRE && embed_op(o->kind) && o->sub != SUB_BOUNDARY) snprintf(layer, sizeof layer, " embed");
     else if (o->layer == l) snprintf(layer, sizeof layer, " head");
     else if (o->layer >= 0) snprintf(layer, sizeof layer, " L%d", o->layer);
     if (o->mb >= 0) snprintf(mb, sizeof mb, " mb%d", o->mb);
-    if (o->kind == OP_GRAD_REDUCE && o->aux >= 0) snprintf(aux, sizeof aux, " bucket%d", o->aux);
+    if ((o->kind == OP_GRAD_REDUCE && o->aux >= 0) || (o->kind == OP_PARAM_GATHER && o->part_lo >= 0))
+        snprintf(aux, sizeof aux, " bucket%d", o->aux);
     if (o->kind == OP_OPT_STEP && o->aux >= 0) snprintf(aux, sizeof aux, " group%d", o->aux);
     if (o->kind == OP_GRAD_NORM && o->aux == 1) snprintf(aux, sizeof aux, " overflow");
     if ((o->kind == OP_RECV_FWD || o->kind == OP_SEND_FWD || o->kind == OP_RECV_BWD || o->kind == OP_SEND_BWD) &&
         s->part->v > 1 && o->chunk >= 0)
         snprintf(aux, sizeof aux, " chunk%d", o->chunk);
-    const char *sub = o->sub > 0 && o->sub < 4 ? subs[o->sub] : "";
+    const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
     return arena_printf(&g_arena, "%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub);
 }

@@ -1160,6 +1160,13 @@ static void rules_zero(Sema *cx)
         diag_error(where(cx, "offload.optimizer", NULL), "optimizer offload needs ZeRO stage 1 or more (zero.stage = 0)");
         diag_hint("what is offloaded is each rank's ZeRO shard of the optimizer state: set zero.stage = 1, 2 or 3");
     }
+    if (s->zero.overlap_param_gather && ok(cx, "zero.stage", NULL) && (stage == 0 || stage == 3)) {
+        diag_error(where(cx, "zero.overlap_param_gather", NULL),
+                   "overlap_param_gather needs ZeRO stage 1 or 2 (zero.stage = %lld)", (long long)stage);
+        diag_hint(stage == 0 ? "only the distributed optimizer (stage 1 or 2) all-gathers updated parameters: set zero.stage = 1"
+                             : "stage 3 gathers parameters per fetch unit before each use (prefetch_bucket sets how far "
+                               "ahead): remove overlap_param_gather");
+    }
     if (s->offload.optimizer == OFF_NVME && !*s->offload.optimizer_path) {
         diag_error(where(cx, "offload.optimizer", NULL), "NVMe optimizer offload needs a path");
         diag_hint("optimizer = nvme { path = \"/local_nvme\" }");
@@ -1225,13 +1232,13 @@ static void rules_compat(Sema *cx)
                     "shardc always writes gradients into one contiguous buffer as they are produced; using on");
         s->zero.contiguous_gradients = true;
     }
-    /* compiler/emit.c reduce_op: ZeRO 2-3 reduce-scatter each bucket into the
-     * shards, ZeRO 0-1 all-reduce it (DeepSpeed's reduce_scatter = false
+    /* compiler/lower.c reduce_op: ZeRO 1-3 reduce-scatter each bucket into the
+     * shards, ZeRO 0 all-reduces it (DeepSpeed's reduce_scatter = false
      * all-reduces and keeps the shard: the same sums, more traffic) */
     if (is_set(cx, "zero.reduce_scatter") && !s->zero.reduce_scatter) {
         compat_warn(cx, "zero.reduce_scatter", "off",
-                    "shardc always reduce-scatters the gradients of ZeRO 2-3 into each rank's shard (ZeRO 0-1 "
-                    "all-reduce them); using on");
+                    "shardc always reduce-scatters the gradients of ZeRO 1-3 into each rank's shard (ZeRO 0 "
+                    "all-reduces them); using on");
         s->zero.reduce_scatter = true;
     }
     /* the runtime's host arena is cudaHostAlloc'd on the CUDA backend; the CPU

@@ -257,7 +257,7 @@ typedef struct Spec {
     } model;
     struct {
         int64_t tp, pp, dp;
-        bool sequence_parallel;
+        bool sequence_parallel, pp_scatter_gather;
         int schedule;           /* enum PipeSchedule                        */
         int64_t microbatches;   /* per step per pipeline (= grad_accum)     */
         int64_t virtual_stages;
@@ -266,7 +266,7 @@ typedef struct Spec {
     } parallel;
     struct {
         int64_t stage;
-        bool overlap_comm, contiguous_gradients, reduce_scatter;
+        bool overlap_comm, overlap_param_gather, contiguous_gradients, reduce_scatter;
         int64_t reduce_bucket, allgather_bucket, prefetch_bucket;   /* elements */
         int64_t param_persistence_threshold, max_live_parameters, max_reuse_distance;
         int64_t sub_group_size;

@@ -133,8 +133,20 @@ static void build_ops(Ctx *x)
     for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k];
 }
 
+/* Appends dependency g of the op whose list starts at first (once). */
+static void dep_add(Ctx *x, int *n, int *cap, int first, int g)
+{
+    for (int j = first; j < *n; j++)
+        if (x->deps[j] == g) return;
+    if (*n == *cap) *cap *= 2, x->deps = realloc(x->deps, sizeof(int) * (size_t)*cap);
+    if (!x->deps) die("sim: out of memory");
+    x->deps[(*n)++] = g;
+}
+
 /* Dependencies: the op a wait names; the last writer, on another stream, of
- * each buffer an op reads. */
+ * each buffer an op reads — of each part it reads of a buffer accessed by
+ * part (Buffer.nparts: a gradient bucket, the parameters gathered ahead), so
+ * that a layer depends on its own bucket's writer, not on the last one's. */
 static void build_deps(Ctx *x)
 {
     x->dep_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->N + 1));
@@ -142,29 +154,41 @@ static void build_deps(Ctx *x)
     x->deps = malloc(sizeof(int) * (size_t)cap);
     for (int c = 0; c < x->nc; c++) {
         const Sched *s = sched_of(x, c);
-        int *last = malloc(sizeof(int) * (size_t)(s->nbufs + 1));
-        for (int b = 0; b < s->nbufs; b++) last[b] = -1;
+        /* per buffer: the last writer of any part at at[b], then of each part */
+        int *at = malloc(sizeof(int) * (size_t)(s->nbufs + 1)), na = 0;
+        for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + (s->bufs[b].nparts > 0 ? s->bufs[b].nparts : 0);
+        int *last = malloc(sizeof(int) * (size_t)(na + 1));
+        for (int k = 0; k < na; k++) last[k] = -1;
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
             int g = x->base[c] + i, first = n;
             x->dep_first[g] = n;
-            if (n + OP_MAX_RD + 1 > cap) cap *= 2, x->deps = realloc(x->deps, sizeof(int) * (size_t)cap);
-            if (!x->deps) die("sim: out of memory");
             if (o->kind == OP_WAIT) {
                 if (o->aux < 0 || o->aux >= s->nops) die("sim: %s waits for op %d, not in the schedule", describe(x, g), o->aux);
-                x->deps[n++] = x->base[c] + o->aux;
-            } else {
-                for (int k = 0; k < o->nrd; k++) {
-                    int w = last[o->rd[k]];
-                    if (w < 0 || s->ops[w].stream == o->stream) continue;
-                    bool dup = false;
-                    for (int j = first; j < n; j++) dup |= x->deps[j] == x->base[c] + w;
-                    if (!dup) x->deps[n++] = x->base[c] + w;
+                dep_add(x, &n, &cap, first, x->base[c] + o->aux);
+                continue;
+            }
+            for (int k = 0; k < o->nrd; k++) {
+                int b = o->rd[k], np = s->bufs[b].nparts;
+                bool parted = np > 0 && o->part_lo >= 0;
+                int lo = parted ? at[b] + 1 + (o->part_lo < np ? o->part_lo : np - 1) : at[b];
+                int hi = parted ? at[b] + 1 + (o->part_hi < np ? o->part_hi : np - 1) : at[b];
+                for (int a = lo; a <= hi; a++) {
+                    int w = last[a];
+                    if (w >= 0 && s->ops[w].stream != o->stream) dep_add(x, &n, &cap, first, x->base[c] + w);
                 }
-                for (int k = 0; k < o->nwr; k++) last[o->wr[k]] = i;
+            }
+            for (int k = 0; k < o->nwr; k++) {
+                int b = o->wr[k], np = s->bufs[b].nparts;
+                bool parted = np > 0 && o->part_lo >= 0;
+                int lo = parted ? (o->part_lo < np ? o->part_lo : np - 1) : 0;
+                int hi = parted ? (o->part_hi < np ? o->part_hi : np - 1) : np - 1;
+                last[at[b]] = i;
+                for (int a = lo; a <= hi; a++) last[at[b] + 1 + a] = i;
             }
         }
         free(last);
+        free(at);
     }
     x->dep_first[x->N] = n;
 }

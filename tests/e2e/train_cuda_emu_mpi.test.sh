@@ -5,7 +5,8 @@
 # tiny GPT at a small batch (4 sequences of 32 tokens), 2 steps, against the
 # emulated CUDA trainer's own single rank (so that only runtime/cuda/comm.c
 # and the layout differ): dp 2 ZeRO-3, tp 2, pp 2 under 1f1b, tp 2 · dp 2
-# ZeRO-1, pp 2 · dp 2 ZeRO-1, dp 2 ZeRO-3 with the optimizer on the host
+# ZeRO-1, pp 2 · dp 2 ZeRO-1, dp 2 ZeRO-1 with zero.overlap_param_gather,
+# dp 2 ZeRO-3 with the optimizer on the host
 # (and dp 2 ZeRO-3 resumed from its step-1 checkpoint: bit for bit);
 # every step's loss within 1e-6 relative, the exported weights within 5e-5
 # (the layouts' GEMM splits round differently; an all-reduce that drops a
@@ -30,6 +31,11 @@ for v in "dp2z3 1 1 2 3 2" "tp2 2 1 1 0 2" "pp2 1 2 1 0 1" "tp2dp2z1 2 1 2 1 1" 
     run "$1" "$G" "$2" "$3" "$4" -D zero.stage="$5" -D train.micro_batch="$6" -D parallel.schedule=1f1b || continue
     train_check ref "$1" 1e-6 5e-5 "cuda-emu gpt $1"
 done
+# the distributed optimizer's parameter all-gather per bucket at the start of
+# the step (zero.overlap_param_gather): NCCL on the dp stream, each layer's
+# forward waiting on its own bucket's event
+run dp2z1pg "$G" 1 1 2 -D zero.stage=1 -D train.micro_batch=2 -D zero.reduce_bucket=20000 \
+    -D zero.overlap_param_gather=on && train_check ref dp2z1pg 1e-6 5e-5 "cuda-emu gpt dp2 ZeRO-1 overlap_param_gather"
 # ZeRO-3's checkpoint on 2 ranks: 1 step, then resumed to 2, as the straight run bit for bit
 if [ -x "$T/dp2z3" ]; then
     if train_run 2 dp2z3 --data "$DATA" --steps 1 --log "$T/rs.jsonl" --ckpt-dir "$T/rs.ck" --ckpt-every 1 &&

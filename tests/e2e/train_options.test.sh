@@ -6,7 +6,10 @@
 # data.format = llmc on the same tokens;
 # parallel.rank_order = tp_pp_dp; zero.gather_across_microbatches;
 # parallel.stage_layers = [1, 3], which moves a layer between the stages but
-# computes each layer alike) equal the same layout without them: losses bit for
+# computes each layer alike; zero.overlap_param_gather, which moves ZeRO 1-2's
+# parameter all-gather to the start of the next step; parallel.pp_scatter_gather
+# = off, which sends whole stage boundaries instead of tp slices) equal the
+# same layout without them: losses bit for
 # bit (train_same), weights within 1e-5; the base layouts themselves (dp 2
 # ZeRO-3; 4 layers pp 2 · dp 2 ZeRO-3) against the single rank at 1e-5 as
 # below.  Options that change the arithmetic (sgd with momentum,
@@ -65,6 +68,34 @@ if run pp 4 "${PP[@]}"; then
         train_same pp ppg 1e-5 "zero.gather_across_microbatches = on"
     run ppsl 4 "${PP[@]}" -D 'parallel.stage_layers=[1,3]' &&
         train_same pp ppsl 1e-5 "parallel.stage_layers = [1, 3]"
+fi
+
+# the distributed optimizer's parameter all-gather at the start of the next
+# step (zero.overlap_param_gather), per bucket of 20000 elements (several
+# buckets, so each layer waits for its own): the same arithmetic as gathering
+# after the optimizer, bit for bit; dp 2 ZeRO-1 against one rank at 1e-5 (its
+# gradients reduce-scattered); pp 2 · dp 2 ZeRO-2 with and without it
+Z1=(-D parallel.dp=2 -D zero.stage=1 -D zero.reduce_bucket=20000 -D train.micro_batch=4)
+if run z1 2 "${Z1[@]}"; then
+    train_check ref z1 1e-5 1e-5 "dp 2 ZeRO-1 (gradients reduce-scattered per bucket)"
+    run z1pg 2 "${Z1[@]}" -D zero.overlap_param_gather=on &&
+        train_same z1 z1pg 1e-5 "dp 2 ZeRO-1 zero.overlap_param_gather = on"
+fi
+PP2=("${L4[@]}" -D parallel.pp=2 -D parallel.dp=2 -D zero.stage=2 -D zero.reduce_bucket=20000 -D train.micro_batch=2)
+if run ppz2 4 "${PP2[@]}"; then
+    run ppz2pg 4 "${PP2[@]}" -D zero.overlap_param_gather=on &&
+        train_same ppz2 ppz2pg 1e-5 "pp 2 · dp 2 ZeRO-2 zero.overlap_param_gather = on"
+fi
+
+# pipeline transfers without sequence parallelism split over the tp ranks
+# (parallel.pp_scatter_gather, on by default: each tp rank sends 1/tp of the
+# boundary, the receiver all-gathers it over tp): tp 2 · pp 2 against one rank
+# at 1e-5, and bit for bit the same layout sending whole boundaries
+TPP=(-D parallel.tp=2 -D parallel.pp=2 -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4)
+if run tpp 4 "${TPP[@]}"; then
+    train_check ref tpp 1e-5 1e-5 "tp 2 · pp 2, boundaries sent in tp slices"
+    run tppw 4 "${TPP[@]}" -D parallel.pp_scatter_gather=off &&
+        train_same tpp tppw 1e-5 "parallel.pp_scatter_gather = off (whole boundaries)"
 fi
 
 # optimizers: sgd with momentum (dp 4 ZeRO-1), adam (dp 2 ZeRO-2)

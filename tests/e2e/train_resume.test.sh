@@ -2,7 +2,8 @@
 # Resume: dp 4 ZeRO-3, 10 steps straight against 5 steps, a checkpoint, and a
 # resumed run of 5 more: identical losses bit for bit (the JSONL of the resumed
 # run is appended).  Then the same checkpoint resumed under another layout (dp 2
-# ZeRO-1): steps 6-10 within 1e-5.  Also: the trainer allocates its arenas at
+# ZeRO-1): steps 6-10 within 1e-5, and by dp 2 ZeRO-1 with
+# zero.overlap_param_gather bit for bit with it.  Also: the trainer allocates its arenas at
 # start-up only (arena_allocations is the same for 2 and 10 steps), and
 # --ckpt-every writes step-2, step-4 and the final checkpoint with `latest`.
 set -u
@@ -35,6 +36,28 @@ if "$PY" tests/e2e/train_compare.py losses "$T/other.jsonl" "$T/straight.jsonl" 
     echo "ok: dp 4 ZeRO-3 checkpoint resumed by dp 2 ZeRO-1: $(tail -1 "$T/c.txt")"
 else
     echo "FAIL: cross-layout resume"; cat "$T/c.txt"; fail=1
+fi
+# the distributed optimizer gathering the parameters at the start of each step
+# (zero.overlap_param_gather): the first step after a resume gathers the
+# checkpoint's shards, so the same checkpoint resumed by it equals the layout
+# without it bit for bit; and its own checkpoint, saved after step 7 with the
+# parameters not yet gathered, resumes bit for bit
+train_build t2pg -D parallel.dp=2 -D cluster.gpus_per_node=2 -D zero.stage=1 -D zero.reduce_bucket=20000 \
+    -D zero.overlap_param_gather=on
+train_run 2 t2pg --data "$DATA" --steps 10 --log "$T/pg.jsonl" --resume "$T/ck/step-5" --ckpt-dir "$T/ckpg" \
+    --ckpt-every 7 || { echo "FAIL: overlap_param_gather resume"; cat "$T/t2pg.err"; exit 1; }
+if "$PY" tests/e2e/train_compare.py losses "$T/other.jsonl" "$T/pg.jsonl" 0 exact > "$T/c.txt"; then
+    echo "ok: the checkpoint resumed with overlap_param_gather as without it: $(tail -1 "$T/c.txt")"
+else
+    echo "FAIL: overlap_param_gather changes the resumed losses"; cat "$T/c.txt"; fail=1
+fi
+train_run 2 t2pg --data "$DATA" --steps 10 --log "$T/pg2.jsonl" --resume "$T/ckpg/step-7" ||
+    { echo "FAIL: overlap_param_gather's own checkpoint"; cat "$T/t2pg.err"; exit 1; }
+if [ "$(grep -c '"loss"' "$T/pg2.jsonl")" = 3 ] &&
+    "$PY" tests/e2e/train_compare.py losses "$T/pg2.jsonl" "$T/pg.jsonl" 0 exact > "$T/c.txt"; then
+    echo "ok: overlap_param_gather's step-7 checkpoint resumed bit for bit: $(tail -1 "$T/c.txt")"
+else
+    echo "FAIL: overlap_param_gather's checkpoint does not resume bit for bit"; cat "$T/c.txt"; fail=1
 fi
 # the arenas: allocated at start-up, the same count whatever the number of steps
 a10=$(grep -o 'done: 10 steps, arena_allocations [0-9]*' "$T/straight.out" | awk '{print $NF}')

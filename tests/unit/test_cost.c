@@ -63,8 +63,10 @@ static void test_dp_links(void)
         {"dp = 8", "stage = 0", "nodes = 1  gpus_per_node = 8  gpu = h100_sxm_80gb", OP_GRAD_REDUCE, COLL_ALLREDUCE, false, 8},
         /* dp 8 over two nodes of 4: 4 NICs per node carry the group */
         {"dp = 8", "stage = 2", "nodes = 2  gpus_per_node = 4  gpu = h100_sxm_80gb", OP_GRAD_REDUCE, COLL_REDUCE_SCATTER, true, 4},
-        /* tp 2 x dp 4 on nodes of 4: the dp group has 2 members per node */
-        {"tp = 2  dp = 4", "stage = 1", "nodes = 2  gpus_per_node = 4  gpu = a100_80gb", OP_GRAD_REDUCE, COLL_ALLREDUCE, true, 2},
+        /* tp 2 x dp 4 on nodes of 4: the dp group has 2 members per node;
+         * ZeRO-1 (the distributed optimizer) reduce-scatters */
+        {"tp = 2  dp = 4", "stage = 1", "nodes = 2  gpus_per_node = 4  gpu = a100_80gb", OP_GRAD_REDUCE, COLL_REDUCE_SCATTER, true, 2},
+        {"tp = 2  dp = 4", "stage = 0", "nodes = 2  gpus_per_node = 4  gpu = a100_80gb", OP_GRAD_REDUCE, COLL_ALLREDUCE, true, 2},
         /* tp 8 fills a node: every dp member is on its own node, one NIC */
         {"tp = 8  dp = 2", "stage = 3", "nodes = 2  gpus_per_node = 8  gpu = a100_80gb  network = ib200", OP_GATHER, COLL_ALLGATHER, true, 1},
         {"dp = 4", "stage = 3", "nodes = 4  gpus_per_node = 1  gpu = a100_80gb  network = eth100", OP_GATHER, COLL_ALLGATHER, true, 1},

@@ -80,13 +80,23 @@ static void test_drop_wait(void)
         mp->sched.classes[0].ops[w] = (Op){.kind = OP_WAIT, .stream = ST_DP_COMM, .aux = aux, .part_lo = -1, .part_hi = -1};
         CHECK(pt_verify(mp, &rep));
     }
-    /* the compute stream waits for the received activation */
-    w = find_wait(mp, 1, ST_COMPUTE, OP_RECV_FWD, -1, 0);
+    /* the received activation, sent in tp slices (pp_scatter_gather): the tp
+     * stream waits for the receive before gathering the slices, the compute
+     * stream for the gather */
+    w = find_wait(mp, 1, ST_TP_COMM, OP_RECV_FWD, OP_TP_ALLGATHER, 0);
     CHECK(w >= 0);
     if (w >= 0) {
         Op keep = mp->sched.classes[1].ops[w];
         mut_noop(mp, 1, w);
-        expect_caught(mp, "read of act.", "(a) compute wait for a receive");
+        expect_caught(mp, "act.", "(a) tp-comm wait for a receive");
+        mp->sched.classes[1].ops[w] = keep;
+    }
+    w = find_wait(mp, 1, ST_COMPUTE, OP_TP_ALLGATHER, -1, 0);
+    CHECK(w >= 0);
+    if (w >= 0) {
+        Op keep = mp->sched.classes[1].ops[w];
+        mut_noop(mp, 1, w);
+        expect_caught(mp, "read of act.", "(a) compute wait for the gathered boundary");
         mp->sched.classes[1].ops[w] = keep;
     }
     /* the tp stream waits for the attention part whose partial sums it reduces */

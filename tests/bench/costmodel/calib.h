@@ -151,7 +151,7 @@ static inline const char *cal_spec(const CalRow *r)
                             "checkpointing { activations = full }\n%s", model, dp, train);
     case SRC_MCORE:
         return arena_printf(&g_arena, "%sparallel { tp = %d  pp = %d  dp = %d  sequence_parallel = %s  %s }\n"
-                            "zero { stage = 1  overlap_comm = on  reduce_bucket = 4e7 }\n"
+                            "zero { stage = 1  overlap_comm = on  overlap_param_gather = on  reduce_bucket = 4e7 }\n"
                             "precision { dtype = bf16  master_weights = fp32 }\n%s",
                             model, r->tp, r->pp, dp, r->tp > 1 ? "on" : "off", sched, train);
     default:
