@@ -604,9 +604,9 @@ void sim_step_figures(const Plan *mp, Sim *out)
     if (nb > 0) out->bubble /= nb;
     for (int g = 0; g < NGROUPS; g++) out->exposed[g] = step > 0 ? out->exposed[g] / step : 0;
     /* ranks that share their cores in time: the step processor sharing allows */
-    double *busy = calloc((size_t)x->nc + 1, sizeof *busy);
+    double *busy = calloc((size_t)nc + 1, sizeof *busy);
     if (!busy) die("sim: out of memory");
-    for (int c = 0; c < x->nc; c++)
+    for (int c = 0; c < nc; c++)
         for (int k = 0; k < NSTREAMS; k++) busy[c] += out->classes[c].busy[k];
     out->step_time = step = cost_shared_step(mp, step, busy);
     free(busy);
