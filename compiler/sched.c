@@ -1569,8 +1569,7 @@ typedef struct Gat {
     int *next;                  /* [nold·OP_MAX_UNITS]: next op using the same unit, or nold */
     int64_t *pre;               /* prefix sums of unit elements used */
     int *gbuf, *gwait;          /* per segment: gathered buffer, gather awaiting its wait */
-    bool *prefetched;
-    int64_t live, inflight;
+    int64_t live;               /* elements gathered (or being gathered) now */
 } Gat;
 
 /* Elements of a unit when gathered. */
@@ -1598,7 +1597,7 @@ static void gat_index(Gat *g)
 }
 
 /* Issues the all-gather of unit u (after fetching an offloaded shard). */
-static void gat_issue(Gat *g, int u, bool prefetch)
+static void gat_issue(Gat *g, int u)
 {
     Bld *b = g->b;
     const Partition *p = b->p;
@@ -1623,23 +1622,25 @@ static void gat_issue(Gat *g, int u, bool prefetch)
                          sg->padded * p->wbytes, false);
     op_wr(b, o, g->gbuf[u]);
     g->gwait[u] = o;
-    g->prefetched[u] = prefetch;
     g->live += unit_elems(g, u);
-    if (prefetch) g->inflight += unit_elems(g, u);
 }
 
-/* Prefetches the units of the ops after i, prefetch_bucket elements ahead and
- * never past max_live_parameters (DeepSpeed's rule). */
+/* Prefetches the units of the ops after i, as DeepSpeed's fetch of each
+ * module does (partitioned_param_coordinator.py, fetch_sub_module): in use
+ * order, units not yet gathered, until this call has issued
+ * min(prefetch_bucket, max_live_parameters - the gathered total) elements. */
 static void gat_prefetch(Gat *g, int i)
 {
     const Spec *s = g->b->spec;
+    int64_t budget = s->zero.max_live_parameters - g->live, issued = 0;
+    if (budget > s->zero.prefetch_bucket) budget = s->zero.prefetch_bucket;
     for (int j = i + 1; j < g->nold && j <= i + 64; j++)
         for (int k = 0; k < OP_MAX_UNITS; k++) {
             int u = g->old[j].unit[k];
             if (u < 0 || g->gbuf[u] >= 0) continue;
-            if (g->inflight >= s->zero.prefetch_bucket) return;
-            if (g->live + unit_elems(g, u) > s->zero.max_live_parameters) return;
-            gat_issue(g, u, true);
+            if (issued >= budget) return;
+            gat_issue(g, u);
+            issued += unit_elems(g, u);
         }
 }
 
@@ -1664,18 +1665,16 @@ static void gat_op(Gat *g, int i, int *map)
     bool uses = src->unit[0] >= 0;
     for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
         int u = src->unit[k];
-        if (u < 0) continue;
-        if (g->gbuf[u] < 0) gat_issue(g, u, false);
+        if (u >= 0 && g->gbuf[u] < 0) gat_issue(g, u);
     }
+    /* per module, as DeepSpeed's pre-forward hook: wait for it, then prefetch */
     for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
         int u = src->unit[k];
-        if (u < 0 || g->gwait[u] < 0) continue;
-        emit_wait(b, g->gwait[u]);
-        if (g->prefetched[u]) g->inflight -= unit_elems(g, u);
-        g->prefetched[u] = false;
+        if (u < 0) continue;
+        if (g->gwait[u] >= 0) emit_wait(b, g->gwait[u]);
         g->gwait[u] = -1;
+        gat_prefetch(g, i);
     }
-    if (uses) gat_prefetch(g, i);
     ops_grow(b->s);
     int o = b->s->nops++;
     b->s->ops[o] = *src;
@@ -1696,7 +1695,6 @@ static void zero3_gathers(Bld *b)
     Gat g = {.b = b, .old = old, .nold = s->nops};
     g.gbuf = arena_alloc(&g_arena, sizeof(int) * (size_t)ns);
     g.gwait = arena_alloc(&g_arena, sizeof(int) * (size_t)ns);
-    g.prefetched = arena_alloc(&g_arena, sizeof(bool) * (size_t)ns);
     for (int u = 0; u < ns; u++) g.gbuf[u] = g.gwait[u] = -1;
     gat_index(&g);
     int *map = arena_alloc(&g_arena, sizeof(int) * (size_t)(g.nold + 1));
