@@ -39,6 +39,8 @@ if run z3 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4; then
     run z3small 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.max_live_parameters=20000 \
         -D zero.prefetch_bucket=5000 -D zero.max_reuse_distance=0 &&
         train_same z3 z3small 1e-5 "ZeRO-3 max_live_parameters/prefetch_bucket/max_reuse_distance small"
+    run z3nopf 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.prefetch_bucket=0 &&
+        train_same z3 z3nopf 1e-5 "ZeRO-3 prefetch_bucket = 0 (every unit gathered on demand)"
     # DeepSpeed's per-module fetch units (each linear and norm its own) under full
     # checkpointing: every unit gathered for the forward, again for the recompute
     # and for the backward, a prefetch (5000) smaller than most units
