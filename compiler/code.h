@@ -70,7 +70,7 @@ typedef struct BufName {
                                    table of bases by chunk), else NULL            */
 } BufName;
 
-enum { MAX_UNITS = 2, MAX_SLOTS = R_NROLES };
+enum { MAX_UNITS = OP_MAX_UNITS, MAX_SLOTS = R_NROLES };
 
 /* The parameters of one part of the model (embeddings, a layer, the head):
  * for each role its class tensor and the device offsets (bytes) of its

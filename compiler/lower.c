@@ -465,7 +465,9 @@ static void check_group(const CE *e, const Group *g, const Op *o, bool units, bo
 {
     for (int k = 0; units && k < g->nunits; k++) {
         int seg = g->unit_seg[k];
-        if (o->unit[0] != seg && o->unit[1] != seg)
+        bool named = false;
+        for (int u = 0; u < OP_MAX_UNITS; u++) named |= o->unit[u] == seg;
+        if (!named)
             die("lower: op %s computes with segment %d but does not name it as a unit", op_label(e, o), seg);
         bool found = false;
         for (int i = 0; i < o->nrd; i++)
@@ -1414,7 +1416,7 @@ static void pe_calls(CE *e)
         keep[i] = true;
         last = i;
         /* the latest gather (and fetch) of each unit it computes with */
-        for (int u = 0; u < 2; u++) {
+        for (int u = 0; u < OP_MAX_UNITS; u++) {
             if (o->unit[u] < 0) continue;
             static const int kinds[2] = {OP_GATHER, OP_PARAM_FETCH};
             for (int k = 0; k < 2; k++)

@@ -65,6 +65,14 @@ static void add_tensor(Model *m, int cap, const char *name, int layer, int role,
     t->numel = rows * (cols ? cols : 1);
     t->split = split;
     t->decay = cols != 0;       /* matrices and embeddings decay; biases and norms do not */
+    t->module = m->nt - 1;
+}
+
+/* The tensor just added belongs to the module of the one before it (a bias
+ * to its linear's or norm's weight). */
+static void join_module(Model *m)
+{
+    m->t[m->nt - 1].module = m->t[m->nt - 2].module;
 }
 
 /* Appends a tensor of layer L under the family's usual name
@@ -82,7 +90,10 @@ static void add_layer_tensor(Model *m, int cap, int L, const char *gpt, const ch
 static void add_norm(Model *m, int cap, int L, int rw, int rb, const char *gpt, const char *llama)
 {
     add_layer_tensor(m, cap, L, gpt, llama, ".weight", rw, m->h, 0, SPLIT_NONE);
-    if (m->layernorm && m->bias) add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, m->h, 0, SPLIT_NONE);
+    if (m->layernorm && m->bias) {
+        add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, m->h, 0, SPLIT_NONE);
+        join_module(m);
+    }
 }
 
 /* A linear layer's weight [out, in] and optional bias; column-parallel
@@ -91,7 +102,10 @@ static void add_linear(Model *m, int cap, int L, int rw, int rb, int64_t out, in
                        bool column, const char *gpt, const char *llama)
 {
     add_layer_tensor(m, cap, L, gpt, llama, ".weight", rw, out, in, column ? SPLIT_ROWS : SPLIT_COLS);
-    if (m->bias) add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, out, 0, column ? SPLIT_ROWS : SPLIT_NONE);
+    if (m->bias) {
+        add_layer_tensor(m, cap, L, gpt, llama, ".bias", rb, out, 0, column ? SPLIT_ROWS : SPLIT_NONE);
+        join_module(m);
+    }
 }
 
 /* The tensors of transformer layer L, in forward order. */
@@ -140,8 +154,10 @@ static void add_pre_post(Model *m, int cap, bool pre)
     }
     int L = (int)m->l;
     add_tensor(m, cap, gpt ? "ln_f.weight" : "model.norm.weight", L, R_NORMF_W, m->h, 0, SPLIT_NONE);
-    if (m->layernorm && m->bias)
+    if (m->layernorm && m->bias) {
         add_tensor(m, cap, gpt ? "ln_f.bias" : "model.norm.bias", L, R_NORMF_B, m->h, 0, SPLIT_NONE);
+        join_module(m);
+    }
     if (!m->tied)
         add_tensor(m, cap, "lm_head.weight", L, R_HEAD_W, m->V, m->h, SPLIT_ROWS);
 }

@@ -368,14 +368,15 @@ static void seg_add(const Partition *p, RankClass *c, Segment *sg, int i)
 
 /* Does tensor b start a new segment after tensor a?  Always at chunk
  * boundaries, around the tied embedding and between the layers and the head;
- * ZeRO 3: one fetch unit per layer (embeddings and head are units of their
- * own); ZeRO 0-2: buckets of reduce_bucket elements, closed in backward order. */
+ * ZeRO 3: one fetch unit per submodule, as DeepSpeed gathers (a linear with
+ * its bias, a norm, an embedding, the head: Tensor.module); ZeRO 0-2:
+ * buckets of reduce_bucket elements, closed in backward order. */
 static bool seg_break(const Partition *p, const ClassTensor *a, const ClassTensor *b, int64_t acc)
 {
     if (a->chunk != b->chunk || is_tied(p, a) || is_tied(p, b)) return true;
     int la = grad_layer(p, a), lb = grad_layer(p, b), l = (int)p->model->l;
     if ((la == l) != (lb == l)) return true;    /* the head's grads come during forward */
-    if (p->zero == 3) return la != lb;
+    if (p->zero == 3) return la != lb || p->model->t[a->tensor].module != p->model->t[b->tensor].module;
     return acc >= p->spec->zero.reduce_bucket;
 }
 

@@ -54,6 +54,9 @@ typedef struct Tensor {
     int64_t numel;              /* logical elements                                */
     int split;                  /* TpSplit                                         */
     bool decay;                 /* weight decay applies (matrices, embeddings)      */
+    int module;                 /* the submodule it belongs to (a linear with its bias,
+                                   a norm, an embedding, the head): the index of the
+                                   module's first tensor; ZeRO-3 gathers by module */
 } Tensor;
 
 typedef struct Model {
@@ -352,6 +355,10 @@ typedef enum OpKind {
 } OpKind;
 
 enum { OP_MAX_RD = 16, OP_MAX_WR = 24 };
+/* ZeRO-3 fetch units one op computes with: a layer's submodules (Llama with
+ * every parameter partitioned: two norms and seven linears), or the head's
+ * final norm, head and tied embedding. */
+enum { OP_MAX_UNITS = 10 };
 
 /* Which part of a transformer layer an op runs when tp > 1 splits the layer
  * around its TP collectives (compute parts and the collectives alike). */
@@ -370,7 +377,7 @@ typedef struct Op {
     int mb;                     /* microbatch, or -1                               */
     int chunk;                  /* chunk index on this rank, or -1                 */
     int aux;                    /* bucket, segment or sub-group index; OP_WAIT: the op waited for */
-    int unit[2];                /* ZeRO-3 fetch units (segments) it computes with, or -1 */
+    int unit[OP_MAX_UNITS];     /* ZeRO-3 fetch units (segments) it computes with, -1 after the last */
     int rd[OP_MAX_RD], nrd;     /* buffers read                                    */
     int wr[OP_MAX_WR], nwr;     /* buffers written                                 */
     double flops;               /* on this rank                                    */

@@ -161,7 +161,7 @@ static int op_new(Bld *b, int kind, int stream, int layer, int mb, int chunk)
     memset(o, 0, sizeof *o);
     o->kind = kind, o->stream = stream, o->layer = layer, o->mb = mb, o->chunk = chunk;
     o->aux = -1;
-    o->unit[0] = o->unit[1] = -1;
+    for (int k = 0; k < OP_MAX_UNITS; k++) o->unit[k] = -1;
     o->sub = SUB_WHOLE;
     o->part_lo = o->part_hi = -1;
     return s->nops++;
@@ -789,17 +789,26 @@ static void grads_done(Bld *b, int L, int mb, int chunk, bool final)
 
 /* ---- ZeRO-3 units --------------------------------------------------------------------- */
 
-/* Marks op o as computing with the fetch units of grad layer L (ZeRO 3). */
+/* Adds fetch unit sg to the units op o computes with (once). */
+static void add_unit(Op *op, int sg)
+{
+    int k = 0;
+    while (k < OP_MAX_UNITS && op->unit[k] >= 0 && op->unit[k] != sg) k++;
+    if (k == OP_MAX_UNITS) die("sched: an op computes with more than %d ZeRO-3 fetch units", OP_MAX_UNITS);
+    op->unit[k] = sg;
+}
+
+/* Marks op o as computing with the fetch units of grad layer L (ZeRO 3): one
+ * per submodule of the layer that is not persistent, in the order the op
+ * runs them (a backward in reverse), which is the order they are gathered. */
 static void units_of(Bld *b, int o, int L)
 {
     if (b->p->zero < 3) return;
-    Op *op = &b->s->ops[o];
-    int k = key_of(L);
-    for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
-        int sg = b->key_segs[i];
-        if (b->c->segs[sg].persistent) continue;
-        if (op->unit[0] < 0) op->unit[0] = sg;
-        else if (op->unit[1] < 0 && op->unit[0] != sg) op->unit[1] = sg;
+    int k = key_of(L), n = b->key_first[k + 1] - b->key_first[k];
+    bool rev = b->s->ops[o].kind == OP_LAYER_BWD;
+    for (int j = 0; j < n; j++) {
+        int sg = b->key_segs[b->key_first[k] + (rev ? n - 1 - j : j)];
+        if (!b->c->segs[sg].persistent) add_unit(&b->s->ops[o], sg);
     }
 }
 
@@ -1069,8 +1078,7 @@ static void head(Bld *b, int chunk, int mb, bool final)
     reads_params(b, o);
     units_of(b, o, l);
     if (b->m->tied && p->pp == 1 && p->zero == 3 && b->tok_seg >= 0 && !b->c->segs[b->tok_seg].persistent) {
-        Op *op = &b->s->ops[o];
-        op->unit[op->unit[0] < 0 ? 0 : 1] = b->tok_seg;
+        add_unit(&b->s->ops[o], b->tok_seg);
     }
     int64_t logits = p->T * (b->m->Vpad / p->tp) * p->wbytes;     /* (T, Vpad/t) */
     op_wr(b, o, buf_new(b, key_at(BR_LOGITS, NO_LAYER, mb, chunk), arena_printf(&g_arena, "logits.mb%d", mb), CAT_LOGITS, SPACE_DEVICE, logits, false));
@@ -1604,11 +1612,10 @@ typedef struct Gat {
     Bld *b;
     Op *old;
     int nold;
-    int *next;                  /* [nold·2]: next op using the same unit, or nold */
+    int *next;                  /* [nold·OP_MAX_UNITS]: next op using the same unit, or nold */
     int64_t *pre;               /* prefix sums of unit elements used */
     int *gbuf, *gwait;          /* per segment: gathered buffer, gather awaiting its wait */
-    bool *prefetched;
-    int64_t live, inflight;
+    int64_t live;               /* elements gathered (or being gathered) now */
 } Gat;
 
 /* Elements of a unit when gathered. */
@@ -1618,25 +1625,25 @@ static int64_t unit_elems(const Gat *g, int u) { return g->b->c->segs[u].padded;
 static void gat_index(Gat *g)
 {
     int n = g->nold, ns = g->b->c->nsegs;
-    g->next = arena_alloc(&g_arena, sizeof(int) * (size_t)(2 * n + 2));
+    g->next = arena_alloc(&g_arena, sizeof(int) * (size_t)(OP_MAX_UNITS * n + OP_MAX_UNITS));
     g->pre = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(n + 1));
     int *seen = arena_alloc(&g_arena, sizeof(int) * (size_t)ns);
     for (int u = 0; u < ns; u++) seen[u] = n;
     for (int i = 0; i < n; i++) {
         g->pre[i + 1] = g->pre[i];
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < OP_MAX_UNITS; k++)
             if (g->old[i].unit[k] >= 0) g->pre[i + 1] += unit_elems(g, g->old[i].unit[k]);
     }
     for (int i = n - 1; i >= 0; i--)
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < OP_MAX_UNITS; k++) {
             int u = g->old[i].unit[k];
-            g->next[2 * i + k] = u >= 0 ? seen[u] : n;
+            g->next[OP_MAX_UNITS * i + k] = u >= 0 ? seen[u] : n;
             if (u >= 0) seen[u] = i;
         }
 }
 
 /* Issues the all-gather of unit u (after fetching an offloaded shard). */
-static void gat_issue(Gat *g, int u, bool prefetch)
+static void gat_issue(Gat *g, int u)
 {
     Bld *b = g->b;
     const Partition *p = b->p;
@@ -1661,23 +1668,25 @@ static void gat_issue(Gat *g, int u, bool prefetch)
                          sg->padded * p->wbytes, false);
     op_wr(b, o, g->gbuf[u]);
     g->gwait[u] = o;
-    g->prefetched[u] = prefetch;
     g->live += unit_elems(g, u);
-    if (prefetch) g->inflight += unit_elems(g, u);
 }
 
-/* Prefetches the units of the ops after i, prefetch_bucket elements ahead and
- * never past max_live_parameters (DeepSpeed's rule). */
+/* Prefetches the units of the ops after i, as DeepSpeed's fetch of each
+ * module does (partitioned_param_coordinator.py, fetch_sub_module): in use
+ * order, units not yet gathered, until this call has issued
+ * min(prefetch_bucket, max_live_parameters - the gathered total) elements. */
 static void gat_prefetch(Gat *g, int i)
 {
     const Spec *s = g->b->spec;
+    int64_t budget = s->zero.max_live_parameters - g->live, issued = 0;
+    if (budget > s->zero.prefetch_bucket) budget = s->zero.prefetch_bucket;
     for (int j = i + 1; j < g->nold && j <= i + 64; j++)
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < OP_MAX_UNITS; k++) {
             int u = g->old[j].unit[k];
             if (u < 0 || g->gbuf[u] >= 0) continue;
-            if (g->inflight >= s->zero.prefetch_bucket) return;
-            if (g->live + unit_elems(g, u) > s->zero.max_live_parameters) return;
-            gat_issue(g, u, true);
+            if (issued >= budget) return;
+            gat_issue(g, u);
+            issued += unit_elems(g, u);
         }
 }
 
@@ -1685,7 +1694,7 @@ static void gat_prefetch(Gat *g, int i)
 static void gat_release(Gat *g, int i, int k)
 {
     const Spec *s = g->b->spec;
-    int u = g->old[i].unit[k], nx = g->next[2 * i + k];
+    int u = g->old[i].unit[k], nx = g->next[OP_MAX_UNITS * i + k];
     if (nx < g->nold) {
         if (s->zero.gather_across_microbatches && g->b->p->pp > 1) return;
         if (g->pre[nx] - g->pre[i + 1] <= s->zero.max_reuse_distance) return;
@@ -1700,28 +1709,26 @@ static void gat_op(Gat *g, int i, int *map)
     Bld *b = g->b;
     const Op *src = &g->old[i];
     bool uses = src->unit[0] >= 0;
-    for (int k = 0; uses && k < 2; k++) {
+    for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
+        int u = src->unit[k];
+        if (u >= 0 && g->gbuf[u] < 0) gat_issue(g, u);
+    }
+    /* per module, as DeepSpeed's pre-forward hook: wait for it, then prefetch */
+    for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
         int u = src->unit[k];
         if (u < 0) continue;
-        if (g->gbuf[u] < 0) gat_issue(g, u, false);
-    }
-    for (int k = 0; uses && k < 2; k++) {
-        int u = src->unit[k];
-        if (u < 0 || g->gwait[u] < 0) continue;
-        emit_wait(b, g->gwait[u]);
-        if (g->prefetched[u]) g->inflight -= unit_elems(g, u);
-        g->prefetched[u] = false;
+        if (g->gwait[u] >= 0) emit_wait(b, g->gwait[u]);
         g->gwait[u] = -1;
+        gat_prefetch(g, i);
     }
-    if (uses) gat_prefetch(g, i);
     ops_grow(b->s);
     int o = b->s->nops++;
     b->s->ops[o] = *src;
     if (src->kind == OP_WAIT) b->s->ops[o].aux = map[src->aux];
     map[i] = o;
-    for (int k = 0; uses && k < 2; k++)
+    for (int k = 0; uses && k < OP_MAX_UNITS; k++)
         if (src->unit[k] >= 0) op_rd(b, o, g->gbuf[src->unit[k]]);
-    for (int k = 0; uses && k < 2; k++)
+    for (int k = 0; uses && k < OP_MAX_UNITS; k++)
         if (src->unit[k] >= 0) gat_release(g, i, k);
 }
 
@@ -1734,7 +1741,6 @@ static void zero3_gathers(Bld *b)
     Gat g = {.b = b, .old = old, .nold = s->nops};
     g.gbuf = arena_alloc(&g_arena, sizeof(int) * (size_t)ns);
     g.gwait = arena_alloc(&g_arena, sizeof(int) * (size_t)ns);
-    g.prefetched = arena_alloc(&g_arena, sizeof(bool) * (size_t)ns);
     for (int u = 0; u < ns; u++) g.gbuf[u] = g.gwait[u] = -1;
     gat_index(&g);
     int *map = arena_alloc(&g_arena, sizeof(int) * (size_t)(g.nold + 1));

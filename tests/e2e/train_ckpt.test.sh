@@ -7,7 +7,8 @@
 # layout without checkpointing: the recompute replays the forward's kernels on
 # the forward's inputs, so the losses must be bit-identical (fp32) and the
 # exported weights within 1e-5.  Layouts: dp 1 (ZeRO-0), dp 2 ZeRO-3, pp 2
-# (ZeRO-1), tp 2 and tp 2 · dp 2 ZeRO-3.  The plan's activation memory must shrink (`shardc plan
+# (ZeRO-1), tp 2 and tp 2 · dp 2 ZeRO-3 (both ZeRO-3 layouts with per-module
+# fetch units, nothing persistent, a small prefetch).  The plan's activation memory must shrink (`shardc plan
 # --json`), and the trainer's measured arenas equal the plan's.  Race checker on.
 set -u
 . "$(dirname "$0")/train_lib.sh"
@@ -60,14 +61,17 @@ GPT=specs/tiny-gpt.tspec LLAMA=specs/tiny-llama.tspec
 D1="-D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4"
 layout g "$GPT" 1 "$D1" "g.full $F" "g.sel -D checkpointing.activations=selective" "g.cpu $F -D checkpointing.cpu=on"
 layout g4 "$GPT" 1 "$D1 -D model.layers=4" "g4.full1 $F" "g4.full2 $F -D checkpointing.every=2"
-layout gz "$GPT" 2 "-D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=4 -D model.layers=4" \
+# ZeRO-3 with every parameter in a per-module fetch unit (nothing persistent),
+# each gathered around its use with a prefetch smaller than most units
+Z3U="-D zero.param_persistence_threshold=0 -D zero.prefetch_bucket=5000 -D zero.max_reuse_distance=0"
+layout gz "$GPT" 2 "-D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=4 -D model.layers=4 $Z3U" \
     "gz.full2cpu $F -D checkpointing.every=2 -D checkpointing.cpu=on" "gz.sel -D checkpointing.activations=selective"
 layout gp "$GPT" 2 "-D parallel.pp=2 -D parallel.dp=1 -D zero.stage=1 -D train.micro_batch=4 -D model.layers=4" \
     "gp.full2cpu $F -D checkpointing.every=2 -D checkpointing.cpu=on" "gp.sel -D checkpointing.activations=selective"
 P="$F -D checkpointing.partition_activations=on"
 layout l "$LLAMA" 2 "-D parallel.tp=2 -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4" \
     "l.part $P" "l.sel -D checkpointing.activations=selective"
-layout lz "$LLAMA" 4 "-D parallel.tp=2 -D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=4 -D model.layers=4" \
+layout lz "$LLAMA" 4 "-D parallel.tp=2 -D parallel.dp=2 -D zero.stage=3 -D train.micro_batch=4 -D model.layers=4 $Z3U" \
     "lz.partcpu2 $P -D checkpointing.cpu=on -D checkpointing.every=2"
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

@@ -42,6 +42,14 @@ if run z3 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4; then
     run z3small 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.max_live_parameters=20000 \
         -D zero.prefetch_bucket=5000 -D zero.max_reuse_distance=0 &&
         train_same z3 z3small 1e-5 "ZeRO-3 max_live_parameters/prefetch_bucket/max_reuse_distance small"
+    run z3nopf 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D zero.prefetch_bucket=0 &&
+        train_same z3 z3nopf 1e-5 "ZeRO-3 prefetch_bucket = 0 (every unit gathered on demand)"
+    # DeepSpeed's per-module fetch units (each linear and norm its own) under full
+    # checkpointing: every unit gathered for the forward, again for the recompute
+    # and for the backward, a prefetch (5000) smaller than most units
+    run z3ckpt 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 -D checkpointing.activations=full \
+        -D zero.max_live_parameters=20000 -D zero.prefetch_bucket=5000 -D zero.max_reuse_distance=0 &&
+        train_check ref z3ckpt 1e-5 1e-5 "dp 2 ZeRO-3 per-module units, full checkpointing, small prefetch"
     # llm.c's uint16 shard of the same bytes: the same tokens as format = text
     "$PY" - "$DATA" "$T/shard.bin" << 'EOF'
 import sys, numpy as np
@@ -123,5 +131,14 @@ for v in "sw model.activation=swiglu 2" "ut model.tie_embeddings=off 3"; do
     run "$1" 2 -D "$2" -D parallel.dp=2 -D zero.stage="$3" -D train.micro_batch=4 &&
         train_check "${1}1" "$1" 1e-5 1e-5 "gpt $2, dp 2 ZeRO-$3"
 done
+# Llama's modules as ZeRO-3 fetch units (two norms, q, k, v, o, gate, up, down:
+# nine per layer with nothing persistent), selective checkpointing, a small
+# prefetch, on 2 ranks against the single rank
+LL=specs/tiny-llama.tspec
+if train_layout llref "$LL" 1 -D parallel.dp=1 -D zero.stage=0 -D train.micro_batch=4; then
+    train_layout llz3 "$LL" 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 \
+        -D checkpointing.activations=selective -D zero.prefetch_bucket=3000 -D zero.max_reuse_distance=0 &&
+        train_check llref llz3 1e-5 1e-5 "llama dp 2 ZeRO-3 per-module units, selective checkpointing, small prefetch"
+fi
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

@@ -174,6 +174,117 @@ static void test_bubble_shrinks(void)
     }
 }
 
+/* A ZeRO-3 plan of a GPT or Llama (4 layers, hidden 1024) on 2 nodes of 8
+ * with the given zero block (stage 3 added); NULL if it does not plan. */
+static Plan *zero3_plan(bool llama, const char *zero)
+{
+    const char *text = arena_printf(&g_arena,
+        "model %s { layers = 4  hidden = 1024  heads = 8  vocab = 51200  seq_len = 2048 }\n"
+        "parallel { dp = 16 }\nzero { stage = 3  %s }\nprecision { dtype = bf16 }\n"
+        "checkpointing { activations = full }\ntrain { global_batch = 32  micro_batch = 1 }\n"
+        "cluster { nodes = 2  gpus_per_node = 8  gpu = a100_80gb }\n", llama ? "llama" : "gpt", zero);
+    Plan *mp = cal_plan(text);
+    if (!mp) fprintf(stderr, "does not plan:\n%s", text);
+    return mp;
+}
+
+/* The all-gathers of ZeRO-3 fetch units in one step of rank class 0. */
+static int gathers_of(const Plan *mp)
+{
+    int n = 0;
+    const Sched *s = &mp->sched.classes[0];
+    for (int i = 0; i < s->nops; i++) n += s->ops[i].kind == OP_GATHER;
+    return n;
+}
+
+/* ZeRO-3 fetches by submodule, as DeepSpeed does: every fetch unit of a
+ * layer holds the tensors of one module (Tensor.module), a layer of GPT
+ * with nothing persistent is six units (ln_1, c_attn, c_proj, ln_2, c_fc,
+ * c_proj) and of Llama nine (two norms, q, k, v, o, gate, up, down), and
+ * the layer ops compute with all of them; under DeepSpeed's threshold
+ * (1e5) the norms and biases stay resident and a GPT layer is four units. */
+static void test_zero3_module_units(void)
+{
+    static const struct { bool llama; const char *zero; int per_layer; } cases[] = {
+        {false, "param_persistence_threshold = 0", 6},
+        {true, "param_persistence_threshold = 0", 9},
+        {false, "", 4},
+        {true, "", 7},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        Plan *mp = zero3_plan(cases[c].llama, cases[c].zero);
+        CHECK(mp != NULL);
+        if (!mp) continue;
+        const RankClass *rc = &mp->part.classes[0];
+        int per_layer[4] = {0};
+        for (int i = 0; i < rc->nsegs; i++) {
+            const Segment *sg = &rc->segs[i];
+            if (sg->persistent || sg->tied) continue;
+            const Tensor *t0 = &mp->model.t[rc->tensors[sg->first].tensor];
+            for (int k = sg->first; k < sg->first + sg->n; k++)
+                CHECK_EQ(mp->model.t[rc->tensors[k].tensor].module, t0->module);
+            if (t0->layer >= 0 && t0->layer < 4) per_layer[t0->layer]++;
+        }
+        for (int L = 0; L < 4; L++) CHECK_EQ(per_layer[L], cases[c].per_layer);
+        const Sched *s = &mp->sched.classes[0];
+        for (int i = 0; i < s->nops; i++) {
+            const Op *o = &s->ops[i];
+            if (o->kind != OP_LAYER_FWD && o->kind != OP_LAYER_BWD && o->kind != OP_RECOMPUTE) continue;
+            int n = 0;
+            while (n < OP_MAX_UNITS && o->unit[n] >= 0) n++;
+            CHECK_EQ(n, cases[c].per_layer);
+        }
+    }
+}
+
+/* ZeRO-3 steps (dp 32 on 4 nodes, nothing persistent) over increasing
+ * values of one zero key: each no slower than the one before. */
+static void check_zero3_never_slower(const char *key, const char *const *vals, int nvals, const char *net)
+{
+    const char *cl = arena_printf(&g_arena, "nodes = 4  gpus_per_node = 8  gpu = a100_80gb  %s", net);
+    double prev = -1;
+    for (int i = 0; i < nvals; i++) {
+        const char *z = arena_printf(&g_arena, "stage = 3  %s = %s  param_persistence_threshold = 0", key, vals[i]);
+        double t = step_of(8, 2048, "dp = 32", z, "global_batch = 32  micro_batch = 1", cl, NULL);
+        CHECK(t > 0);
+        if (prev >= 0 && !le(t, prev)) fprintf(stderr, "%s %s (%s): %.6f s > %.6f s\n", key, vals[i], net, t, prev);
+        if (prev >= 0) CHECK(le(t, prev));
+        prev = t;
+    }
+}
+
+/* A larger persistence threshold never gives more gathers (more parameters
+ * stay resident), and ZeRO-3's step is never slower with a larger prefetch
+ * bucket or a larger live-parameter limit (gathers issued earlier, never
+ * later); with no prefetch (0) it is strictly slower than DeepSpeed's default. */
+static void test_zero3_monotone(void)
+{
+    static const char *const thresholds[] = {"0", "2e3", "1e5", "1.5e6", "5e6", "1e12"};
+    for (int llama = 0; llama < 2; llama++) {
+        int prev = 1 << 30;
+        for (size_t i = 0; i < sizeof thresholds / sizeof thresholds[0]; i++) {
+            Plan *mp = zero3_plan(llama, arena_printf(&g_arena, "param_persistence_threshold = %s", thresholds[i]));
+            CHECK(mp != NULL);
+            if (!mp) continue;
+            int n = gathers_of(mp);
+            CHECK(n <= prev);
+            prev = n;
+        }
+        CHECK_EQ(prev, 0);              /* everything resident: nothing to gather */
+    }
+    static const char *const buckets[] = {"0", "1", "1e6", "5e6", "5e7", "1e9"};   /* 0: no prefetch */
+    static const char *const lives[] = {"1", "5e6", "2e7", "1e9"};
+    static const char *const nets[] = {"network = eth100", "network = ib200"};
+    for (int n = 0; n < 2; n++) {
+        check_zero3_never_slower("prefetch_bucket", buckets, (int)(sizeof buckets / sizeof buckets[0]), nets[n]);
+        check_zero3_never_slower("max_live_parameters", lives, (int)(sizeof lives / sizeof lives[0]), nets[n]);
+    }
+    const char *cl = "nodes = 4  gpus_per_node = 8  gpu = a100_80gb  network = eth100", *train = "global_batch = 32  micro_batch = 1";
+    double none = step_of(8, 2048, "dp = 32", "stage = 3  prefetch_bucket = 0  param_persistence_threshold = 0", train, cl, NULL);
+    double dflt = step_of(8, 2048, "dp = 32", "stage = 3  param_persistence_threshold = 0", train, cl, NULL);
+    CHECK(dflt > 0 && none > dflt * 1.01);
+}
+
 int main(void)
 {
     test_monotone_in_bandwidth();
@@ -181,5 +292,7 @@ int main(void)
     test_overlap_never_slower();
     test_pp_scatter_gather_never_slower();
     test_bubble_shrinks();
+    test_zero3_module_units();
+    test_zero3_monotone();
     return fx_done("test_cost_props");
 }
