@@ -585,11 +585,26 @@ const ProfFit *profile_coll(const Profile *pf, int op, bool inter, int64_t w, in
  * ranks share the node's cores, each with `threads` threads: the sharing
  * test's time with the w ranks at once over rank 0's alone in the same
  * launch, never below the cores' share (w·threads / cores; a measurement
- * under it means the ranks took turns) nor 1; the share alone where w was
- * not measured. */
+ * under it means the ranks took turns) nor 1.  With more threads than cores
+ * the ranks take turns: the share, times the contention of ranks that run
+ * at once, which is the contention measured where they all had cores of
+ * their own (the measured w whose threads fill the most cores without
+ * exceeding them); the oversubscribed rows' own ratios also carry whatever
+ * else ran on the machine while they were timed.  Without such a row, the
+ * ratio measured at w, or the share alone where w was not measured. */
 double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm)
 {
     double share = (double)w * threads / (double)pf->cores, f = share;
+    const ProfShare *own = NULL;
+    for (int i = 0; i < pf->nshare; i++) {
+        const ProfShare *s = &pf->share[i];
+        int64_t used = s->ranks_per_node * s->threads;
+        if (used <= pf->cores && (!own || used > own->ranks_per_node * own->threads)) own = s;
+    }
+    if (share > 1 && own) {
+        double c = gemm ? own->gemm_s / own->alone_gemm_s : own->ew_s / own->alone_ew_s;
+        return share * (c > 1 ? c : 1);
+    }
     for (int i = 0; i < pf->nshare; i++) {
         const ProfShare *s = &pf->share[i];
         if (s->ranks_per_node == w && s->threads == threads) f = gemm ? s->gemm_s / s->alone_gemm_s : s->ew_s / s->alone_ew_s;
