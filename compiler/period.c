@@ -184,9 +184,9 @@ static bool extend_sim(const Sample *r, int nc, int64_t n, const Plan *step, Sim
 {
     memset(out, 0, sizeof *out);
     const Sim *sim[3] = {&r[0].sim, &r[1].sim, &r[2].sim};
-    double scale = sim[2]->step_time;
+    double scale = sim[2]->timeline;
     out->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)(nc + 1));
-    bool ok = extend(sim[0]->step_time, sim[1]->step_time, sim[2]->step_time, (double)n, scale, &out->step_time);
+    bool ok = extend(sim[0]->timeline, sim[1]->timeline, sim[2]->timeline, (double)n, scale, &out->timeline);
     for (int c = 0; c < nc && ok; c++) {
         const SimClass *a = &sim[0]->classes[c], *b = &sim[1]->classes[c], *e = &sim[2]->classes[c];
         SimClass *o = &out->classes[c];

@@ -437,7 +437,7 @@ static cJSON *json_sim(const Plan *mp, const Sim *sim)
     jnum(crit, "ops", sim->ncritical);
     cJSON *kinds = cJSON_AddObjectToObject(crit, "share_by_kind");
     for (int k = 0; k < NOPKINDS; k++)
-        if (by[k] > 0 && sim->step_time > 0) jsim(kinds, sched_op_kind_name(k), by[k] / sim->step_time);
+        if (by[k] > 0 && sim->timeline > 0) jsim(kinds, sched_op_kind_name(k), by[k] / sim->timeline);
     cJSON *classes = cJSON_AddArrayToObject(o, "rank_classes");
     for (int c = 0; c < mp->mem.nclasses; c++) {
         const SimClass *sc = &sim->classes[c];

@@ -574,23 +574,23 @@ static void critical_path(const Ctx *x, Sim *out)
 /* Step time, throughput, utilisation, bubble, exposure, copies, critical path. */
 static void metrics(const Ctx *x, Sim *out)
 {
-    out->step_time = 0;
-    for (int g = 0; g < x->N; g++) out->step_time = fmax(out->step_time, x->t[g].end);
+    out->timeline = 0;
+    for (int g = 0; g < x->N; g++) out->timeline = fmax(out->timeline, x->t[g].end);
     int last = -1;
     for (int g = 0; g < x->N; g++)
         if (last < 0 || x->t[g].end > x->t[last].end) last = g;
     for (int c = 0; c < x->nc; c++) {
-        class_metrics(x, c, out->step_time, last, &out->classes[c]);
+        class_metrics(x, c, out->timeline, last, &out->classes[c]);
         out->classes[c].nvme = nvme_seconds(x, c);
     }
     sim_step_figures(x->mp, out);
     critical_path(x, out);
 }
 
-/* The step's figures from its classes' and its step time. */
+/* The step's figures from its classes' and its timeline. */
 void sim_step_figures(const Plan *mp, Sim *out)
 {
-    double step = out->step_time, nb = 0;
+    double step = out->timeline, nb = 0;
     int nc = mp->mem.nclasses;
     out->bubble = 0, out->copy_time = 0, out->nvme_time = 0;
     for (int g = 0; g < NGROUPS; g++) out->exposed[g] = 0;
@@ -603,7 +603,8 @@ void sim_step_figures(const Plan *mp, Sim *out)
     }
     if (nb > 0) out->bubble /= nb;
     for (int g = 0; g < NGROUPS; g++) out->exposed[g] = step > 0 ? out->exposed[g] / step : 0;
-    /* ranks that share their cores in time: the step processor sharing allows */
+    /* ranks that share their cores in time: the step processor sharing allows
+     * (applied once, to the timeline: period.c extrapolates the timeline) */
     double *busy = calloc((size_t)nc + 1, sizeof *busy);
     if (!busy) die("sim: out of memory");
     for (int c = 0; c < nc; c++)
@@ -679,11 +680,11 @@ static void print_critical(FILE *f, const Plan *mp, const Sim *sim)
     double sec[NOPKINDS];
     Contrib by[NOPKINDS];
     sim_critical_by_kind(mp, sim, sec);
-    for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, sec[k], sim->step_time > 0 ? round(1000 * sec[k] / sim->step_time) : 0};
+    for (int k = 0; k < NOPKINDS; k++) by[k] = (Contrib){k, sec[k], sim->timeline > 0 ? round(1000 * sec[k] / sim->timeline) : 0};
     qsort(by, NOPKINDS, sizeof by[0], contrib_cmp);
     fprintf(f, "critical  path of %d ops:", sim->ncritical);
     for (int k = 0; k < 6 && by[k].sec > 0; k++)
-        fprintf(f, "%s %s %.1f%%", k ? "," : "", sched_op_kind_name(by[k].kind), 100 * by[k].sec / sim->step_time);
+        fprintf(f, "%s %s %.1f%%", k ? "," : "", sched_op_kind_name(by[k].kind), 100 * by[k].sec / sim->timeline);
     fputc('\n', f);
 }
 
@@ -701,11 +702,14 @@ void sim_summary(FILE *f, const Plan *mp, const Sim *sim)
         const SimClass *sc = &sim->classes[c];
         fprintf(f, "%5d %5d ", c, mp->mem.classes[c].cls->stage);
         for (int st = 0; st < NSTREAMS; st++) fprintf(f, "%9.4f", sc->busy[st]);
-        double idle = sim->step_time - sc->busy[ST_COMPUTE];
+        double idle = sim->timeline - sc->busy[ST_COMPUTE];
         fprintf(f, " | %7.4f %6.1f%%\n", idle, sc->work > 0 ? 100 * sc->bubble / sc->work : 0);
     }
     fprintf(f, "\nstep      %.4f s predicted; %.4g tokens/s; MFU %.1f%%, HFU %.1f%% of %.3g TFLOP/s per GPU\n",
             sim->step_time, sim->tokens_per_s, 100 * sim->mfu, 100 * sim->hfu, cost_peak(mp->spec) / 1e12);
+    if (sim->step_time < sim->timeline)
+        fprintf(f, "shared    the ranks share their cores: the timeline above ends at %.4f s, and ranks that wait yield "
+                   "their cores (processor sharing)\n", sim->timeline);
     fprintf(f, "bubble    %.1f%% of the ideal compute time (the average over stages; (p-1)/m for 1F1B)\n",
             100 * sim->bubble);
     fprintf(f, "exposed   ");

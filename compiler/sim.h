@@ -89,7 +89,13 @@ typedef struct SimClass {
 
 typedef struct Sim {
     SimClass *classes;          /* [mp->nclasses]                               */
-    double step_time;           /* seconds                                      */
+    double step_time;           /* seconds: the timeline's end, or less where
+                                   CPU ranks share their cores in time
+                                   (cost_shared_step)                           */
+    double timeline;            /* seconds: when the simulated timeline ends
+                                   (the ops as priced at the all-busy sharing);
+                                   the bubble, exposure and critical path are
+                                   shares of it                                 */
     double tokens_per_s;        /* global batch tokens / step time              */
     double mfu, hfu;            /* model / hardware FLOPs over peak             */
     double bubble;              /* pipeline bubble: idle over ideal compute
@@ -119,7 +125,8 @@ typedef struct SimOpts {
  * stuck ops (then *out holds what ran). */
 const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out);
 /* The step's figures from its classes' (busy, exposed, work, bubble, nvme)
- * and out->step_time: bubble, exposed fractions, copies, tokens/s, MFU, HFU. */
+ * and out->timeline: step time, bubble, exposed fractions, copies, tokens/s,
+ * MFU, HFU. */
 void sim_step_figures(const Plan *mp, Sim *out);
 /* The schedule summary of `shardc plan`: per stream busy time, bubble,
  * exposed communication, step time, tokens/s, MFU. */

@@ -48,7 +48,7 @@ static int trace_ev_cmp(const void *a, const void *b)
 static double trace_class_end(const Plan *mp, const Sim *sim, int c)
 {
     const SimClass *sc = &sim->classes[c];
-    double end = sc->end > sim->step_time ? sc->end : sim->step_time;
+    double end = sc->end > sim->timeline ? sc->end : sim->timeline;
     const Sched *s = &mp->sched.classes[c];
     for (int i = 0; i < s->nops; i++)
         if (sc->ops[i].end > end) end = sc->ops[i].end;

@@ -45,7 +45,7 @@ static void fake_sim(const Plan *mp, Sim *sim, bool serial)
             sc->busy[o->stream] += end - start;
             if (end > sc->end) sc->end = end;
         }
-        if (sc->end > sim->step_time) sim->step_time = sc->end;
+        if (sc->end > sim->timeline) sim->step_time = sim->timeline = sc->end;
     }
     /* the critical path: class 0's compute ops, enough to test the marks */
     const Sched *s0 = &mp->sched.classes[0];
