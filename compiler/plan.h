@@ -629,5 +629,8 @@ void report_fixes(FILE *out, const Plan *mp);
  * the simulated step (sim.h's Sim; NULL: none); rank < 0: no buffer list. */
 struct Sim;
 char *report_json(const Plan *mp, const struct Sim *sim, int64_t rank);
+/* The fixes as a cJSON array (caller-owned): change, why, fits, device_bytes, saves_bytes. */
+struct cJSON;
+struct cJSON *report_json_fixes(const Plan *mp);
 
 #endif

@@ -353,8 +353,8 @@ static cJSON *json_class(const Plan *mp, int i)
     return o;
 }
 
-/* The fixes. */
-static cJSON *json_fixes(const Plan *mp)
+/* The fixes (also tune's, for the closest candidate when nothing fits). */
+struct cJSON *report_json_fixes(const Plan *mp)
 {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < mp->nfixes; i++) {
@@ -473,7 +473,7 @@ char *report_json(const Plan *mp, const Sim *sim, int64_t rank)
     jnum(root, "nvme_bytes_per_node", (double)mp->mem.nvme_node);
     cJSON *classes = cJSON_AddArrayToObject(root, "rank_classes");
     for (int i = 0; i < mp->mem.nclasses; i++) cJSON_AddItemToArray(classes, json_class(mp, i));
-    cJSON_AddItemToObject(root, "fixes", json_fixes(mp));
+    cJSON_AddItemToObject(root, "fixes", report_json_fixes(mp));
     if (sim) cJSON_AddItemToObject(root, "simulation", json_sim(mp, sim));
     if (rank >= 0) cJSON_AddItemToObject(root, "rank", json_rank(mp, rank));
     char *text = cJSON_Print(root);

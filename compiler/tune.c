@@ -743,16 +743,7 @@ static char *tune_json(const Tune *t, const Plan *closest)
         cJSON *nf = cJSON_AddObjectToObject(root, "nothing_fits");
         cJSON_AddNumberToObject(nf, "closest_device_bytes", (double)closest->mem.classes[closest->mem.worst].device_total);
         cJSON_AddNumberToObject(nf, "gpu_memory", (double)closest->spec->cluster.gpu_memory);
-        cJSON *fx = cJSON_AddArrayToObject(nf, "fixes");
-        for (int i = 0; i < closest->nfixes; i++) {
-            const Fix *f = &closest->fixes[i];
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "change", f->change);
-            cJSON_AddStringToObject(e, "why", f->why);
-            cJSON_AddBoolToObject(e, "fits", f->fits);
-            cJSON_AddNumberToObject(e, "device_bytes", (double)f->device_total);
-            cJSON_AddItemToArray(fx, e);
-        }
+        cJSON_AddItemToObject(nf, "fixes", report_json_fixes(closest));
     }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
