@@ -377,14 +377,17 @@ typedef struct Op {
     int mb;                     /* microbatch, or -1                               */
     int chunk;                  /* chunk index on this rank, or -1                 */
     int aux;                    /* bucket, segment or sub-group index; OP_WAIT: the op waited for */
-    int unit[OP_MAX_UNITS];     /* ZeRO-3 fetch units (segments) it computes with, -1 after the last */
-    int rd[OP_MAX_RD], nrd;     /* buffers read                                    */
-    int wr[OP_MAX_WR], nwr;     /* buffers written                                 */
-    double flops;               /* on this rank                                    */
-    int64_t bytes;              /* communicated or copied, on this rank            */
     int sub;                    /* OpSub                                           */
     int part_lo, part_hi;       /* the parts of parted buffers (Buffer.nparts) it touches,
                                    inclusive; -1: every part                       */
+    int nrd, nwr;               /* how many of rd and wr are used                  */
+    double flops;               /* on this rank                                    */
+    int64_t bytes;              /* communicated or copied, on this rank            */
+    /* the scalars above fill one 64-byte cache line, which is all that most
+       passes over a schedule's ops read; the lists follow */
+    int unit[OP_MAX_UNITS];     /* ZeRO-3 fetch units (segments) it computes with, -1 after the last */
+    int rd[OP_MAX_RD];          /* buffers read                                    */
+    int wr[OP_MAX_WR];          /* buffers written                                 */
 } Op;
 
 typedef enum BufCat {

@@ -43,6 +43,8 @@ typedef struct Ctx {
     int nc, N;
     int *base;                  /* [nc + 1]: first global op of each class      */
     int *cls_of;                /* [N]                                          */
+    unsigned char *kind, *stream; /* [N]: each op's OpKind and Stream, packed: the
+                                   passes below scan these, not the ops themselves */
     double *dur, *ready;        /* [N]: duration; time its dependencies allow   */
     SimOp *t;                   /* [N]: start and end                           */
     unsigned char *state;       /* [N]: PENDING, ARRIVED (at a rendezvous), DONE */
@@ -61,9 +63,6 @@ typedef struct Ctx {
 
 /* The schedule of class c. */
 static const Sched *sched_of(const Ctx *x, int c) { return &x->mp->sched.classes[c]; }
-
-/* The op behind a global number. */
-static const Op *op_of(const Ctx *x, int g) { return &sched_of(x, x->cls_of[g])->ops[g - x->base[x->cls_of[g]]]; }
 
 /* An op's label; a wait names its target unless that is a wait too (a broken
  * schedule may chain waits into a cycle). */
@@ -96,6 +95,8 @@ static void build_ops(Ctx *x)
     int N = x->N = x->base[x->nc];
     size_t n = (size_t)N + 1;
     x->cls_of = arena_alloc(&g_arena, sizeof(int) * n);
+    x->kind = arena_alloc(&g_arena, n);
+    x->stream = arena_alloc(&g_arena, n);
     x->dur = arena_alloc(&g_arena, sizeof(double) * n);
     x->ready = arena_alloc(&g_arena, sizeof(double) * n);
     x->t = arena_alloc(&g_arena, sizeof(SimOp) * n);
@@ -119,6 +120,8 @@ static void build_ops(Ctx *x)
             if (s->ops[i].stream < 0 || s->ops[i].stream >= NSTREAMS)
                 die("sim: %s is on no stream (%d)", describe(x, g), s->ops[i].stream);
             x->cls_of[g] = c;
+            x->kind[g] = (unsigned char)s->ops[i].kind;
+            x->stream[g] = (unsigned char)s->ops[i].stream;
             x->dur[g] = cost_op_time(x->mp, s, i);
             x->cause[g] = x->rcause[g] = x->partner[g] = x->sync[g] = x->wait_head[g] = -1;
             x->st_first[c * NSTREAMS + s->ops[i].stream + 1]++;
@@ -126,10 +129,8 @@ static void build_ops(Ctx *x)
     }
     for (int k = 0; k < x->ns; k++) x->st_first[k + 1] += x->st_first[k];
     for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k], x->wait_next[k] = -1;
-    for (int c = 0; c < x->nc; c++) {
-        const Sched *s = sched_of(x, c);
-        for (int i = 0; i < s->nops; i++) x->st_ops[x->st_pos[c * NSTREAMS + s->ops[i].stream]++] = x->base[c] + i;
-    }
+    for (int c = 0; c < x->nc; c++)
+        for (int g = x->base[c]; g < x->base[c + 1]; g++) x->st_ops[x->st_pos[c * NSTREAMS + x->stream[g]]++] = g;
     for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k];
 }
 
@@ -175,7 +176,7 @@ static void build_deps(Ctx *x)
                 int hi = parted ? at[b] + 1 + (o->part_hi < np ? o->part_hi : np - 1) : at[b];
                 for (int a = lo; a <= hi; a++) {
                     int w = last[a];
-                    if (w >= 0 && s->ops[w].stream != o->stream) dep_add(x, &n, &cap, first, x->base[c] + w);
+                    if (w >= 0 && x->stream[x->base[c] + w] != o->stream) dep_add(x, &n, &cap, first, x->base[c] + w);
                 }
             }
             for (int k = 0; k < o->nwr; k++) {
@@ -205,10 +206,11 @@ static void build_pairs(Ctx *x)
         for (int c = 0; c < x->nc; c++) {
             const Sched *s = sched_of(x, c);
             for (int i = 0; i < s->nops; i++) {
-                const Op *o = &s->ops[i];
-                bool isend = o->kind == OP_SEND_FWD || o->kind == OP_SEND_BWD;
-                bool irecv = o->kind == OP_RECV_FWD || o->kind == OP_RECV_BWD;
+                int k = x->kind[x->base[c] + i];
+                bool isend = k == OP_SEND_FWD || k == OP_SEND_BWD;
+                bool irecv = k == OP_RECV_FWD || k == OP_RECV_BWD;
                 if (!(pass == 0 ? isend : irecv)) continue;
+                const Op *o = &s->ops[i];
                 if (o->chunk < 0 || o->chunk >= s->cls->nchunks || o->mb < 0 || o->mb >= m)
                     die("sim: %s has no chunk or microbatch", describe(x, x->base[c] + i));
                 int64_t mc = s->cls->chunks[o->chunk].model_chunk;
@@ -241,9 +243,8 @@ static void build_syncs(Ctx *x)
     for (int k = 0; k < nk; k++) {
         int most = 0;
         for (int c = 0; c < x->nc; c++) {
-            const Sched *s = sched_of(x, c);
             int n = 0;
-            for (int i = 0; i < s->nops; i++) n += s->ops[i].kind == kinds[k];
+            for (int g = x->base[c]; g < x->base[c + 1]; g++) n += x->kind[g] == kinds[k];
             if (n > most) most = n;
         }
         first[k + 1] = first[k] + most;
@@ -256,13 +257,12 @@ static void build_syncs(Ctx *x)
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < nk; k++)
             for (int c = 0; c < x->nc; c++) {
-                const Sched *s = sched_of(x, c);
                 cnt[c] = 0;
-                for (int i = 0; i < s->nops; i++) {
-                    if (s->ops[i].kind != kinds[k]) continue;
+                for (int g = x->base[c]; g < x->base[c + 1]; g++) {
+                    if (x->kind[g] != kinds[k]) continue;
                     int grp = first[k] + cnt[c]++;
                     if (pass == 0) size[grp]++;
-                    else x->sync_ops[x->sync_first[grp] + x->sync_arrived[grp]++] = x->base[c] + i;
+                    else x->sync_ops[x->sync_first[grp] + x->sync_arrived[grp]++] = g;
                 }
             }
         if (pass == 0)
@@ -328,7 +328,7 @@ static bool start_sync(Ctx *x, int sid, int g)
  * it must wait for another class. */
 static bool start_op(Ctx *x, int sid, int g)
 {
-    int kind = op_of(x, g)->kind, p = x->partner[g];
+    int kind = x->kind[g], p = x->partner[g];
     double r = x->ready[g];
     if (x->sync[g] >= 0) return start_sync(x, sid, g);
     if (kind == OP_RECV_FWD || kind == OP_RECV_BWD) {
@@ -373,7 +373,7 @@ static void run_stream(Ctx *x, int sid)
         if (x->at_issue && g > x->base[x->cls_of[g]]) {
             /* the op issued before it on this rank: ended, or (a send or a
              * receive) posted, which is all the issuing thread waits for */
-            int pv = g - 1, k = op_of(x, pv)->kind;
+            int pv = g - 1, k = x->kind[pv];
             bool p2p = k == OP_SEND_FWD || k == OP_SEND_BWD || k == OP_RECV_FWD || k == OP_RECV_BWD;
             if (p2p ? x->state[pv] == PENDING : x->state[pv] != DONE) {
                 block(x, sid, pv);
@@ -402,7 +402,7 @@ static const char *stuck_reason(const Ctx *x, int g)
 {
     for (int k = x->dep_first[g]; k < x->dep_first[g + 1]; k++)
         if (x->state[x->deps[k]] != DONE) return arena_printf(&g_arena, "waits for %s", describe(x, x->deps[k]));
-    int kind = op_of(x, g)->kind, p = x->partner[g];
+    int kind = x->kind[g], p = x->partner[g];
     if (x->sync[g] >= 0) return "waits for the other stages to reach this collective";
     if (kind == OP_RECV_FWD || kind == OP_RECV_BWD)
         return p < 0 ? "no stage sends it" : arena_printf(&g_arena, "waits for %s", describe(x, p));
@@ -484,7 +484,7 @@ static double pipeline_share(const Ctx *x, int c, int g, int last, double from, 
     for (int z = g >= 0 ? x->cause[g] : last; z >= 0 && hi > from; z = x->cause[z]) {
         int cz = x->cause[z];
         double lo = fmax(from, cz >= 0 ? x->t[cz].end : x->t[z].start), end = fmin(hi, x->t[z].end);
-        if (end > lo && x->cls_of[z] != c && op_of(x, z)->stream == ST_COMPUTE)
+        if (end > lo && x->cls_of[z] != c && x->stream[z] == ST_COMPUTE)
             share += end - lo;
         if (lo < hi) hi = lo;
     }
@@ -499,11 +499,11 @@ static void class_metrics(const Ctx *x, int c, double step, int last, SimClass *
     int b = x->base[c];
     sc->ops = x->t + b;
     sc->end = 0;
-    for (int i = 0; i < s->nops; i++) {
-        const SimOp *t = &x->t[b + i];
-        sc->busy[s->ops[i].stream] += t->end - t->start;
+    for (int g = b; g < b + s->nops; g++) {
+        const SimOp *t = &x->t[g];
+        sc->busy[x->stream[g]] += t->end - t->start;
         if (t->end > sc->end) sc->end = t->end;
-        if (s->ops[i].stream == ST_COMPUTE && is_work(s->ops[i].kind)) sc->work += t->end - t->start;
+        if (x->stream[g] == ST_COMPUTE && is_work(x->kind[g])) sc->work += t->end - t->start;
     }
     /* the compute stream's idle intervals, and which of them the pipeline caused */
     Span2 *idle = malloc(sizeof(Span2) * (size_t)(s->nops + 2));
@@ -536,13 +536,11 @@ static void class_metrics(const Ctx *x, int c, double step, int last, SimClass *
 /* Seconds class c spends on NVMe transfers. */
 static double nvme_seconds(const Ctx *x, int c)
 {
-    const Sched *s = sched_of(x, c);
     bool params = x->mp->spec->offload.params == OFF_NVME;
     double t = 0;
-    for (int i = 0; i < s->nops; i++) {
-        int k = s->ops[i].kind;
-        if (k == OP_OPT_READ || k == OP_OPT_WRITE || (params && k == OP_PARAM_FETCH))
-            t += x->t[x->base[c] + i].end - x->t[x->base[c] + i].start;
+    for (int g = x->base[c]; g < x->base[c + 1]; g++) {
+        int k = x->kind[g];
+        if (k == OP_OPT_READ || k == OP_OPT_WRITE || (params && k == OP_PARAM_FETCH)) t += x->t[g].end - x->t[g].start;
     }
     return t;
 }
