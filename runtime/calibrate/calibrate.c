@@ -619,6 +619,7 @@ static bool write_rows(void)
 
 int main(int argc, char **argv)
 {
+    if (g_backend.start) g_backend.start(argv);    /* the trainers' OpenMP wait policy */
     if (argc < 2) usage(NULL);
     bool comm = strcmp(argv[1], "comm") == 0;
     if (!comm && strcmp(argv[1], "compute") != 0) usage("the phases are 'compute' and 'comm'");

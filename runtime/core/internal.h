@@ -63,6 +63,12 @@ typedef struct srt_backend {
      * is host memory and ctx_dev_read / ctx_dev_write memcpy (the CPU backend). */
     void (*dev_read)(srt_ctx *c, void *dst, int64_t off, int64_t bytes);
     void (*dev_write)(srt_ctx *c, int64_t off, const void *src, int64_t bytes);
+    /* Called first by srt_main (and shardrt_calibrate), before MPI: a backend
+     * whose libraries read their settings from the environment when they are
+     * loaded sets its defaults there and executes the process again (the
+     * CPU backend's OpenMP wait policy, threads.c); returns when nothing is
+     * to be done.  NULL: nothing. */
+    void (*start)(char **argv);
     void (*init)(srt_ctx *c);
     void (*fini)(srt_ctx *c);
     /* Called by ops.c before every op (after checking): a backend that

@@ -795,6 +795,7 @@ static void loop_sample(loop_run *R, int64_t n, int64_t step, const tok *tk, met
 /* Runs the trainer (see shardrt.h). */
 int srt_main(int argc, char **argv, const srt_program *prog)
 {
+    if (g_backend.start) g_backend.start(argv);
     loop_run R = {.p = prog};
     char err[2048] = "";
     int cr = cli_parse(argc, argv, &R.o, err, sizeof err);

@@ -184,6 +184,10 @@ void cpu_allreduce_u64(srt_ctx *c, srt_group g, uint64_t *x, int64_t n);
  * node's CPUs) and prints one line when the node's ranks leave CPUs idle or
  * share them.  Collective over the world (the node's ranks compare). */
 void cpu_threads_init(srt_ctx *c);
+/* Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: sets GOMP_SPINCOUNT=1000
+ * and executes this program again with argv, since libgomp reads it only when
+ * it is loaded (the backend's start; see threads.c).  Returns if it cannot. */
+void cpu_wait_policy(char **argv);
 
 /* ---- io.c: host copies and NVMe ------------------------------------------------------- */
 void cpu_io_init(srt_ctx *c);

@@ -215,3 +215,24 @@ void cpu_threads_init(srt_ctx *c)
     free(masks), free(threads), free(ranks);
     if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
 }
+
+/* OpenMP's wait policy.  libgomp's default has a thread that reaches the end
+ * of a parallel region spin for its team (GOMP_SPINCOUNT 300000 rounds)
+ * before it sleeps; when another process holds one of the cores, the thread
+ * it waits for is not running and the spinner takes the core it needs.
+ * Sleeping at once (OMP_WAIT_POLICY=passive) costs a wake-up at every
+ * region.  Measured on gpt-1 of the fidelity benchmark (one rank, two
+ * threads, 2 cores; one thread alone 76-145 ms a step): with other jobs
+ * running (load 4-7) 207-963 ms with the default, 132-161 ms spinning 1000
+ * rounds, 84-104 ms passive; on the quiet machine 51-54, 56-59 and 97-160 ms.
+ * So a rank spins 1000 rounds (docs/trainer.md, "Launching").  libgomp reads
+ * the variable once, when it is loaded, so the process executes itself again
+ * with it set; a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT stands. */
+void cpu_wait_policy(char **argv)
+{
+    const char *p = getenv("OMP_WAIT_POLICY"), *n = getenv("GOMP_SPINCOUNT");
+    if ((p && *p) || (n && *n)) return;
+    if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT");         /* not executed: libgomp's default stands */
+}

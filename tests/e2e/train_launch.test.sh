@@ -10,7 +10,7 @@
 # binding can leave a CPU idle.
 set -u
 . "$(dirname "$0")/train_lib.sh"
-unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMPI_MCA_mpi_yield_when_idle
+unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMPI_MCA_mpi_yield_when_idle OMP_WAIT_POLICY GOMP_SPINCOUNT
 cpus=$(nproc)
 [ "$cpus" -ge 2 ] || { echo "skipped: one CPU"; exit 77; }
 train_build one -D parallel.dp=1 -D cluster.gpus_per_node=1
@@ -40,5 +40,22 @@ if [ "$cpus" -lt 8 ]; then
     launch "four ranks with OMP_NUM_THREADS=2" warn "OpenMP threads (OMP_NUM_THREADS) on $cpus CPUs" \
         mpirun -np 4 --oversubscribe --bind-to none -x OMP_NUM_THREADS=2 "$T/four"
 fi
+# spin LABEL WANT [VAR=VALUE]: the OpenMP wait (runtime/cpu/threads.c) that libgomp
+# reports last (OMP_DISPLAY_ENV: the process shows it again after it re-executes)
+spin() {
+    local label=$1 want=$2 got
+    shift 2
+    if ! env OMP_DISPLAY_ENV=verbose "$@" timeout 120 "$T/one" --data "$DATA" --steps 1 --eval-every 0 \
+            > "$T/s.out" 2> "$T/s.err"; then
+        echo "FAIL: $label: the run failed"; cat "$T/s.err"; fail=1; return
+    fi
+    got=$(sed -n "s/^ *GOMP_SPINCOUNT = '\([0-9]*\)'.*/\1/p" "$T/s.err" | tail -1)
+    if [ "$got" = "$want" ]; then echo "ok: $label: GOMP_SPINCOUNT $got"
+    else echo "FAIL: $label: expected GOMP_SPINCOUNT $want, got ${got:-none}"; fail=1
+    fi
+}
+spin "default wait: spin 1000 rounds, then sleep" 1000
+spin "the user's OMP_WAIT_POLICY stands" 30000000000 OMP_WAIT_POLICY=active
+spin "the user's GOMP_SPINCOUNT stands" 5000 GOMP_SPINCOUNT=5000
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
