@@ -753,27 +753,56 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     sput(o, "}\n\n");
 }
 
-/* The MLP part's weight gradients (tp_comm_overlap's weight op, at step 4):
- * dW += dY^T·X of its linears and their biases, from dy, act and what the
- * data op left in the scratch (dfc1 or dgate and dup; ln2 under SP). */
-static void bwd_mlp_weight(const CE *e, Str *o, Opnd fbg)
+/* The attention output projection's backward GEMMs for the gradients
+ * `grads` (OpGrads): datt at step 6 and, unless split, the weight and bias
+ * gradients; split, those in the weight op at step 9. */
+static void proj_bwd(Str *o, Opnd pbg, int grads)
+{
+    Opnd di = opnd("datt"), dw = opnd("PG(PROJ_W, (int64_t)C * QD)"), db = pbg;
+    bwd_opnds(grads, &di, &dw, &db);
+    mm_bwd(o, "    ", grads == GR_WEIGHT ? "9: attention output projection's weight gradient" : "6: attention output projection",
+           di, dw, db, "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", D_N, D_QD, D_C);
+}
+
+/* The MLP's down projection's backward GEMMs for the gradients `grads`
+ * (OpGrads): step 1, dact (none with GELU's fused dgelu) and, unless split,
+ * the weight and bias gradients; split, those in the weight op at step 4. */
+static void mlp_out_bwd(const CE *e, Str *o, Opnd fbg, int grads)
+{
+    bool dgelu = !e->m->gated && !e->ext, w = grads == GR_WEIGHT;
+    Opnd di = dgelu ? NO_OPND : opnd("dact"), dw = opnd("PG(FC2_W, (int64_t)C * FF)"), db = fbg;
+    bwd_opnds(grads, &di, &dw, &db);
+    if (di.on == ABSENT && dw.on == ABSENT) return;
+    mm_bwd(o, "    ", w ? "4: MLP down projection's weight gradient"
+                      : dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection",
+           di, dw, db, "dy", "act", "PW(FC2_W, (int64_t)C * FF)", D_N, D_FF, D_C);
+}
+
+/* The MLP's input linears' backward GEMMs (c_fc, or SwiGLU's up and gate) for
+ * the gradients `grads`: step 3 (dln2 +=, and unless split the weights'),
+ * or the weight op's at step 4 from dfc1 / dup, dgate and ln2. */
+static void mlp_in_bwd(const CE *e, Str *o, int grads)
 {
     const Model *m = e->m;
     const Group *g = &e->layer[0];
-    const char *I = "    ";
-    bool dgelu = !m->gated && !e->ext;
-    mm_bwd(o, I, "4: MLP down projection's weight gradient", NO_OPND, opnd("PG(FC2_W, (int64_t)C * FF)"), fbg, "dy", "act",
-           "PW(FC2_W, (int64_t)C * FF)", D_N, D_FF, D_C);
+    bool dgelu = !m->gated && !e->ext, w = grads == GR_WEIGHT;
+    const char *st = w ? "4" : "3", *wg = w ? "'s weight gradient" : "";
     if (m->gated) {
-        mm_bwd(o, I, "4: mlp.up_proj's weight gradient", NO_OPND, opnd("PG(UP_W, (int64_t)FF * C)"),
-               opt_w(g, R_UP_B, D_FF, true), "dup", "ln2", "PW(UP_W, (int64_t)FF * C)", D_N, D_C, D_FF);
-        mm_bwd(o, I, "4: mlp.gate_proj's weight gradient", NO_OPND, opnd("PG(GATE_W, (int64_t)FF * C)"),
-               opt_w(g, R_GATE_B, D_FF, true), "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", D_N, D_C, D_FF);
-    } else {
-        mm_bwd(o, I, dgelu ? "4: mlp.c_fc's weight gradient (its bias gradient came with dfc1)" : "4: mlp.c_fc's weight gradient",
-               NO_OPND, opnd("PG(FC1_W, (int64_t)FF * C)"), dgelu ? NO_OPND : opt_w(g, R_FC1_B, D_FF, true), "dfc1", "ln2",
-               "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
+        static const struct { int w, b; const char *dout, *name, *note; } pr[2] = {
+            {R_UP_W, R_UP_B, "dup", "up_proj", ""}, {R_GATE_W, R_GATE_B, "dgate", "gate_proj", " (dln2 +=)"}};
+        for (int i = 0; i < 2; i++) {
+            Opnd di = opnd("dln2"), dw = opnd(arena_printf(&g_arena, "PG(%s, (int64_t)FF * C)", role_c[pr[i].w]));
+            Opnd db = opt_w(g, pr[i].b, D_FF, true);
+            bwd_opnds(grads, &di, &dw, &db);
+            mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.%s%s", st, pr[i].name, w ? wg : pr[i].note), di, dw, db,
+                   pr[i].dout, "ln2", arena_printf(&g_arena, "PW(%s, (int64_t)FF * C)", role_c[pr[i].w]), D_N, D_C, D_FF);
+        }
+        return;
     }
+    Opnd di = opnd("dln2"), dw = opnd("PG(FC1_W, (int64_t)FF * C)"), db = dgelu ? NO_OPND : opt_w(g, R_FC1_B, D_FF, true);
+    bwd_opnds(grads, &di, &dw, &db);
+    mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.c_fc%s%s", st, wg, dgelu ? " (its bias gradient came with dfc1)" : ""),
+           di, dw, db, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
 }
 
 /* The layer's backward; its numbered steps are the lifetimes carve_bwd packs.
@@ -849,50 +878,31 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
      * bias gradient) in one op; a user-defined activation or SwiGLU: dact */
     bool dgelu = !m->gated && !e->ext;
     if (!dgelu) rt_call(o, I, RT_zero, "SRT_COMPUTE", "1", "dact", NULL);
-    Opnd di = dgelu ? NO_OPND : opnd("dact"), dw = opnd("PG(FC2_W, (int64_t)C * FF)"), db = fbg;
-    bwd_opnds(gd, &di, &dw, &db);
-    if (di.on != ABSENT || dw.on != ABSENT)
-        mm_bwd(o, I, dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection", di, dw, db, "dy", "act",
-               "PW(FC2_W, (int64_t)C * FF)", D_N, D_FF, D_C);
+    mlp_out_bwd(e, o, fbg, gd);
     if (dgelu) {
         mm_bwd_dgelu(o, I, "2: dfc1 = (dy·W2) * gelu'(fc1); c_fc's bias gradient +=", "dfc1", opt_w(g, R_FC1_B, D_FF, true),
                      "dy", "PW(FC2_W, (int64_t)C * FF)", "fc1", D_N, D_FF, D_C);
-        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
-        di = opnd("dln2"), dw = opnd("PG(FC1_W, (int64_t)FF * C)"), db = NO_OPND;
-        bwd_opnds(gd, &di, &dw, &db);
-        mm_bwd(o, I, "3: mlp.c_fc (its bias gradient came with dfc1)", di, dw, db, "dfc1", "ln2",
-               "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     } else if (m->gated) {
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dgate", NULL);
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dup", NULL);
         rt_call(o, I, RT_swiglu_bwd, "SRT_COMPUTE", "2: swiglu", "dgate", "dup", "dact", "gate", "up", "N", "FF", "FF", NULL);
-        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
-        di = opnd("dln2"), dw = opnd("PG(UP_W, (int64_t)FF * C)"), db = opt_w(g, R_UP_B, D_FF, true);
-        bwd_opnds(gd, &di, &dw, &db);
-        mm_bwd(o, I, "3: mlp.up_proj", di, dw, db, "dup", "ln2", "PW(UP_W, (int64_t)FF * C)", D_N, D_C, D_FF);
-        di = opnd("dln2"), dw = opnd("PG(GATE_W, (int64_t)FF * C)"), db = opt_w(g, R_GATE_B, D_FF, true);
-        bwd_opnds(gd, &di, &dw, &db);
-        mm_bwd(o, I, "3: mlp.gate_proj (dln2 +=)", di, dw, db, "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     } else {
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dfc1", NULL);
         const CatalogExtern *x = e->ext;
         ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
                  (const char *[]){"dfc1", "fc1", "dact"}, 3);
-        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
-        di = opnd("dln2"), dw = opnd("PG(FC1_W, (int64_t)FF * C)"), db = opt_w(g, R_FC1_B, D_FF, true);
-        bwd_opnds(gd, &di, &dw, &db);
-        mm_bwd(o, I, "3: mlp.c_fc", di, dw, db, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     }
+    if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
+    rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
+    mlp_in_bwd(e, o, gd);
     norm_bwd(e, o, g, "ln2", "dx2", "dln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
     if (tp)
         sf(o, "    return;  /* the %s over tp completes %sdx2 */\n", sp ? "reduce-scatter" : "all-reduce",
            sp ? "this rank's tokens of " : "");
     if (ws) {
         sput(o, "mlp_wgrad:\n");
-        bwd_mlp_weight(e, o, fbg);
+        mlp_out_bwd(e, o, fbg, GR_WEIGHT);
+        mlp_in_bwd(e, o, GR_WEIGHT);
         sput(o, "    return;\n");
     }
     if (tp) sput(o, "attn:\n");
@@ -912,9 +922,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
     }
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "6", "datt", NULL);
-    di = opnd("datt"), dw = opnd("PG(PROJ_W, (int64_t)C * QD)"), db = pbg;
-    bwd_opnds(gd, &di, &dw, &db);
-    mm_bwd(o, I, "6: attention output projection", di, dw, db, "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", D_N, D_QD, D_C);
+    proj_bwd(o, pbg, gd);
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "7", "dqkv", NULL);
     rt_call(o, I, RT_attention_bwd, "SRT_COMPUTE", "7: attention", "dq", "dk", "dv", "datt", "att", "lse", "q", "k", "v",
             "B", "T", "NH", "NKV", "HS", "LDQ", "LDKV", NULL);
@@ -928,8 +936,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
     if (ws) {
         sf(o, "    return;  /* the %s over tp completes dx */\nattn_wgrad:\n", sp ? "reduce-scatter" : "all-reduce");
-        mm_bwd(o, I, "9: attention output projection's weight gradient", NO_OPND, opnd("PG(PROJ_W, (int64_t)C * QD)"), pbg,
-               "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", D_N, D_QD, D_C);
+        proj_bwd(o, pbg, GR_WEIGHT);
         qkv_proj(e, o, g, true, GR_WEIGHT);
     }
     sput(o, "}\n\n");

@@ -2081,14 +2081,15 @@ static double mlp_share(const Model *m)
 }
 
 /* The weight GEMMs' share of a layer backward's FLOPs, attention ([0]: qkv
- * and the output projection) and MLP ([1]): dW = dY^T·X is one linear's
- * forward FLOPs, the backward twice the forward (model.c). */
-static void weight_shares(const Model *m, double w[2])
+ * and the output projection) and MLP ([1], whose forward share is mlp):
+ * dW = dY^T·X is one linear's forward FLOPs, the backward twice the forward
+ * (model.c). */
+static void weight_shares(const Model *m, double mlp, double w[2])
 {
-    double mlp = 2.0 * (double)m->s * (double)m->h * (double)m->ffn * (m->gated ? 3 : 2);
-    double lin = 2.0 * (double)m->s * (double)m->linear_layer;
-    w[0] = m->fl_layer_bwd > 0 ? (lin - mlp) / m->fl_layer_bwd : 0;
-    w[1] = m->fl_layer_bwd > 0 ? mlp / m->fl_layer_bwd : 0;
+    double lin = m->fl_layer_fwd > 0 ? 2.0 * (double)m->s * (double)m->linear_layer / m->fl_layer_fwd : 0;
+    double fwd = m->fl_layer_bwd > 0 ? m->fl_layer_fwd / m->fl_layer_bwd : 0;   /* one half */
+    w[0] = (lin - mlp) * fwd;
+    w[1] = mlp * fwd;
 }
 
 /* Builds the ops and buffers of one training step of rank class c. */
@@ -2105,7 +2106,7 @@ static void sched_class(const Partition *p, const RankClass *c, Sched *s)
     b.sp = b.tpx && p->T_sp < p->T;
     b.mlp_share = mlp_share(p->model);
     b.wsplit = p->wsplit;
-    weight_shares(p->model, b.wshare);
+    weight_shares(p->model, b.mlp_share, b.wshare);
     build_keys(&b);
     build_layers(&b);
     opt_split(&b);
