@@ -3,7 +3,8 @@
 # its collective, then a weight-gradient call while the collective runs.  For
 # GPT (tiny-gpt) and Llama (tiny-llama: 2 kv heads, replicated under tp 4), tp 2
 # and tp 4, with and without sequence parallelism, selective and full
-# checkpointing, 4 steps of a global batch of 16: with the key at its default
+# checkpointing, and the custom-op example's GPT (a user-defined activation) at
+# tp 2, 4 steps (a global batch of 16; the example's, 4): with the key at its default
 # (wgrad) every step's loss and the final weights within 1e-5 of one rank's,
 # and bit for bit those of tp_comm_overlap = none (the same GEMMs, split in
 # two calls); the trainer's measured arenas equal the plan's (the weight call
@@ -39,5 +40,7 @@ layouts() {
 }
 layouts gpt specs/tiny-gpt.tspec "2 off selective" "2 on full" "4 off full" "4 on selective"
 layouts llama specs/tiny-llama.tspec "2 on selective" "4 off full"
+# a user-defined activation (examples/custom-op): dfc1 from its own backward
+layouts sqrelu examples/custom-op/sqrelu.tspec "2 on none"
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
