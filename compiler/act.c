@@ -239,24 +239,28 @@ static int64_t graph_fwd_peak(const Partition *p, const LayerGraph *g, int pol)
  * norm1).  GELU's backward fuses the down projection's data gradient with
  * gelu' (no dact); tp > 1 keeps dx2 in its own buffer (the row's d1); under
  * sequence parallelism each norm is recomputed on its part's gathered input
- * while its output's gradient lives. */
+ * while its output's gradient lives; with tp_comm_overlap each part's weight
+ * GEMMs run at its last step (4, 9) in an op of their own. */
 static void carve_bwd(const Partition *p, bool sp, Carve *cv)
 {
     const Model *m = p->model;
     int64_t tp = p->tp, T = p->T, h = m->h, ff = m->ffn / tp, w = p->wbytes;
     int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd, stats = T * 4 * (m->layernorm ? 2 : 1);
     bool dgelu = !m->gated && p->spec->model.activation != ACT_EXTERN;
+    /* tp_comm_overlap: each part's weight GEMMs run in a second op after its
+     * last step (4, 9), reading dY of the MLP's input linears and of qkv */
+    int wlast = p->wsplit ? 1 : 0;
     if (tp == 1) carve_live(cv, AP_DX2, T * h * w, 0, 6);
     if (!dgelu) carve_live(cv, AP_DACT, T * ff * w, 1, 2);
     if (m->gated) {
-        carve_live(cv, AP_DGATE, T * ff * w, 2, 3);
-        carve_live(cv, AP_DUP, T * ff * w, 2, 3);
+        carve_live(cv, AP_DGATE, T * ff * w, 2, 3 + wlast);
+        carve_live(cv, AP_DUP, T * ff * w, 2, 3 + wlast);
     } else {
-        carve_live(cv, AP_DFC1, T * ff * w, 2, 3);
+        carve_live(cv, AP_DFC1, T * ff * w, 2, 3 + wlast);
     }
     carve_live(cv, AP_DLN2, T * h * w, 3, 4);
     carve_live(cv, AP_DATT, T * (h / tp) * w, 6, 7);
-    carve_live(cv, AP_DQKV, T * qkv * w, 7, 8);
+    carve_live(cv, AP_DQKV, T * qkv * w, 7, 8 + wlast);
     carve_live(cv, AP_DLN1, T * h * w, 8, 9);
     if (sp) {
         carve_live(cv, AP_NORM2_SP, T * h * w, 3, 4);

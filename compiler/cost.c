@@ -86,11 +86,26 @@ enum { PC_QKV = 1, PC_PROJ = 2, PC_CORE = 4, PC_MLP_IN = 8, PC_MLP_OUT = 16,
 
 /* The pieces an op runs: a whole layer, its attention or MLP half (tp > 1
  * splits the layer around its collectives), or the attention core alone
- * (selective recompute). */
+ * (selective recompute); a backward's weight op (tp_comm_overlap) runs only
+ * the linears' weight GEMMs. */
 static int op_pieces(const Partition *p, const Op *o)
 {
     if (o->kind == OP_RECOMPUTE && p->spec->checkpointing.activations == CKPT_SELECTIVE) return PC_CORE;
-    return o->sub == SUB_ATTN ? PC_ATTN : o->sub == SUB_MLP ? PC_MLP : PC_ALL;
+    int pc = o->sub == SUB_ATTN ? PC_ATTN : o->sub == SUB_MLP ? PC_MLP : PC_ALL;
+    return o->grads == GR_WEIGHT ? pc & ~PC_CORE : pc;
+}
+
+/* The attention core's FLOPs against the linears' in an op, relative to a
+ * forward's: a backward's data op (tp_comm_overlap) runs each linear's data
+ * GEMM once and the attention core's backward, twice its forward. */
+static double op_core_weight(const Op *o) { return o->grads == GR_DATA ? 2 : 1; }
+
+/* The GEMM kernels of an op's weight GEMMs (tp_comm_overlap's weight op: two
+ * a half, the linears in and out), which the data op does not launch. */
+static int weight_kernels(const Op *o, int pieces)
+{
+    int k = (pieces & PC_ATTN ? 2 : 0) + (pieces & PC_MLP ? 2 : 0);
+    return o->grads == GR_ALL ? 0 : k;
 }
 
 /* ---- the CPU backend, from a measured profile ------------------------------------
@@ -174,7 +189,7 @@ static double cpu_kernels(const CpuRank *r, double n) { return n * profile_launc
  * attention core, each at its own efficiency, FLOP-weighted.  bwd: the
  * backward's own measured rates (the CPU model; the GPU's curve is the same
  * both ways). */
-static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd)
+static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, double core_w)
 {
     const Model *m = p->model;
     double T = (double)p->T, t = (double)p->tp, h = (double)m->h, hd = (double)m->hd;
@@ -198,7 +213,7 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd)
                    : f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
     }
     if (pieces & PC_CORE) {
-        double fa = 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
+        double fa = core_w * 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
         flops += fa;
         /* the backward's rate counts its 2·fa FLOPs, and its seconds are halved as the GEMMs' */
         sec += cpu ? fa / profile_attn_rate(r.pf, r.dt, bwd, r.threads, (double)m->s, hd) * r.share_gemm
@@ -242,9 +257,10 @@ static double cpu_extra_bytes(const Partition *p, int pieces, bool bwd)
 static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int pieces)
 {
     CpuRank r = cpu_rank(p);
-    double t = o->flops * layer_sec_per_flop(p, pieces, bwd);
+    double t = o->flops * layer_sec_per_flop(p, pieces, bwd, op_core_weight(o));
+    if (o->grads == GR_WEIGHT) return t + cpu_kernels(&r, weight_kernels(o, pieces));
     int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0);
-    if (bwd) kernels += kernels + 2;
+    if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
     return t + cpu_stream(&r, bytes, 3 * each) + cpu_kernels(&r, kernels);
@@ -255,10 +271,12 @@ static double layer_time(const Partition *p, const Op *o, bool bwd)
 {
     int pieces = op_pieces(p, o);
     if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
-    double t = o->flops * layer_sec_per_flop(p, pieces, false);
+    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o));
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
+    if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
-    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels);
+    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) +
+           kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
 }
 
 /* The head: final norm, logits GEMM, fused cross-entropy and their backward. */

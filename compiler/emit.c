@@ -602,17 +602,29 @@ static void saved_views(const CE *e, Str *o, const Carve *scr, bool fwd, const V
     }
 }
 
-/* The attention's input projections, forward or backward. */
-static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd)
+/* The data and weight operands of a backward GEMM for the gradients `grads`
+ * computes (OpGrads): the data op leaves the weight's and bias's out, the
+ * weight op the input gradient. */
+static void bwd_opnds(int grads, Opnd *dinp, Opnd *dw, Opnd *dbias)
 {
-    const char *I = "    ";
+    if (grads == GR_DATA) *dw = *dbias = NO_OPND;
+    if (grads == GR_WEIGHT) *dinp = NO_OPND;
+}
+
+/* The attention's input projections, forward or backward (the gradients
+ * `grads`, OpGrads). */
+static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd, int grads)
+{
+    const char *I = "    ", *st = grads == GR_WEIGHT ? "9" : "8";
     if (e->m->family == FAM_GPT) {
+        Opnd di = opnd("dln1"), dw = opnd("PG(QKV_W, (int64_t)QKV * C)"), db = opt_w(g, R_QKV_B, D_QKV, true);
+        bwd_opnds(grads, &di, &dw, &db);
         if (!bwd)
             mm_fwd(o, I, "attn.c_attn: (B,T,C) -> (B,T,QKV)", "qkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)",
                    opt_w(g, R_QKV_B, D_QKV, false), D_N, D_C, D_QKV);
         else
-            mm_bwd(o, I, "8: attn.c_attn", opnd("dln1"), opnd("PG(QKV_W, (int64_t)QKV * C)"), opt_w(g, R_QKV_B, D_QKV, true),
-                   "dqkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)", D_N, D_C, D_QKV);
+            mm_bwd(o, I, arena_printf(&g_arena, "%s: attn.c_attn%s", st, grads == GR_WEIGHT ? "'s weight gradient" : ""),
+                   di, dw, db, "dqkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)", D_N, D_C, D_QKV);
         return;
     }
     static const struct { int w, b; const char *out, *dout; Dim dim; const char *name; } pr[3] = {
@@ -621,13 +633,16 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd)
     for (int i = 0; i < 3; i++) {
         const char *dim = dim_c[pr[i].dim];
         const char *w = arena_printf(&g_arena, "%s(%s, (int64_t)%s * C)", "PW", role_c[pr[i].w], dim);
+        Opnd di = opnd("dln1"), dw = opnd(arena_printf(&g_arena, "PG(%s, (int64_t)%s * C)", role_c[pr[i].w], dim));
+        Opnd db = opt_w(g, pr[i].b, pr[i].dim, true);
+        bwd_opnds(grads, &di, &dw, &db);
         if (!bwd)
             mm_fwd(o, I, arena_printf(&g_arena, "self_attn.%s: (B,T,C) -> (B,T,%s)", pr[i].name, dim), pr[i].out, "ln1", w,
                    opt_w(g, pr[i].b, pr[i].dim, false), D_N, D_C, pr[i].dim);
         else
-            mm_bwd(o, I, arena_printf(&g_arena, "8: self_attn.%s (dln1 +=)", pr[i].name), opnd("dln1"),
-                   opnd(arena_printf(&g_arena, "PG(%s, (int64_t)%s * C)", role_c[pr[i].w], dim)),
-                   opt_w(g, pr[i].b, pr[i].dim, true), pr[i].dout, "ln1", w, D_N, D_C, pr[i].dim);
+            mm_bwd(o, I, arena_printf(&g_arena, "%s: self_attn.%s%s", st, pr[i].name,
+                                      grads == GR_WEIGHT ? "'s weight gradient" : " (dln1 +=)"),
+                   di, dw, db, pr[i].dout, "ln1", w, D_N, D_C, pr[i].dim);
     }
 }
 
@@ -673,7 +688,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
                 "    if (a->part == 2) goto mlp;\n");
     }
     norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
-    qkv_proj(e, o, g, false);
+    qkv_proj(e, o, g, false, GR_ALL);
     if (m->family == FAM_LLAMA) {
         rt_call(o, I, RT_rope_fwd, "SRT_COMPUTE", "rotate q in place", "q", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
         rt_call(o, I, RT_rope_fwd, "SRT_COMPUTE", "rotate k in place", "k", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
@@ -738,30 +753,91 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     sput(o, "}\n\n");
 }
 
-/* The layer's backward; its numbered steps are the lifetimes carve_bwd packs. */
+/* The attention output projection's backward GEMMs for the gradients
+ * `grads` (OpGrads): datt at step 6 and, unless split, the weight and bias
+ * gradients; split, those in the weight op at step 9. */
+static void proj_bwd(Str *o, Opnd pbg, int grads)
+{
+    Opnd di = opnd("datt"), dw = opnd("PG(PROJ_W, (int64_t)C * QD)"), db = pbg;
+    bwd_opnds(grads, &di, &dw, &db);
+    mm_bwd(o, "    ", grads == GR_WEIGHT ? "9: attention output projection's weight gradient" : "6: attention output projection",
+           di, dw, db, "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", D_N, D_QD, D_C);
+}
+
+/* The MLP's down projection's backward GEMMs for the gradients `grads`
+ * (OpGrads): step 1, dact (none with GELU's fused dgelu) and, unless split,
+ * the weight and bias gradients; split, those in the weight op at step 4. */
+static void mlp_out_bwd(const CE *e, Str *o, Opnd fbg, int grads)
+{
+    bool dgelu = !e->m->gated && !e->ext, w = grads == GR_WEIGHT;
+    Opnd di = dgelu ? NO_OPND : opnd("dact"), dw = opnd("PG(FC2_W, (int64_t)C * FF)"), db = fbg;
+    bwd_opnds(grads, &di, &dw, &db);
+    if (di.on == ABSENT && dw.on == ABSENT) return;
+    mm_bwd(o, "    ", w ? "4: MLP down projection's weight gradient"
+                      : dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection",
+           di, dw, db, "dy", "act", "PW(FC2_W, (int64_t)C * FF)", D_N, D_FF, D_C);
+}
+
+/* The MLP's input linears' backward GEMMs (c_fc, or SwiGLU's up and gate) for
+ * the gradients `grads`: step 3 (dln2 +=, and unless split the weights'),
+ * or the weight op's at step 4 from dfc1 / dup, dgate and ln2. */
+static void mlp_in_bwd(const CE *e, Str *o, int grads)
+{
+    const Model *m = e->m;
+    const Group *g = &e->layer[0];
+    bool dgelu = !m->gated && !e->ext, w = grads == GR_WEIGHT;
+    const char *st = w ? "4" : "3", *wg = w ? "'s weight gradient" : "";
+    if (m->gated) {
+        static const struct { int w, b; const char *dout, *name, *note; } pr[2] = {
+            {R_UP_W, R_UP_B, "dup", "up_proj", ""}, {R_GATE_W, R_GATE_B, "dgate", "gate_proj", " (dln2 +=)"}};
+        for (int i = 0; i < 2; i++) {
+            Opnd di = opnd("dln2"), dw = opnd(arena_printf(&g_arena, "PG(%s, (int64_t)FF * C)", role_c[pr[i].w]));
+            Opnd db = opt_w(g, pr[i].b, D_FF, true);
+            bwd_opnds(grads, &di, &dw, &db);
+            mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.%s%s", st, pr[i].name, w ? wg : pr[i].note), di, dw, db,
+                   pr[i].dout, "ln2", arena_printf(&g_arena, "PW(%s, (int64_t)FF * C)", role_c[pr[i].w]), D_N, D_C, D_FF);
+        }
+        return;
+    }
+    Opnd di = opnd("dln2"), dw = opnd("PG(FC1_W, (int64_t)FF * C)"), db = dgelu ? NO_OPND : opt_w(g, R_FC1_B, D_FF, true);
+    bwd_opnds(grads, &di, &dw, &db);
+    mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.c_fc%s%s", st, wg, dgelu ? " (its bias gradient came with dfc1)" : ""),
+           di, dw, db, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
+}
+
+/* The layer's backward; its numbered steps are the lifetimes carve_bwd packs.
+ * With tp_comm_overlap (wsplit) each part runs as two calls: a->grads
+ * GR_DATA, the input gradient the tp collective then reduces, and GR_WEIGHT,
+ * the part's weight gradients, while the collective runs. */
 static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
 {
     const Model *m = e->m;
     const Group *g = &e->layer[0];
     Views bsv = views(&e->bscr, "scratch", NULL, NULL), *bs = &bsv;
     const char *px = e->px, *I = "    ";
+    bool ws = e->p->wsplit;
+    int gd = ws ? GR_DATA : GR_ALL;     /* what the data path's GEMMs compute */
     sf(o, "/* One layer's backward for one microbatch: dy (B,T,C) in, dx (B,T,C) out,\n"
-          " * weight gradients accumulated (+=) where the part table says. */\n"
+          " * weight gradients accumulated (+=) where the part table says%s. */\n"
           "static void %s_bwd(srt_ctx *c, const %s_bwd_t *a)\n{\n"
-          "    const %s_part_t *w = a->p;\n", px, px, px);
+          "    const %s_part_t *w = a->p;\n",
+       ws ? ";\n * grads 1: a part's input gradient, 2: its weight gradients (no dx: the\n"
+            " * tp collective is reducing it meanwhile)" : "", px, px, px);
     saved_views(e, o, &e->bscr, false, kv);
-    sput(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = DV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
-            "    /* the gradients inside the layer share the scratch by lifetime */\n");
+    /* the weight op has no input gradient (-1): no view of it */
+    const char *nodx = ws ? "a->dx < 0 ? NONE : " : "", *nod1 = ws ? "a->d1 < 0 ? NONE : " : "";
+    sf(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = %sDV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
+          "    /* the gradients inside the layer share the scratch by lifetime */\n", nodx);
     bool tp = e->p->tp > 1, sp = lower_sp(e);
     if (sp) {   /* dy, x (the part's input) and d1 gathered over tp; dx and the MLP part's d1 full partial sums */
         if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
             sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
-        sput(o, "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then gathered */\n"
-                "    srt_t dy_own = DV(a->dy + own * WB, NS * C, WDT), dx2_own = DV(a->d1 + own * WB, NS * C, WDT);\n"
-                "    srt_t dx_own = DV(a->dx + own * WB, NS * C, WDT);\n");
+        sf(o, "    srt_t dx2 = %sDV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then gathered */\n"
+              "    srt_t dy_own = DV(a->dy + own * WB, NS * C, WDT), dx2_own = %sDV(a->d1 + own * WB, NS * C, WDT);\n"
+              "    srt_t dx_own = %sDV(a->dx + own * WB, NS * C, WDT);\n", nod1, nod1, nodx);
     } else if (tp)
-        sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
-                "    srt_t dx2 = DV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n");
+        sf(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
+              "    srt_t dx2 = %sDV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n", nod1);
     else
         sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, AP_DX2, 0, "(int64_t)N * C", "WDT"));
     if (m->gated || e->ext)   /* GELU's backward fuses it away (matmul_bwd_dgelu) */
@@ -783,13 +859,14 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
                 "    dq.n = (int64_t)N * QD, dk.n = dv.n = (int64_t)N * KVD;\n");
     Opnd fbg = opt_w(g, R_FC2_B, D_C, true), pbg = opt_w(g, R_ATTN_OUT_B, D_C, true);
     if (tp) fbg = on_tp0(fbg), pbg = on_tp0(pbg);   /* a row-parallel bias sees its whole gradient on every rank */
+    if (tp) sput(o, "    if (a->part == 1) goto attn;\n");
+    if (ws) sf(o, "    if (a->grads == %d) goto mlp_wgrad;  /* the MLP's weight gradients */\n", GR_WEIGHT);
     if (sp) {   /* each rank folds in the residual of its own tokens: the reduce-scatter sums one copy */
-        sput(o, "    if (a->part == 1) goto attn;\n");
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "0", "dx2", NULL);
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "0: dx2 = dy on this rank's tokens (the MLP residual)", "dx2_own",
                 "dy_own", NULL);
     } else if (tp) {
-        sput(o, "    if (a->part == 1) goto attn;\n    if (tp0) {\n");
+        sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "0: dx2 = dy (the MLP residual, on tp rank 0)", "dx2", "dy", NULL);
         sput(o, "    } else {\n");
         rt_call(o, "        ", RT_zero, "SRT_COMPUTE", "0", "dx2", NULL);
@@ -801,44 +878,41 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
      * bias gradient) in one op; a user-defined activation or SwiGLU: dact */
     bool dgelu = !m->gated && !e->ext;
     if (!dgelu) rt_call(o, I, RT_zero, "SRT_COMPUTE", "1", "dact", NULL);
-    mm_bwd(o, I, dgelu ? "1: MLP down projection's weight and bias" : "1: MLP down projection",
-           dgelu ? NO_OPND : opnd("dact"), opnd("PG(FC2_W, (int64_t)C * FF)"), fbg, "dy", "act",
-           "PW(FC2_W, (int64_t)C * FF)", D_N, D_FF, D_C);
+    mlp_out_bwd(e, o, fbg, gd);
     if (dgelu) {
         mm_bwd_dgelu(o, I, "2: dfc1 = (dy·W2) * gelu'(fc1); c_fc's bias gradient +=", "dfc1", opt_w(g, R_FC1_B, D_FF, true),
                      "dy", "PW(FC2_W, (int64_t)C * FF)", "fc1", D_N, D_FF, D_C);
-        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
-        mm_bwd(o, I, "3: mlp.c_fc (its bias gradient came with dfc1)", opnd("dln2"), opnd("PG(FC1_W, (int64_t)FF * C)"),
-               NO_OPND, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     } else if (m->gated) {
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dgate", NULL);
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dup", NULL);
         rt_call(o, I, RT_swiglu_bwd, "SRT_COMPUTE", "2: swiglu", "dgate", "dup", "dact", "gate", "up", "N", "FF", "FF", NULL);
-        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
-        mm_bwd(o, I, "3: mlp.up_proj", opnd("dln2"), opnd("PG(UP_W, (int64_t)FF * C)"), opt_w(g, R_UP_B, D_FF, true), "dup",
-               "ln2", "PW(UP_W, (int64_t)FF * C)", D_N, D_C, D_FF);
-        mm_bwd(o, I, "3: mlp.gate_proj (dln2 +=)", opnd("dln2"), opnd("PG(GATE_W, (int64_t)FF * C)"),
-               opt_w(g, R_GATE_B, D_FF, true), "dgate", "ln2", "PW(GATE_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     } else {
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "2", "dfc1", NULL);
         const CatalogExtern *x = e->ext;
         ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
                  (const char *[]){"dfc1", "fc1", "dact"}, 3);
-        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
-        mm_bwd(o, I, "3: mlp.c_fc", opnd("dln2"), opnd("PG(FC1_W, (int64_t)FF * C)"), opt_w(g, R_FC1_B, D_FF, true), "dfc1",
-               "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
     }
+    if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
+    rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
+    mlp_in_bwd(e, o, gd);
     norm_bwd(e, o, g, "ln2", "dx2", "dln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
+    if (tp)
+        sf(o, "    return;  /* the %s over tp completes %sdx2 */\n", sp ? "reduce-scatter" : "all-reduce",
+           sp ? "this rank's tokens of " : "");
+    if (ws) {
+        sput(o, "mlp_wgrad:\n");
+        mlp_out_bwd(e, o, fbg, GR_WEIGHT);
+        mlp_in_bwd(e, o, GR_WEIGHT);
+        sput(o, "    return;\n");
+    }
+    if (tp) sput(o, "attn:\n");
+    if (ws) sf(o, "    if (a->grads == %d) goto attn_wgrad;  /* the attention's weight gradients */\n", GR_WEIGHT);
     if (sp) {
-        sput(o, "    return;  /* the reduce-scatter over tp completes this rank's tokens of dx2 */\nattn:\n");
         rt_call(o, I, RT_zero, "SRT_COMPUTE", "5", "dx", NULL);
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "5: dx = dx2 on this rank's tokens (the attention residual)", "dx_own",
                 "dx2_own", NULL);
     } else if (tp) {
-        sput(o, "    return;  /* the all-reduce over tp completes dx2 */\nattn:\n    if (tp0) {\n");
+        sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "5: dx = dx2 (the attention residual, on tp rank 0)", "dx", "dx2",
                 NULL);
         sput(o, "    } else {\n");
@@ -848,8 +922,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
     }
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "6", "datt", NULL);
-    mm_bwd(o, I, "6: attention output projection", opnd("datt"), opnd("PG(PROJ_W, (int64_t)C * QD)"), pbg, "dx2", "att",
-           "PW(PROJ_W, (int64_t)C * QD)", D_N, D_QD, D_C);
+    proj_bwd(o, pbg, gd);
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "7", "dqkv", NULL);
     rt_call(o, I, RT_attention_bwd, "SRT_COMPUTE", "7: attention", "dq", "dk", "dv", "datt", "att", "lse", "q", "k", "v",
             "B", "T", "NH", "NKV", "HS", "LDQ", "LDKV", NULL);
@@ -859,8 +932,13 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     }
     if (sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "8: the input norm again, on the gathered x");
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "8", "dln1", NULL);
-    qkv_proj(e, o, g, true);
+    qkv_proj(e, o, g, true, gd);
     norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
+    if (ws) {
+        sf(o, "    return;  /* the %s over tp completes dx */\nattn_wgrad:\n", sp ? "reduce-scatter" : "all-reduce");
+        proj_bwd(o, pbg, GR_WEIGHT);
+        qkv_proj(e, o, g, true, GR_WEIGHT);
+    }
     sput(o, "}\n\n");
 }
 
@@ -1490,9 +1568,11 @@ static void gen_types(const CE *e, Str *o)
     }
     if (e->uses[K_HEAD] || e->uses[K_HEAD_EVAL])
         sput(o, "typedef struct { const tr_part_t *p; int mb; int64_t y, tgt, logits, scratch, dy; } tr_head_t;\n");
-    if (e->uses[K_BWD])     /* part, d1: as the forward's (tp > 1); attn: selective checkpointing's recomputed core */
-        sf(o, "typedef struct { const tr_part_t *p; int mb; int64_t dy, x, saved, dx, scratch;%s%s } tr_bwd_t;\n",
-           e->p->tp > 1 ? " int part; int64_t d1;" : "", e->pol == CKPT_SELECTIVE ? " int64_t attn;" : "");
+    if (e->uses[K_BWD])     /* part, d1: as the forward's (tp > 1); grads: OpGrads (tp_comm_overlap);
+                               attn: selective checkpointing's recomputed core */
+        sf(o, "typedef struct { const tr_part_t *p; int mb; int64_t dy, x, saved, dx, scratch;%s%s%s } tr_bwd_t;\n",
+           e->p->tp > 1 ? " int part; int64_t d1;" : "", e->p->wsplit ? " int grads;" : "",
+           e->pol == CKPT_SELECTIVE ? " int64_t attn;" : "");
     if (e->uses[K_EMBED_BWD]) sput(o, "typedef struct { const tr_part_t *p; int mb; int64_t dx, tok; } tr_embed_bwd_t;\n");
     if (e->uses[K_GATHER]) sput(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } tr_gather_t;\n");
     if (e->uses[K_REDUCE]) sput(o, "typedef struct { srt_stream st; int mode; int64_t in, out, n, shard; } tr_reduce_t;\n");

@@ -1071,15 +1071,18 @@ static void head_op(CE *e, const Op *o, const char *label, bool *zeroed)
          abuf(e, dy, 0));
 }
 
-/* OP_LAYER_BWD: the layer's backward (tp > 1: one part of it). */
+/* OP_LAYER_BWD: the layer's backward (tp > 1: one part of it; with
+ * tp_comm_overlap its data or its weight op, whose input gradient is -1: the
+ * collective is reducing it while the weight op runs). */
 static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
 {
     need_compute(e, o);
+    bool wop = o->grads == GR_WEIGHT;
     int dy, dx = -1, d1 = -1, x = -1;
     if (lower_sp(e)) {             /* SP: gathered gradient and input in, the full partial sums out */
         dy = d1 = op_role_need(e, o, true, BR_DY_GATHERED);
         x = op_role_need(e, o, true, BR_REGATHERED);
-        dx = op_role_need(e, o, false, BR_DPARTIAL);
+        if (!wop) dx = op_role_need(e, o, false, BR_DPARTIAL);
         if (o->sub == SUB_MLP) d1 = dx;
     } else if (o->sub == SUB_ATTN) {   /* the MLP part's reduced input gradient in */
         d1 = dy = op_role_need(e, o, true, BR_DRESID1);
@@ -1087,7 +1090,9 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
         dy = op_buf(e, o, true, BK_DY);
         if (dy < 0) dy = op_need(e, o, true, BK_DX, "output gradient");
     }
-    if (!lower_sp(e) && o->sub == SUB_MLP) {    /* out: the partial sums of its input gradient */
+    if (wop) {
+        /* the weight GEMMs read dy (MLP) or d1 (attention), not the input gradient */
+    } else if (!lower_sp(e) && o->sub == SUB_MLP) {    /* out: the partial sums of its input gradient */
         d1 = dx = op_role_need(e, o, false, BR_DRESID1);
     } else if (!lower_sp(e)) {
         dx = op_need(e, o, false, BK_DX, "input gradient");
@@ -1096,8 +1101,8 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
     int64_t soff;
     int xs = bwd_state(e, o, &so, &soff, &ao);
     if (x < 0) x = xs;
-    int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
-    lower_expect(e, dx, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's input gradient");
+    int scr = op_need(e, o, wop, BK_SCRATCH, "scratch");   /* the weight op reads its data op's */
+    if (!wop) lower_expect(e, dx, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's input gradient");
     if (lower_sp(e)) lower_expect(e, x, e->p->act.full, "a layer's gathered input");
     if (e->s->bufs[scr].bytes < e->bscr.total)
         die("lower: a layer's backward needs %lld bytes of scratch, the plan gives it %lld", (long long)e->bscr.total,
@@ -1110,6 +1115,7 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
     args[n++] = abuf(e, dy, 0), args[n++] = abuf(e, x, 0), args[n++] = abuf(e, so, soff), args[n++] = abuf(e, dx, 0);
     args[n++] = abuf(e, scr, 0);
     if (e->p->tp > 1) args[n++] = aint(o->sub, IT_OTHER), args[n++] = abuf(e, d1, 0);
+    if (e->p->wsplit) args[n++] = aint(o->grads, IT_OTHER);
     if (e->pol == CKPT_SELECTIVE) args[n++] = abuf(e, ao, 0);
     call(e, K_BWD, label, n, args);
 }

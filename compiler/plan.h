@@ -277,6 +277,8 @@ typedef struct Partition {
     ActBytes act;               /* act_plan                                        */
     ActLayout layout;           /* act_plan                                        */
     int64_t T, T_sp;            /* tokens per microbatch, per rank under SP        */
+    bool wsplit;                /* tp_comm_overlap with tp > 1: each tp part's backward is a
+                                   data op and a weight op (OpGrads), its collective between */
 } Partition;
 
 /* Checks what the planner needs of a spec (divisibility, stage lists).  With
@@ -370,6 +372,16 @@ typedef enum OpSub {
     SUB_BOUNDARY,       /* the tp all-gather of a received stage boundary's slices */
 } OpSub;
 
+/* Which gradients a layer backward op computes: parallel.tp_comm_overlap
+ * splits each tp part's backward around its tp collective (Megatron's
+ * asynchronous input-gradient all-reduce / reduce-scatter). */
+typedef enum OpGrads {
+    GR_ALL,             /* the input gradient and the weight gradients              */
+    GR_DATA,            /* the input gradient: data GEMMs, attention, norms (their
+                           weights' gradients too), residual; what the collective needs */
+    GR_WEIGHT,          /* the linears' weight and bias gradients, dW += dY^T·X     */
+} OpGrads;
+
 typedef struct Op {
     int kind;                   /* OpKind                                          */
     int stream;                 /* Stream                                          */
@@ -378,6 +390,7 @@ typedef struct Op {
     int chunk;                  /* chunk index on this rank, or -1                 */
     int aux;                    /* bucket, segment or sub-group index; OP_WAIT: the op waited for */
     int sub;                    /* OpSub                                           */
+    int grads;                  /* OpGrads (OP_LAYER_BWD; GR_ALL elsewhere)         */
     int part_lo, part_hi;       /* the parts of parted buffers (Buffer.nparts) it touches,
                                    inclusive; -1: every part                       */
     int nrd, nwr;               /* how many of rd and wr are used                  */

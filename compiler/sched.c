@@ -68,6 +68,8 @@ typedef struct Bld {
     bool gather_ahead;          /* ZeRO 1-2 overlap_param_gather: the step starts with the gathers */
     bool tpx, sp;               /* tp > 1 (layers split around collectives); sequence parallel */
     double mlp_share;           /* the MLP's share of a layer's FLOPs */
+    bool wsplit;                /* tp_comm_overlap: each part's backward split into data and weight ops */
+    double wshare[2];           /* the weight GEMMs' share of a layer backward's FLOPs: attention, MLP */
     /* persistent buffers (-1: none) */
     int params, params_shard, persist, grads, grads_shard, grads_full;
     int opt[3], hopt[3], hgrads, hparams_stage, nvme_opt, nvme_params, hswap_params;
@@ -200,14 +202,17 @@ static void op_part(Bld *b, int op, int k)
     if (k > o->part_hi) o->part_hi = k;
 }
 
-/* A transient workspace living only for op. */
-static void op_scratch(Bld *b, int op, int64_t bytes)
+/* A transient workspace living only for op (and the ops that read it after);
+ * returns it. */
+static int op_scratch(Bld *b, int op, int64_t bytes)
 {
     const Op *o = &b->s->ops[op];
     BufKey k = key_at(BR_SCRATCH, o->layer < 0 && o->kind != OP_EMBED_FWD && o->kind != OP_EMBED_BWD ? NO_LAYER : o->layer,
                       o->mb, o->chunk);
     k.sub = o->sub;
-    op_wr(b, op, buf_new(b, k, "scratch", CAT_WORKSPACE, SPACE_DEVICE, bytes, false));
+    int id = buf_new(b, k, "scratch", CAT_WORKSPACE, SPACE_DEVICE, bytes, false);
+    op_wr(b, op, id);
+    return id;
 }
 
 /* Stream `stream` waits for op target; returns the wait. */
@@ -1256,16 +1261,41 @@ typedef struct BwdIO {
     int dx;                     /* the input gradient                              */
 } BwdIO;
 
-/* A backward compute part (or the whole backward). */
-static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const BwdIO *io)
+/* FLOPs per sequence of the weight GEMMs of a layer backward's part. */
+static double fl_weight(const Bld *b, int sub) { return b->wshare[sub == SUB_MLP] * b->m->fl_layer_bwd; }
+
+/* A backward compute part (or the whole backward); split (tp_comm_overlap):
+ * its data op, the input gradient only, leaving in its scratch what the
+ * weight op reads (*scr). */
+static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const BwdIO *io, int *scr)
 {
-    int o = part_op(b, OP_LAYER_BWD, sub, L, mb, chunk, fl);
+    int o = part_op(b, OP_LAYER_BWD, sub, L, mb, chunk, b->wsplit ? fl - fl_weight(b, sub) : fl);
+    if (b->wsplit) b->s->ops[o].grads = GR_DATA;
     op_rd(b, o, io->state);
     op_rd(b, o, io->x);
     op_rd(b, o, io->attn);
-    op_scratch(b, o, b->p->act.bwd_scratch);
+    *scr = op_scratch(b, o, b->p->act.bwd_scratch);
     grads_write(b, o, L);
     return o;
+}
+
+/* The weight op of a split backward part (tp_comm_overlap), issued after the
+ * part's tp collective so that it runs while the collective does: the
+ * linears' dW += dY^T·X (and their bias sums) from the part's inputs, dY of
+ * each linear, and what the data op left in its scratch (scr); rd: the part's
+ * output gradient and inputs besides state (-1: none). */
+static void bwd_weight(Bld *b, int data, int scr, const BwdIO *io, const int *rd, int nrd)
+{
+    const Op d = b->s->ops[data];
+    int o = part_op(b, OP_LAYER_BWD, d.sub, d.layer, d.mb, d.chunk, fl_weight(b, d.sub));
+    b->s->ops[o].grads = GR_WEIGHT;
+    op_rd(b, o, io->state);
+    op_rd(b, o, io->x);
+    op_rd(b, o, io->attn);
+    op_rd(b, o, scr);
+    for (int i = 0; i < nrd; i++) op_rd(b, o, rd[i]);
+    grads_write(b, o, d.layer);
+    compute_done(b);
 }
 
 /* A layer's backward, one op (tp = 1) or split like its forward: the MLP
@@ -1276,13 +1306,17 @@ static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const 
  * reduce-scattered after it, the conjugates of the forward's collectives.
  * As in the forward, the residual and the norms' input gradients are folded
  * into the partial sums (the norms' weight gradients then are partial sums
- * too: tp_grads completes them). */
+ * too: tp_grads completes them).  With tp_comm_overlap each part is a data
+ * op, its collective, then the part's weight op, which runs while the
+ * collective does; the compute stream waits for the collective only before
+ * the next part, which reads its result. */
 static void layer_backward_ops(Bld *b, int L, int mb, int chunk, const BwdIO *io)
 {
     const ActBytes *a = &b->p->act;
     double fl = b->m->fl_layer_bwd, fm = fl * b->mlp_share;
+    int scr;
     if (!b->tpx) {
-        int o = bwd_part(b, SUB_WHOLE, L, mb, chunk, fl, io);
+        int o = bwd_part(b, SUB_WHOLE, L, mb, chunk, fl, io, &scr);
         op_rd(b, o, io->dy);
         op_wr(b, o, io->dx);
         compute_done(b);
@@ -1295,20 +1329,21 @@ static void layer_backward_ops(Bld *b, int L, int mb, int chunk, const BwdIO *io
         int gs = act_buf(b, BR_REGATHERED, SUB_MLP, L, mb, "regathered", a->full);
         tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->dy, gd, a->full);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->state, gs, a->full));
-        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io);
+        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io, &scr);
         int part = act_buf(b, BR_DPARTIAL, SUB_MLP, L, mb, "dpartial", a->full);
         op_rd(b, M, gd);
         op_rd(b, M, gs);
         op_rd(b, M, io->dy);
         op_wr(b, M, part);
         compute_done(b);
-        tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, d1, a->full);
+        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, d1, a->full);
+        if (b->wsplit) bwd_weight(b, M, scr, io, (int[]){gd, gs}, 2);
         int gd2 = act_buf(b, BR_DY_GATHERED, SUB_ATTN, L, mb, "dy.gathered", a->full);
         int gx = act_buf(b, BR_REGATHERED, SUB_ATTN, L, mb, "regathered", a->full);
         tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, d1, gd2, a->full);
         emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, io->x >= 0 ? io->x : io->state, gx,
                              a->full));
-        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io);
+        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io, &scr);
         int part2 = act_buf(b, BR_DPARTIAL, SUB_ATTN, L, mb, "dpartial", a->full);
         op_rd(b, A, gd2);
         op_rd(b, A, gx);
@@ -1316,17 +1351,21 @@ static void layer_backward_ops(Bld *b, int L, int mb, int chunk, const BwdIO *io
         op_wr(b, A, part2);
         compute_done(b);
         red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part2, io->dx, a->full);
+        if (b->wsplit) bwd_weight(b, A, scr, io, (int[]){gd2, gx}, 2);
     } else {
-        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io);
+        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io, &scr);
         op_rd(b, M, io->dy);
         op_wr(b, M, d1);
         compute_done(b);
-        emit_wait(b, tp_comm(b, OP_TP_ALLREDUCE, SUB_MLP, L, mb, chunk, d1, d1, a->x));
-        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io);
+        red = tp_comm(b, OP_TP_ALLREDUCE, SUB_MLP, L, mb, chunk, d1, d1, a->x);
+        if (b->wsplit) bwd_weight(b, M, scr, io, &io->dy, 1);
+        emit_wait(b, red);
+        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io, &scr);
         op_rd(b, A, d1);
         op_wr(b, A, io->dx);
         compute_done(b);
         red = tp_comm(b, OP_TP_ALLREDUCE, SUB_ATTN, L, mb, chunk, io->dx, io->dx, a->x);
+        if (b->wsplit) bwd_weight(b, A, scr, io, &d1, 1);
     }
     emit_wait(b, red);
 }
@@ -2041,6 +2080,18 @@ static double mlp_share(const Model *m)
     return share < 1 ? share : 1;
 }
 
+/* The weight GEMMs' share of a layer backward's FLOPs, attention ([0]: qkv
+ * and the output projection) and MLP ([1], whose forward share is mlp):
+ * dW = dY^T·X is one linear's forward FLOPs, the backward twice the forward
+ * (model.c). */
+static void weight_shares(const Model *m, double mlp, double w[2])
+{
+    double lin = m->fl_layer_fwd > 0 ? 2.0 * (double)m->s * (double)m->linear_layer / m->fl_layer_fwd : 0;
+    double fwd = m->fl_layer_bwd > 0 ? m->fl_layer_fwd / m->fl_layer_bwd : 0;   /* one half */
+    w[0] = (lin - mlp) * fwd;
+    w[1] = mlp * fwd;
+}
+
 /* Builds the ops and buffers of one training step of rank class c. */
 static void sched_class(const Partition *p, const RankClass *c, Sched *s)
 {
@@ -2054,6 +2105,8 @@ static void sched_class(const Partition *p, const RankClass *c, Sched *s)
     b.tpx = p->tp > 1;
     b.sp = b.tpx && p->T_sp < p->T;
     b.mlp_share = mlp_share(p->model);
+    b.wsplit = p->wsplit;
+    weight_shares(p->model, b.mlp_share, b.wshare);
     build_keys(&b);
     build_layers(&b);
     opt_split(&b);
@@ -2155,5 +2208,6 @@ const char *sched_op_label(const Sched *s, int i)
         s->part->v > 1 && o->chunk >= 0)
         snprintf(aux, sizeof aux, " chunk%d", o->chunk);
     const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
-    return arena_printf(&g_arena, "%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub);
+    const char *grads = o->grads == GR_DATA ? " data" : o->grads == GR_WEIGHT ? " wgrad" : "";
+    return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub, grads);
 }

@@ -331,13 +331,15 @@ static double gemm_time(const Spec *s, double M, double N, double K)
  * GEMMs each at the efficiency of its shape and the attention core at its
  * own, the memory-bound kernels around them left out.  Forward, backward
  * (twice the forward's FLOPs) and the recompute of the policy (none counted
- * for full checkpointing of every k > 1). */
-static void layer_times(const Spec *s, const Model *m, double *fwd, double *bwd, double *re)
+ * for full checkpointing of every k > 1); *wa: the attention part's weight
+ * GEMMs, which tp_comm_overlap runs after its collective (0 without it). */
+static void layer_times(const Spec *s, const Model *m, double *fwd, double *bwd, double *re, double *wa)
 {
     double T = (double)(s->train.micro_batch * m->s), t = (double)s->parallel.tp, h = (double)m->h;
     double hd = (double)m->hd, a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
-    double gemms = gemm_time(s, T, (a + 2 * kv) * hd / t, h) + gemm_time(s, T, h, a * hd / t) +
-                   gemm_time(s, T, (m->gated ? 2 : 1) * ffn / t, h) + gemm_time(s, T, h, ffn / t);
+    double attn = gemm_time(s, T, (a + 2 * kv) * hd / t, h) + gemm_time(s, T, h, a * hd / t);
+    double gemms = attn + gemm_time(s, T, (m->gated ? 2 : 1) * ffn / t, h) + gemm_time(s, T, h, ffn / t);
+    *wa = t > 1 && s->parallel.tp_comm_overlap == TPO_WGRAD ? attn : 0;
     double core = 4 * T * (double)m->s * a * hd / t / (cost_peak(s) * cost_attn_eff(cost_profile(s), hd));
     *fwd = gemms + core;
     *bwd = 2 * *fwd;
@@ -380,8 +382,8 @@ static void cheap_bounds(Tune *t, const Spec *s, Cand *c)
     double tp = (double)s->parallel.tp, pp = (double)s->parallel.pp, dp = (double)s->parallel.dp;
     double psi = (double)m->params_mem / (tp * pp);
     c->mem_lb = states_bound(s, psi, dp) + floor((double)m->l / pp) * input_bytes(s);
-    double f, b, r;
-    layer_times(s, m, &f, &b, &r);
+    double f, b, r, wa;
+    layer_times(s, m, &f, &b, &r, &wa);
     double busiest = ceil((double)m->l / pp);   /* some stage holds at least this many layers */
     c->time_lb = timed(s) ? (double)s->parallel.microbatches * busiest * (f + b + r + tp_comm(s)) : 0;
 }
@@ -404,12 +406,13 @@ static double kept_bytes(const Spec *s, const Partition *p)
 /* Step 3's bounds, from the partition: each stage's own parameters and
  * layers, and the pipeline's fill and drain before and after each stage's
  * work (the first microbatch's forward through the model chunks before it,
- * the last one's backward through them). */
+ * the last one's backward through them; with tp_comm_overlap each chunk's
+ * last attention weight GEMMs may run while its input gradient is sent on). */
 static void part_bounds(const Spec *s, const Partition *p, Cand *c)
 {
     const Model *m = p->model;
-    double f, b, r;
-    layer_times(s, m, &f, &b, &r);
+    double f, b, r, wa;
+    layer_times(s, m, &f, &b, &r, &wa);
     double comm = tp_comm(s), head = head_time(s, m), mem = 0, time = 0;
     for (int k = 0; k < p->nclasses; k++) {
         const RankClass *rc = &p->classes[k];
@@ -429,7 +432,7 @@ static void part_bounds(const Spec *s, const Partition *p, Cand *c)
         int first = rc->nchunks ? rc->chunks[0].model_chunk : 0;
         for (int i = 0; i < first; i++) before += p->chunk_layers[i];
         double work = (double)p->m * ((double)layers * (f + b + r + comm) + (has_head ? head : 0));
-        time = fmax(time, (double)before * (f + b + comm) + work);
+        time = fmax(time, (double)before * (f + b + comm) + work - (double)first * wa);
     }
     c->mem_lb2 = fmax(c->mem_lb, mem);
     c->time_lb2 = timed(s) ? fmax(c->time_lb, time) : 0;

@@ -24,7 +24,11 @@
  *     buffer takes bytes another held earlier, every use of the earlier one
  *     happens before every use of the later one — swept over each arena in
  *     list order with segment trees over the byte offsets, so a 16 384-GPU
- *     plan checks in a fraction of a second.
+ *     plan checks in a fraction of a second;
+ *  5. split backwards (tp_comm_overlap): on the compute stream, every layer
+ *     part's data op is followed by that part's weight op, waits aside, and
+ *     every weight op follows its data op — the weight op reads what the data
+ *     op leaves in its scratch, an order within one stream that 3 does not see.
  */
 #include "sim.h"
 
@@ -91,6 +95,31 @@ static void vfail(V *v, int c, const char *what, int op1, int c2, int op2)
     fprintf(v->out, "internal error: schedule of stage %d: %s: %s", vsched(v, c)->cls->stage, what, a);
     if (op2 >= 0) fprintf(v->out, " and %s", vop(v, c2, op2, c));
     fputc('\n', v->out);
+}
+
+/* Whether two layer backward ops are the halves of one part's backward. */
+static bool same_part(const Op *a, const Op *b)
+{
+    return a->layer == b->layer && a->mb == b->mb && a->chunk == b->chunk && a->sub == b->sub;
+}
+
+/* Check 5: each data op of a split backward directly followed, on the
+ * compute stream (waits aside), by its part's weight op. */
+static void check_split(V *v, int c)
+{
+    const Sched *s = vsched(v, c);
+    int data = -1;              /* a data op awaiting its weight op */
+    for (int i = 0; i < s->nops; i++) {
+        const Op *o = &s->ops[i];
+        if (o->stream != ST_COMPUTE || o->kind == OP_WAIT) continue;
+        bool w = o->kind == OP_LAYER_BWD && o->grads == GR_WEIGHT;
+        if (data >= 0 && !(w && same_part(&s->ops[data], o)))
+            vfail(v, c, "a split backward's data op not followed by its weight op", data, c, i);
+        else if (data < 0 && w)
+            vfail(v, c, "a weight op without its data op just before it", i, c, -1);
+        data = o->kind == OP_LAYER_BWD && o->grads == GR_DATA ? i : -1;
+    }
+    if (data >= 0) vfail(v, c, "a split backward's data op not followed by its weight op", data, c, -1);
 }
 
 /* The group of op o. */
@@ -785,6 +814,7 @@ bool verify_plan(const Plan *mp, FILE *report)
     v.dep = arena_alloc(&g_arena, sizeof(int *) * (size_t)(mp->mem.nclasses + 1));
     for (int c = 0; c < mp->mem.nclasses; c++) {
         check_events(&v, c);
+        check_split(&v, c);
         Uses u = buffer_uses(&v, vsched(&v, c));
         check_arena(&v, c, SPACE_DEVICE, &u);
         check_arena(&v, c, SPACE_HOST, &u);

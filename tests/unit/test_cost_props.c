@@ -1,11 +1,14 @@
 /* test_cost_props.c — properties the cost model and the simulation must have
  * whatever their constants: a faster link or a faster GPU never makes a step
  * slower, more work never makes it faster, overlapping communication is never
- * slower than not overlapping it (overlap_comm, overlap_param_gather), more microbatches never give a bigger
+ * slower than not overlapping it (overlap_comm, overlap_param_gather, tp_comm_overlap, which never changes a
+ * step's FLOPs and claims nothing on the CPU backend), more microbatches never give a bigger
  * bubble fraction, interleaving never a bigger bubble than 1F1B.  Each
  * compares simulated steps of small plans (no timings of this machine). */
 #include "plan_fixture.h"
 #include "sim.h"
+
+#include <unistd.h>
 #include "../bench/costmodel/calib.h"
 
 /* The simulated step of a GPT (layers × hidden) with the given blocks;
@@ -157,6 +160,73 @@ static void test_pp_scatter_gather_never_slower(void)
     }
 }
 
+/* The plan of a GPT (layers x hidden, full recompute, bf16) with the given blocks. */
+static Plan *plan_of(int layers, int hidden, const char *parallel, const char *train, const char *cluster)
+{
+    return cal_plan(arena_printf(&g_arena,
+        "model gpt { layers = %d  hidden = %d  heads = %d  vocab = 51200  seq_len = 2048 }\n"
+        "parallel { %s }\nzero { stage = 1 }\nprecision { dtype = bf16 }\n"
+        "checkpointing { activations = full }\ntrain { %s }\ncluster { %s }\n",
+        layers, hidden, hidden / 128, parallel, train, cluster));
+}
+
+/* FLOPs of a step on one rank of each class, summed over the classes. */
+static double step_flops(const Plan *mp)
+{
+    double f = 0;
+    for (int c = 0; c < mp->sched.nclasses; c++) f += mp->sched.classes[c].flops;
+    return f;
+}
+
+/* parallel.tp_comm_overlap = wgrad (each tp part's backward collective
+ * behind its weight GEMMs) is never slower than none, with and without
+ * sequence parallelism and a pipeline, on A100 and H100 nodes, and strictly
+ * faster at tp 8; the split never changes a step's FLOPs.  On the CPU
+ * backend, whose collective runs when it is issued, it claims no overlap:
+ * the same step. */
+static void test_tp_comm_overlap(void)
+{
+    static const char *const layouts[] = {"tp = 2  dp = 8", "tp = 8  dp = 2", "tp = 8  pp = 2  dp = 1"};
+    static const char *const gpus[] = {"gpu = a100_80gb  network = ib200", "gpu = h100_sxm_80gb  network = ib400"};
+    const char *train = "global_batch = 32  micro_batch = 1";
+    for (int l = 0; l < 3; l++)
+        for (int sp = 0; sp < 2; sp++)
+            for (int g = 0; g < 2; g++) {
+                const char *cl = arena_printf(&g_arena, "nodes = 2  gpus_per_node = 8  %s", gpus[g]);
+                const char *par = arena_printf(&g_arena, "%s  sequence_parallel = %s  tp_comm_overlap = ", layouts[l],
+                                               sp ? "on" : "off");
+                Plan *on = plan_of(8, 2048, arena_printf(&g_arena, "%swgrad", par), train, cl);
+                Plan *off = plan_of(8, 2048, arena_printf(&g_arena, "%snone", par), train, cl);
+                CHECK(on && off);
+                if (!on || !off) continue;
+                Sim son, soff;
+                CHECK(!sim_simulate(on, NULL, &son) && !sim_simulate(off, NULL, &soff));
+                if (!(son.step_time > 0 && le(son.step_time, soff.step_time)))
+                    fprintf(stderr, "tp_comm_overlap, %s, sp %d, %s: wgrad %.6f s, none %.6f s\n", layouts[l], sp, gpus[g],
+                            son.step_time, soff.step_time);
+                CHECK(son.step_time > 0 && le(son.step_time, soff.step_time));
+                if (l == 1) CHECK(son.step_time < soff.step_time);
+                CHECK_NEAR(step_flops(on), step_flops(off), 1e-12 * step_flops(off));
+            }
+    /* the CPU backend: a measured profile, tp 2 on one node */
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    const char *cpu = arena_printf(&g_arena, "nodes = 1  gpus_per_node = 2  gpu = cpu  profile = \"%s/tests/golden/bad/profile/cpu.json\"", cwd);
+    for (int sp = 0; sp < 2; sp++) {
+        const char *base = arena_printf(&g_arena,
+            "model gpt { layers = 4  hidden = 64  heads = 4  vocab = 256  seq_len = 64 }\n"
+            "parallel { tp = 2  dp = 1  sequence_parallel = %s  tp_comm_overlap = %%s }\nprecision { dtype = fp32 }\n"
+            "train { global_batch = 16  micro_batch = 4 }\ncluster { %s }\n", sp ? "on" : "off", cpu);
+        Plan *on = cal_plan(arena_printf(&g_arena, base, "wgrad")), *off = cal_plan(arena_printf(&g_arena, base, "none"));
+        CHECK(on && off && cost_at_issue(on->spec));
+        if (!on || !off) continue;
+        Sim son, soff;
+        CHECK(!sim_simulate(on, NULL, &son) && !sim_simulate(off, NULL, &soff));
+        CHECK_NEAR(son.step_time, soff.step_time, 1e-9 * soff.step_time);
+        CHECK(son.step_time > 0);
+    }
+}
+
 /* More microbatches never give a bigger bubble fraction; the interleaved
  * schedule's bubble is never bigger than 1F1B's at the same microbatches. */
 static void test_bubble_shrinks(void)
@@ -291,6 +361,7 @@ int main(void)
     test_monotone_in_compute();
     test_overlap_never_slower();
     test_pp_scatter_gather_never_slower();
+    test_tp_comm_overlap();
     test_bubble_shrinks();
     test_zero3_module_units();
     test_zero3_monotone();

@@ -145,25 +145,28 @@ static bool compute_waits(const Sched *s, int from, int at, int target)
 static const char *layer_ops(const Plan *mp, int c, int L, int mb)
 {
     static const char *const subs[] = {"", ".attn", ".mlp", ".grads"};
+    static const char *const grads[] = {"", ".data", ".wgrad"};
     const Sched *s = &mp->sched.classes[c];
     char *out = "";
     for (int i = 0; i < s->nops; i++) {
         const Op *o = &s->ops[i];
         if (o->kind == OP_WAIT || o->layer != L || o->mb != mb || o->sub == SUB_GRADS) continue;
         if (o->stream != ST_COMPUTE && o->stream != ST_TP_COMM) continue;
-        out = arena_printf(&g_arena, "%s%s%s%s", out, out[0] ? " " : "", sched_op_kind_name(o->kind), subs[o->sub]);
+        out = arena_printf(&g_arena, "%s%s%s%s%s", out, out[0] ? " " : "", sched_op_kind_name(o->kind), subs[o->sub],
+                           grads[o->grads]);
     }
     return out;
 }
 
 static void test_tp_split(void)
 {
-    /* tp 2: g after each part in forward, f's all-reduce after each in backward */
+    /* tp 2: g after each part in forward, f's all-reduce after each in
+     * backward, between the part's data and weight ops (tp_comm_overlap) */
     Plan *mp = PLAN("parallel.tp=2", "parallel.microbatches=2");
     if (mp) {
         const Sched *s = &mp->sched.classes[0];
-        CHECK_STR(layer_ops(mp, 0, 3, 0),
-                  "fwd.attn tp_allreduce.attn fwd.mlp tp_allreduce.mlp bwd.mlp tp_allreduce.mlp bwd.attn tp_allreduce.attn");
+        CHECK_STR(layer_ops(mp, 0, 3, 0), "fwd.attn tp_allreduce.attn fwd.mlp tp_allreduce.mlp bwd.mlp.data tp_allreduce.mlp "
+                                          "bwd.mlp.wgrad bwd.attn.data tp_allreduce.attn bwd.attn.wgrad");
         int A = -1, M = -1, R = -1;
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
@@ -194,8 +197,8 @@ static void test_tp_split(void)
     if (mp) {
         CHECK_STR(layer_ops(mp, 0, 3, 1),
                   "tp_allgather.attn fwd.attn tp_reduce_scatter.attn tp_allgather.mlp fwd.mlp tp_reduce_scatter.mlp "
-                  "tp_allgather.mlp tp_allgather.mlp bwd.mlp tp_reduce_scatter.mlp "
-                  "tp_allgather.attn tp_allgather.attn bwd.attn tp_reduce_scatter.attn");
+                  "tp_allgather.mlp tp_allgather.mlp bwd.mlp.data tp_reduce_scatter.mlp bwd.mlp.wgrad "
+                  "tp_allgather.attn tp_allgather.attn bwd.attn.data tp_reduce_scatter.attn bwd.attn.wgrad");
         int ag = pt_find(mp, 0, OP_TP_ALLGATHER, ST_TP_COMM, 0);
         CHECK(ag >= 0 && mp->sched.classes[0].ops[ag].bytes == mp->part.act.full);
         CHECK(mp->part.act.x * 2 == mp->part.act.full);         /* the shard is half the sequence */
@@ -204,7 +207,7 @@ static void test_tp_split(void)
     mp = PLAN("parallel.tp=2", "checkpointing.activations=full", "checkpointing.every=2");
     if (mp) {
         const char *fwd = "fwd.attn tp_allreduce.attn fwd.mlp tp_allreduce.mlp ";
-        const char *bwd = " bwd.mlp tp_allreduce.mlp bwd.attn tp_allreduce.attn";
+        const char *bwd = " bwd.mlp.data tp_allreduce.mlp bwd.mlp.wgrad bwd.attn.data tp_allreduce.attn bwd.attn.wgrad";
         CHECK_STR(layer_ops(mp, 0, 6, 0), arena_printf(&g_arena, "%srecompute.attn tp_allreduce.attn recompute.mlp "
                                                                   "tp_allreduce.mlp%s", fwd, bwd));
         /* the group's last layer needs no output: its MLP is not reduced */
@@ -445,10 +448,77 @@ static void test_streams_and_labels(void)
     CHECK(strncmp(label, "tp_allreduce embed mb0", 22) == 0);
 }
 
+/* tp_comm_overlap: each part's backward is a data op, then its collective,
+ * then the part's weight op, which runs while the collective does: the
+ * compute stream waits for the collective only after the weight op; the
+ * split moves FLOPs between the ops but never changes a layer's or the
+ * step's; the weight op reads its data op's scratch; none keeps one op. */
+static void test_tp_comm_overlap(void)
+{
+    const char *sps[2] = {"parallel.sequence_parallel=off", "parallel.sequence_parallel=on"};
+    for (int sp = 0; sp < 2; sp++) {
+        Plan *on = PLAN("parallel.tp=2", "parallel.microbatches=2", sps[sp]);
+        Plan *off = PLAN("parallel.tp=2", "parallel.microbatches=2", sps[sp], "parallel.tp_comm_overlap=none");
+        if (!on || !off) continue;
+        const Sched *s = &on->sched.classes[0], *s0 = &off->sched.classes[0];
+        CHECK_NEAR(s->flops, s0->flops, 1e-9 * s0->flops);
+        int split = 0;
+        for (int i = 0; i < s->nops; i++) {
+            const Op *w = &s->ops[i];
+            if (w->kind != OP_LAYER_BWD || w->grads != GR_WEIGHT) continue;
+            split++;
+            int d = -1, red = -1, wait = -1;     /* its data op, the collective after it, the wait for that */
+            for (int j = i - 1; j >= 0 && d < 0; j--)
+                if (s->ops[j].kind == OP_LAYER_BWD) d = j;
+            CHECK(d >= 0 && s->ops[d].grads == GR_DATA && s->ops[d].layer == w->layer && s->ops[d].mb == w->mb &&
+                  s->ops[d].sub == w->sub);
+            if (d < 0) continue;
+            for (int j = d + 1; j < i; j++)
+                if (s->ops[j].stream == ST_TP_COMM && s->ops[j].kind != OP_WAIT && s->ops[j].sub == w->sub) red = j;
+            CHECK(red > d);
+            /* the compute stream waits for it (or a later tp op: the stream runs in order) after the weight op */
+            for (int j = d + 1; j < s->nops && wait < 0; j++)
+                if (s->ops[j].kind == OP_WAIT && s->ops[j].stream == ST_COMPUTE && s->ops[j].aux >= red &&
+                    s->ops[s->ops[j].aux].stream == ST_TP_COMM)
+                    wait = j;
+            CHECK(wait > i);
+            bool scr = false;                       /* the weight op reads what the data op left */
+            for (int a = 0; a < w->nrd; a++)
+                for (int b = 0; b < s->ops[d].nwr; b++)
+                    scr |= w->rd[a] == s->ops[d].wr[b] && s->bufs[w->rd[a]].cat == CAT_WORKSPACE;
+            CHECK(scr);
+            int L = w->layer, mb = w->mb;
+            double fl = 0, fl0 = 0;
+            for (int j = 0; j < s->nops; j++)
+                if (s->ops[j].kind == OP_LAYER_BWD && s->ops[j].layer == L && s->ops[j].mb == mb) fl += s->ops[j].flops;
+            for (int j = 0; j < s0->nops; j++)
+                if (s0->ops[j].kind == OP_LAYER_BWD && s0->ops[j].layer == L && s0->ops[j].mb == mb) fl0 += s0->ops[j].flops;
+            CHECK_NEAR(fl, fl0, 1e-9 * fl0);
+            /* the data GEMMs are the weight GEMMs' FLOPs; the attention part adds its core's backward */
+            CHECK(w->flops > 0);
+            if (w->sub == SUB_MLP) CHECK_NEAR(s->ops[d].flops, w->flops, 1e-9 * w->flops);
+            else CHECK(s->ops[d].flops > w->flops);
+        }
+        CHECK_EQ(split, 2 * (int)(on->part.m * on->model.l));    /* two parts a layer */
+        for (int i = 0; i < s0->nops; i++) CHECK(s0->ops[i].grads == GR_ALL);
+        CHECK_STR(layer_ops(off, 0, 3, 0), sp ? "tp_allgather.attn fwd.attn tp_reduce_scatter.attn tp_allgather.mlp fwd.mlp "
+                                                "tp_reduce_scatter.mlp tp_allgather.mlp tp_allgather.mlp bwd.mlp "
+                                                "tp_reduce_scatter.mlp tp_allgather.attn tp_allgather.attn bwd.attn "
+                                                "tp_reduce_scatter.attn"
+                                              : "fwd.attn tp_allreduce.attn fwd.mlp tp_allreduce.mlp bwd.mlp tp_allreduce.mlp "
+                                                "bwd.attn tp_allreduce.attn");
+    }
+    /* tp 1 has no collective to overlap: one backward op, whatever the key */
+    Plan *mp = PLAN("parallel.tp=1", "parallel.tp_comm_overlap=wgrad");
+    if (mp)
+        for (int i = 0; i < mp->sched.classes[0].nops; i++) CHECK(mp->sched.classes[0].ops[i].grads == GR_ALL);
+}
+
 int main(void)
 {
     test_pipeline_orders();
     test_tp_split();
+    test_tp_comm_overlap();
     test_zero();
     test_offload();
     test_grad_norm();

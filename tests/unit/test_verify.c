@@ -6,12 +6,14 @@
  *    exists only so an arena region is not reused too early; (b) swapping
  *    two collectives of a group that spans classes in one class; (c)
  *    dropping a pipeline receive; (d) moving a buffer's offset so that two
- *    live buffers share bytes; each must be caught and named;
+ *    live buffers share bytes; (e) a split backward's weight op moved before
+ *    its data op, or made another part's; each must be caught and named;
  *  - a schedule stripped of its cross-stream events fails;
  *  - the verifier passes on a matrix of 60 layouts (tp, pp, dp, ZeRO 0-3,
  *    gpipe / 1f1b / interleaved, offload none / cpu / nvme, checkpointing
  *    none / full / selective / partitioned / cpu, micro-batches, sequence
- *    parallelism, fp16), each planned from spec text with overrides.
+ *    parallelism, tp_comm_overlap on and off, fp16), each planned from spec
+ *    text with overrides.
  */
 #include "plan_text.h"
 
@@ -257,6 +259,32 @@ static void test_overlap(void)
     CHECK(pt_verify(mp, &rep));
 }
 
+/* ---- (e) a split backward's weight op before its data op ------------------------------ */
+
+static void test_split_order(void)
+{
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    Sched *s = &mp->sched.classes[0];
+    int d = -1, w = -1;
+    for (int i = 0; i < s->nops && w < 0; i++) {
+        if (s->ops[i].kind != OP_LAYER_BWD) continue;
+        if (s->ops[i].grads == GR_DATA) d = i;
+        if (s->ops[i].grads == GR_WEIGHT && d >= 0) w = i;
+    }
+    CHECK(d >= 0 && w > d);
+    if (w < 0) return;
+    mut_swap(mp, 0, d, w);
+    expect_caught(mp, "a weight op without its data op just before it", "(e) weight op first");
+    mut_swap(mp, 0, d, w);
+    s->ops[w].sub = s->ops[w].sub == SUB_MLP ? SUB_ATTN : SUB_MLP;     /* another part's weight op */
+    expect_caught(mp, "a split backward's data op not followed by its weight op", "(e) another part's weight op");
+    s->ops[w].sub = s->ops[d].sub;
+    const char *rep;
+    CHECK(pt_verify(mp, &rep));
+}
+
 /* ---- the matrix ---------------------------------------------------------------------- */
 
 /* Layout n of the matrix as overrides (arena strings, NULL-terminated). */
@@ -280,6 +308,7 @@ static const char **layout(int n)
     if (sch == 2) d[k++] = "parallel.virtual_stages=2";
     d[k++] = arena_printf(&g_arena, "parallel.microbatches=%d", m);
     d[k++] = sp ? "parallel.sequence_parallel=on" : "parallel.sequence_parallel=off";
+    if (tp > 1 && n % 5 == 2) d[k++] = "parallel.tp_comm_overlap=none";
     d[k++] = n % 3 == 1 ? "zero.overlap_comm=off" : "zero.overlap_comm=on";
     if (off == 1) d[k++] = "offload.optimizer=cpu";
     if (off == 2) d[k++] = "offload.optimizer=nvme", d[k++] = "offload.optimizer.path=\"/nvme\"",
@@ -359,6 +388,7 @@ int main(void)
     test_swap_collectives();
     test_drop_recv();
     test_overlap();
+    test_split_order();
     test_matrix();
     test_specs();
     arena_free(&g_arena);

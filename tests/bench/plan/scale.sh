@@ -18,7 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 row() {
   cat >"$tmp/$1.tspec" <<SPEC
 model gpt { layers = $2  hidden = $3  heads = $4  vocab = 51200  seq_len = 2048 }
-parallel { tp = $5  pp = $6  dp = $(( $7 / ($5 * $6) ))  sequence_parallel = on  schedule = 1f1b }
+parallel { tp = $5  pp = $6  dp = $(( $7 / ($5 * $6) ))  sequence_parallel = on  schedule = 1f1b  tp_comm_overlap = none }
 zero { stage = 0  reduce_bucket = 1e12 }
 precision { dtype = fp16  master_weights = fp32  grad_reduce = fp32 }
 checkpointing { activations = full }
