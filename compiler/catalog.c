@@ -10,10 +10,50 @@
 
 #include <clang-c/Index.h>
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* libclang, loaded by the first spec that names a user-defined op's header
+ * (check_header) rather than linked: loading libclang-14 and its LLVM relocates
+ * some 57 MB of pages, which every shardc run (every plan) paid for before. */
+#define LIBCLANG(X) \
+    X(clang_Cursor_getArgument) X(clang_Cursor_getNumArguments) X(clang_Cursor_getRawCommentText) \
+    X(clang_File_isEqual) X(clang_createIndex) X(clang_disposeDiagnostic) X(clang_disposeIndex) \
+    X(clang_disposeString) X(clang_disposeTranslationUnit) X(clang_equalTypes) X(clang_getCString) \
+    X(clang_getCanonicalType) X(clang_getChildDiagnostics) X(clang_getCursorExtent) X(clang_getCursorKind) \
+    X(clang_getCursorLocation) X(clang_getCursorResultType) X(clang_getCursorSpelling) \
+    X(clang_getCursorType) X(clang_getDiagnostic) X(clang_getDiagnosticInSet) X(clang_getDiagnosticLocation) \
+    X(clang_getDiagnosticNumRanges) X(clang_getDiagnosticRange) X(clang_getDiagnosticSeverity) \
+    X(clang_getDiagnosticSpelling) X(clang_getFile) X(clang_getFileName) X(clang_getNumDiagnostics) \
+    X(clang_getNumDiagnosticsInSet) X(clang_getRangeEnd) X(clang_getRangeStart) X(clang_getSpellingLocation) \
+    X(clang_getTranslationUnitCursor) X(clang_getTypeSpelling) X(clang_getTypedefDeclUnderlyingType) \
+    X(clang_isFunctionTypeVariadic) X(clang_parseTranslationUnit2) X(clang_visitChildren)
+static struct {
+#define LC_FN(f) __typeof__(f) *f;
+    LIBCLANG(LC_FN)
+#undef LC_FN
+    bool tried, loaded;
+    char error[512];            /* why it could not be loaded */
+} lc;
+
+/* Loads libclang (once); false with lc.error when it cannot. */
+static bool libclang_load(void)
+{
+    if (lc.tried) return lc.loaded;
+    lc.tried = true;
+    void *h = dlopen(SHARDC_LIBCLANG, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return snprintf(lc.error, sizeof lc.error, "%s", dlerror()), false;
+#define LC_SYM(f)                                                                             \
+    if (!(*(void **)&lc.f = dlsym(h, #f)))                                                    \
+        return snprintf(lc.error, sizeof lc.error, "%s has no %s", SHARDC_LIBCLANG, #f), false;
+    LIBCLANG(LC_SYM)
+#undef LC_SYM
+    return lc.loaded = true;
+}
 
 /* ---- the op kinds' ABIs: the one table (docs/custom-ops.md describes it) ---- */
 const CatalogAbi catalog_abis[] = {
@@ -152,11 +192,11 @@ static Loc loc_in(const SrcFile *f, int line, int col, int len)
 static SrcFile *src_of(Check *ck, CXFile file)
 {
     if (!file) return NULL;
-    CXString n = clang_getFileName(file);
-    const char *name = clang_getCString(n);
+    CXString n = lc.clang_getFileName(file);
+    const char *name = lc.clang_getCString(n);
     SrcFile *f = NULL;
-    CXFile hf = clang_getFile(ck->tu, ck->header_shown);
-    if (hf && clang_File_isEqual(hf, file)) f = ck->header;
+    CXFile hf = lc.clang_getFile(ck->tu, ck->header_shown);
+    if (hf && lc.clang_File_isEqual(hf, file)) f = ck->header;
     for (int i = 0; !f && i < ck->nfiles; i++)
         if (strcmp(ck->files[i].clang_name, name) == 0) f = ck->files[i].src;
     if (!f && ck->nfiles < (int)(sizeof ck->files / sizeof *ck->files)) {
@@ -164,7 +204,7 @@ static SrcFile *src_of(Check *ck, CXFile file)
         ck->files[ck->nfiles].clang_name = arena_strdup(&g_arena, name);
         ck->files[ck->nfiles++].src = f;
     }
-    clang_disposeString(n);
+    lc.clang_disposeString(n);
     return f;
 }
 
@@ -173,23 +213,23 @@ static Loc loc_clang(Check *ck, CXSourceLocation sl, int len)
 {
     CXFile file;
     unsigned line, col;
-    clang_getSpellingLocation(sl, &file, &line, &col, NULL);
+    lc.clang_getSpellingLocation(sl, &file, &line, &col, NULL);
     return loc_in(src_of(ck, file), (int)line, (int)col, len);
 }
 
 /* The Loc of a cursor's whole extent (clipped to its first line). */
 static Loc loc_extent(Check *ck, CXCursor c, bool from_name)
 {
-    CXSourceRange r = clang_getCursorExtent(c);
+    CXSourceRange r = lc.clang_getCursorExtent(c);
     unsigned b, e, bl, el;
-    clang_getSpellingLocation(clang_getRangeStart(r), NULL, &bl, NULL, &b);
-    clang_getSpellingLocation(clang_getRangeEnd(r), NULL, &el, NULL, &e);
-    CXSourceLocation at = from_name ? clang_getCursorLocation(c) : clang_getRangeStart(r);
+    lc.clang_getSpellingLocation(lc.clang_getRangeStart(r), NULL, &bl, NULL, &b);
+    lc.clang_getSpellingLocation(lc.clang_getRangeEnd(r), NULL, &el, NULL, &e);
+    CXSourceLocation at = from_name ? lc.clang_getCursorLocation(c) : lc.clang_getRangeStart(r);
     int len = bl == el && e > b ? (int)(e - b) : 1;
     if (from_name) {
-        CXString n = clang_getCursorSpelling(c);
-        len = (int)strlen(clang_getCString(n));
-        clang_disposeString(n);
+        CXString n = lc.clang_getCursorSpelling(c);
+        len = (int)strlen(lc.clang_getCString(n));
+        lc.clang_disposeString(n);
     }
     return loc_clang(ck, at, len);
 }
@@ -198,36 +238,36 @@ static Loc loc_extent(Check *ck, CXCursor c, bool from_name)
 static int show_clang_errors(Check *ck)
 {
     int n = 0;
-    for (unsigned i = 0; i < clang_getNumDiagnostics(ck->tu); i++) {
-        CXDiagnostic d = clang_getDiagnostic(ck->tu, i);
-        if (clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error) {
-            CXString msg = clang_getDiagnosticSpelling(d);
+    for (unsigned i = 0; i < lc.clang_getNumDiagnostics(ck->tu); i++) {
+        CXDiagnostic d = lc.clang_getDiagnostic(ck->tu, i);
+        if (lc.clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error) {
+            CXString msg = lc.clang_getDiagnosticSpelling(d);
             int len = 1;
-            if (clang_getDiagnosticNumRanges(d) > 0) {
-                CXSourceRange r = clang_getDiagnosticRange(d, 0);
+            if (lc.clang_getDiagnosticNumRanges(d) > 0) {
+                CXSourceRange r = lc.clang_getDiagnosticRange(d, 0);
                 unsigned b, e;
-                clang_getSpellingLocation(clang_getRangeStart(r), NULL, NULL, NULL, &b);
-                clang_getSpellingLocation(clang_getRangeEnd(r), NULL, NULL, NULL, &e);
+                lc.clang_getSpellingLocation(lc.clang_getRangeStart(r), NULL, NULL, NULL, &b);
+                lc.clang_getSpellingLocation(lc.clang_getRangeEnd(r), NULL, NULL, NULL, &e);
                 if (e > b) len = (int)(e - b);
             }
-            diag_error(loc_clang(ck, clang_getDiagnosticLocation(d), len), "%s", clang_getCString(msg));
-            clang_disposeString(msg);
-            CXDiagnosticSet kids = clang_getChildDiagnostics(d);
-            for (unsigned k = 0; k < clang_getNumDiagnosticsInSet(kids); k++) {
-                CXDiagnostic kd = clang_getDiagnosticInSet(kids, k);
+            diag_error(loc_clang(ck, lc.clang_getDiagnosticLocation(d), len), "%s", lc.clang_getCString(msg));
+            lc.clang_disposeString(msg);
+            CXDiagnosticSet kids = lc.clang_getChildDiagnostics(d);
+            for (unsigned k = 0; k < lc.clang_getNumDiagnosticsInSet(kids); k++) {
+                CXDiagnostic kd = lc.clang_getDiagnosticInSet(kids, k);
                 CXFile kf;
-                clang_getSpellingLocation(clang_getDiagnosticLocation(kd), &kf, NULL, NULL, NULL);
+                lc.clang_getSpellingLocation(lc.clang_getDiagnosticLocation(kd), &kf, NULL, NULL, NULL);
                 /* "in file included from" our synthesized file says nothing to the user */
-                if (!clang_File_isEqual(kf, ck->main_file)) {
-                    CXString km = clang_getDiagnosticSpelling(kd);
-                    diag_note(loc_clang(ck, clang_getDiagnosticLocation(kd), 1), "%s", clang_getCString(km));
-                    clang_disposeString(km);
+                if (!lc.clang_File_isEqual(kf, ck->main_file)) {
+                    CXString km = lc.clang_getDiagnosticSpelling(kd);
+                    diag_note(loc_clang(ck, lc.clang_getDiagnosticLocation(kd), 1), "%s", lc.clang_getCString(km));
+                    lc.clang_disposeString(km);
                 }
-                clang_disposeDiagnostic(kd);
+                lc.clang_disposeDiagnostic(kd);
             }
             n++;
         }
-        clang_disposeDiagnostic(d);
+        lc.clang_disposeDiagnostic(d);
     }
     return n;
 }
@@ -236,15 +276,15 @@ static int show_clang_errors(Check *ck)
 static enum CXChildVisitResult visit(CXCursor c, CXCursor parent, CXClientData data)
 {
     Check *ck = data;
-    enum CXCursorKind k = clang_getCursorKind(c);
+    enum CXCursorKind k = lc.clang_getCursorKind(c);
     if (k != CXCursor_FunctionDecl && k != CXCursor_TypedefDecl) return CXChildVisit_Continue;
-    CXString ns = clang_getCursorSpelling(c);
-    const char *name = clang_getCString(ns);
+    CXString ns = lc.clang_getCursorSpelling(c);
+    const char *name = lc.clang_getCString(ns);
     const CatalogAbi *abi = ck->x->abi;
     int f, p;
     if (k == CXCursor_TypedefDecl && sscanf(name, "shardc_abi_%d_%d", &f, &p) == 2 && f >= 0 && f < abi->nfns &&
         p >= 0 && p <= CATALOG_MAX_PARAMS) {
-        ck->expect[f][p] = clang_getCanonicalType(clang_getTypedefDeclUnderlyingType(c));
+        ck->expect[f][p] = lc.clang_getCanonicalType(lc.clang_getTypedefDeclUnderlyingType(c));
         ck->have_expect[f][p] = true;
     } else if (k == CXCursor_FunctionDecl) {
         for (int i = 0; i < abi->nfns; i++) {
@@ -255,34 +295,34 @@ static enum CXChildVisitResult visit(CXCursor c, CXCursor parent, CXClientData d
             }
         }
     }
-    clang_disposeString(ns);
+    lc.clang_disposeString(ns);
     return CXChildVisit_Continue;
 }
 
 /* A type for a message: 'i64' (aka 'long') when a typedef hides the canonical type. */
 static const char *type_phrase(CXType t)
 {
-    CXString a = clang_getTypeSpelling(t), b = clang_getTypeSpelling(clang_getCanonicalType(t));
-    const char *s = strcmp(clang_getCString(a), clang_getCString(b)) == 0
-                        ? arena_printf(&g_arena, "'%s'", clang_getCString(a))
-                        : arena_printf(&g_arena, "'%s' (aka '%s')", clang_getCString(a), clang_getCString(b));
-    clang_disposeString(a);
-    clang_disposeString(b);
+    CXString a = lc.clang_getTypeSpelling(t), b = lc.clang_getTypeSpelling(lc.clang_getCanonicalType(t));
+    const char *s = strcmp(lc.clang_getCString(a), lc.clang_getCString(b)) == 0
+                        ? arena_printf(&g_arena, "'%s'", lc.clang_getCString(a))
+                        : arena_printf(&g_arena, "'%s' (aka '%s')", lc.clang_getCString(a), lc.clang_getCString(b));
+    lc.clang_disposeString(a);
+    lc.clang_disposeString(b);
     return s;
 }
 
 /* A libclang string as an arena string. */
 static const char *take(CXString s)
 {
-    const char *d = arena_strdup(&g_arena, clang_getCString(s) ? clang_getCString(s) : "");
-    clang_disposeString(s);
+    const char *d = arena_strdup(&g_arena, lc.clang_getCString(s) ? lc.clang_getCString(s) : "");
+    lc.clang_disposeString(s);
     return d;
 }
 
 /* The comment above a declaration without its markers (as tools/opcatalog does). */
 static const char *doc_of(CXCursor c)
 {
-    const char *raw = take(clang_Cursor_getRawCommentText(c));
+    const char *raw = take(lc.clang_Cursor_getRawCommentText(c));
     char *out = arena_alloc(&g_arena, strlen(raw) + 1);
     size_t o = 0;
     for (const char *p = raw; *p;) {
@@ -305,18 +345,18 @@ static const char *doc_of(CXCursor c)
 static void record(Check *ck, int i, CXCursor c)
 {
     CatalogOp *o = &ck->x->fns[i];
-    int n = clang_Cursor_getNumArguments(c);
+    int n = lc.clang_Cursor_getNumArguments(c);
     CatalogParam *ps = arena_alloc(&g_arena, sizeof *ps * (size_t)(n > 0 ? n : 1));
     for (int k = 0; k < n; k++) {
-        CXCursor a = clang_Cursor_getArgument(c, (unsigned)k);
-        ps[k].name = take(clang_getCursorSpelling(a));
-        ps[k].type = take(clang_getTypeSpelling(clang_getCursorType(a)));
-        ps[k].canon = take(clang_getTypeSpelling(clang_getCanonicalType(clang_getCursorType(a))));
+        CXCursor a = lc.clang_Cursor_getArgument(c, (unsigned)k);
+        ps[k].name = take(lc.clang_getCursorSpelling(a));
+        ps[k].type = take(lc.clang_getTypeSpelling(lc.clang_getCursorType(a)));
+        ps[k].canon = take(lc.clang_getTypeSpelling(lc.clang_getCanonicalType(lc.clang_getCursorType(a))));
     }
     Loc l = loc_extent(ck, c, true);
-    o->name = take(clang_getCursorSpelling(c));
+    o->name = take(lc.clang_getCursorSpelling(c));
     o->op = ck->x->name;
-    o->ret = take(clang_getTypeSpelling(clang_getCursorResultType(c)));
+    o->ret = take(lc.clang_getTypeSpelling(lc.clang_getCursorResultType(c)));
     o->nparams = n < 0 ? 0 : n;
     o->params = ps;
     o->arity = -1;
@@ -331,15 +371,15 @@ static void record(Check *ck, int i, CXCursor c)
 /* The found declaration, spelled back: "int sqrelu_forward(float *out)". */
 static const char *found_signature(CXCursor c)
 {
-    CXString ns = clang_getCursorSpelling(c);
-    const char *s = arena_printf(&g_arena, "%s(", decl(take(clang_getTypeSpelling(clang_getCursorResultType(c))),
-                                                      clang_getCString(ns)));
-    clang_disposeString(ns);
-    int n = clang_Cursor_getNumArguments(c);
+    CXString ns = lc.clang_getCursorSpelling(c);
+    const char *s = arena_printf(&g_arena, "%s(", decl(take(lc.clang_getTypeSpelling(lc.clang_getCursorResultType(c))),
+                                                      lc.clang_getCString(ns)));
+    lc.clang_disposeString(ns);
+    int n = lc.clang_Cursor_getNumArguments(c);
     for (int k = 0; k < n; k++) {
-        CXCursor a = clang_Cursor_getArgument(c, (unsigned)k);
+        CXCursor a = lc.clang_Cursor_getArgument(c, (unsigned)k);
         s = arena_printf(&g_arena, "%s%s%s", s, k ? ", " : "",
-                         decl(take(clang_getTypeSpelling(clang_getCursorType(a))), take(clang_getCursorSpelling(a))));
+                         decl(take(lc.clang_getTypeSpelling(lc.clang_getCursorType(a))), take(lc.clang_getCursorSpelling(a))));
     }
     return arena_printf(&g_arena, "%s)", s);
 }
@@ -352,20 +392,20 @@ static void check_fn(Check *ck, int i)
     const char *name = arena_printf(&g_arena, "%s%s", ck->x->name, fn->suffix);
     const char *want = catalog_abi_signature(fn, ck->x->name);
     const char *kind = ck->x->abi->kind;
-    CXType ft = clang_getCursorType(c);
+    CXType ft = lc.clang_getCursorType(c);
     if (ft.kind == CXType_FunctionNoProto) {
         diag_error(loc_extent(ck, c, true), "%s is declared without a prototype", name);
         diag_hint("declare it as: %s;", want);
         return;
     }
-    if (clang_isFunctionTypeVariadic(ft)) {
+    if (lc.clang_isFunctionTypeVariadic(ft)) {
         diag_error(loc_extent(ck, c, true), "%s is variadic (found: %s)", name, found_signature(c));
         diag_hint("declare it as: %s;", want);
         return;
     }
-    CXType rt = clang_getCursorResultType(c);
+    CXType rt = lc.clang_getCursorResultType(c);
     if (!ck->have_expect[i][0]) die("catalog: no expected type for %s's return", name);
-    if (!clang_equalTypes(clang_getCanonicalType(rt), ck->expect[i][0])) {
+    if (!lc.clang_equalTypes(lc.clang_getCanonicalType(rt), ck->expect[i][0])) {
         /* the caret spans the return type: from the declaration's start to its name */
         Loc at = loc_extent(ck, c, false), name_at = loc_extent(ck, c, true);
         if (at.file && at.file == name_at.file && at.line == name_at.line && name_at.pos > at.pos) {
@@ -377,7 +417,7 @@ static void check_fn(Check *ck, int i)
                    kind, fn->suffix + 1, fn->ret);
         diag_hint("declare it as: %s;", want);
     }
-    int n = clang_Cursor_getNumArguments(c);
+    int n = lc.clang_Cursor_getNumArguments(c);
     if (n != fn->nparams) {
         diag_error(loc_extent(ck, c, true), "%s takes %d parameter%s, but an %s's %s takes %d (found: %s)", name, n,
                    n == 1 ? "" : "s", kind, fn->suffix + 1, fn->nparams, found_signature(c));
@@ -386,15 +426,15 @@ static void check_fn(Check *ck, int i)
     }
     bool bad = false;
     for (int k = 0; k < n; k++) {
-        CXCursor a = clang_Cursor_getArgument(c, (unsigned)k);
-        CXType t = clang_getCursorType(a);
+        CXCursor a = lc.clang_Cursor_getArgument(c, (unsigned)k);
+        CXType t = lc.clang_getCursorType(a);
         if (!ck->have_expect[i][k + 1]) die("catalog: no expected type for %s's parameter %d", name, k + 1);
-        if (clang_equalTypes(clang_getCanonicalType(t), ck->expect[i][k + 1])) continue;
-        CXString pn = clang_getCursorSpelling(a);
-        const char *pname = clang_getCString(pn);
+        if (lc.clang_equalTypes(lc.clang_getCanonicalType(t), ck->expect[i][k + 1])) continue;
+        CXString pn = lc.clang_getCursorSpelling(a);
+        const char *pname = lc.clang_getCString(pn);
         diag_error(loc_extent(ck, a, false), "%s: parameter %d%s%s%s is %s, but the %s ABI wants '%s' (%s)", name, k + 1,
                    *pname ? " '" : "", pname, *pname ? "'" : "", type_phrase(t), kind, fn->types[k], fn->names[k]);
-        clang_disposeString(pn);
+        lc.clang_disposeString(pn);
         bad = true;
     }
     if (bad) diag_hint("declare it as: %s;", want);
@@ -414,21 +454,27 @@ static void check_header(Check *ck, const char *path)
     const char *main_name = "shardc-abi-check.c";
     struct CXUnsavedFile uf = {main_name, tu_text, (unsigned long)strlen(tu_text)};
     const char *args[] = {"-x", "c", "-std=c11", "-fparse-all-comments"};
-    CXIndex idx = clang_createIndex(0, 0);
-    enum CXErrorCode rc = clang_parseTranslationUnit2(idx, main_name, args, 4, &uf, 1,
+    if (!libclang_load()) {
+        diag_error(sema_key_loc(ck->s, "model.activation.header"), "cannot check %s: libclang did not load (%s)",
+                   ck->header_shown, lc.error);
+        diag_hint("install libclang-14 (scripts/install-deps does), or rebuild shardc where it is");
+        return;
+    }
+    CXIndex idx = lc.clang_createIndex(0, 0);
+    enum CXErrorCode rc = lc.clang_parseTranslationUnit2(idx, main_name, args, 4, &uf, 1,
                                                       CXTranslationUnit_SkipFunctionBodies, &ck->tu);
     if (rc != CXError_Success) {
-        clang_disposeIndex(idx);
+        lc.clang_disposeIndex(idx);
         diag_error(sema_key_loc(ck->s, "model.activation.header"), "libclang could not parse %s (error %d)",
                    ck->header_shown, (int)rc);
         return;
     }
-    ck->main_file = clang_getFile(ck->tu, main_name);
+    ck->main_file = lc.clang_getFile(ck->tu, main_name);
     if (show_clang_errors(ck)) {
         diag_hint("the header of extern \"%s\" must be valid C11 (try: cc -std=c11 -fsyntax-only %s)", ck->x->name,
                   ck->header_shown);
     } else {
-        clang_visitChildren(clang_getTranslationUnitCursor(ck->tu), visit, ck);
+        lc.clang_visitChildren(lc.clang_getTranslationUnitCursor(ck->tu), visit, ck);
         for (int i = 0; i < abi->nfns; i++) {
             const char *want = catalog_abi_signature(&abi->fns[i], ck->x->name);
             if (!ck->have[i]) {
@@ -441,8 +487,8 @@ static void check_header(Check *ck, const char *path)
             check_fn(ck, i);
         }
     }
-    clang_disposeTranslationUnit(ck->tu);
-    clang_disposeIndex(idx);
+    lc.clang_disposeTranslationUnit(ck->tu);
+    lc.clang_disposeIndex(idx);
 }
 
 /* A source file the op names must exist: reports it if it cannot be read. */
