@@ -18,16 +18,13 @@ Arena g_arena;
    free and refill some 200 MB each): their pages are already faulted in. */
 static ArenaBlock *pool;
 
-/* Bytes of blocks still to map in huge pages: a plan's few hundred MB fault in
-   once per 2 MiB and miss the TLB less (the 1008B row: 0.77 s, not 1.0 s), but
-   where the kernel has no free huge page at hand one costs more to fault in
-   than its 512 small ones (a whole step of 1.7 GB in huge pages: 7 s, not 4 s). */
-static size_t huge_left = (size_t)320 << 20;
-
 /* A block with room for n bytes, all zero: from the pool, its used prefix
    cleared (the bytes past `used` were never written), or straight from the
-   kernel, whose pages come zeroed (the first in huge pages).  Out of memory is not a user error: the
-   compiler cannot go on. */
+   kernel, whose pages come zeroed.  Small pages: huge ones (MADV_HUGEPAGE) saved
+   TLB misses on a warm machine, but each had the kernel compact memory or fault
+   in a page it had handed back, and on a busy one the 1008B row's plan took
+   1.0-1.4 s, once 4.8 s, against 0.87-0.89 s.  Out of memory is not a user
+   error: the compiler cannot go on. */
 static ArenaBlock *block_new(size_t n)
 {
     for (ArenaBlock **pp = &pool; *pp; pp = &(*pp)->next)
@@ -42,9 +39,6 @@ static ArenaBlock *block_new(size_t n)
     size = size < min ? min : (size + 4095) & ~(size_t)4095;
     ArenaBlock *b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (b == MAP_FAILED) die("out of memory (%zu bytes)", size);
-#ifdef MADV_HUGEPAGE
-    if (size <= huge_left) madvise(b, size, MADV_HUGEPAGE), huge_left -= size;
-#endif
     b->used = 0;
     b->cap = size - sizeof *b;
     return b;
