@@ -446,13 +446,17 @@ static int profile_op(int coll)
 
 /* Seconds of a collective on the CPU backend: the profile's alpha-beta for
  * its op, span and group size at the ranks per node (scaled from another
- * group size when that one was not measured); -1 when the profile has none. */
+ * group size when that one was not measured), plus the arrival skew of ranks
+ * that take turns on the node's cores (profile_skew: 0 unless they
+ * oversubscribe them); -1 when the profile has none. */
 static double cpu_coll_time(const Partition *p, int coll, bool cross, int64_t n, double bytes)
 {
     if (n <= 1 && coll != COLL_SENDRECV) return 0;
     double sa, sb;
     const ProfFit *f = profile_coll(p->spec->cluster.profile, profile_op(coll), cross, cpu_rank(p).w, n, &sa, &sb);
-    return f ? f->alpha * sa + f->beta * sb * bytes : -1;
+    if (!f) return -1;
+    CpuRank r = cpu_rank(p);
+    return f->alpha * sa + f->beta * sb * bytes + profile_skew(r.pf, r.w, (int)r.threads, coll == COLL_SENDRECV);
 }
 
 /* Seconds a collective or point-to-point op of class stage takes. */
