@@ -624,29 +624,41 @@ double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm)
     return f > 1 ? f : 1;
 }
 
+/* One rank count's skew after `compute` seconds (alone) between the ops:
+ * its rows (of one kind, ranks_per_node and threads) linear between their
+ * compute lengths, the shortest's scaled down to 0 at no compute, the
+ * longest's beyond it. */
+static double skew_after(const Profile *pf, const ProfSkew *k, double compute)
+{
+    const ProfSkew *lo = NULL, *hi = NULL;   /* the nearest rows below and above compute */
+    for (int j = 0; j < pf->nskew; j++) {
+        const ProfSkew *o = &pf->skew[j];
+        if (o->p2p != k->p2p || o->ranks_per_node != k->ranks_per_node || o->threads != k->threads) continue;
+        if (o->compute_s <= compute && (!lo || o->compute_s > lo->compute_s)) lo = o;
+        if (o->compute_s > compute && (!hi || o->compute_s < hi->compute_s)) hi = o;
+    }
+    double v0 = lo ? fmax(lo->seconds, 0) : 0, x0 = lo ? lo->compute_s : 0;
+    if (!hi) return v0;
+    double v1 = fmax(hi->seconds, 0);
+    return v0 + (v1 - v0) * (compute - x0) / (hi->compute_s - x0);
+}
+
 /* The arrival skew for w ranks of `threads` threads on a node whose cores
- * they oversubscribe (share = w·threads / cores > 1, else 0): each measured
- * rank count's skew after its longest compute (the rows of the same kind),
- * the largest among those measured at a share up to this one; below the
- * smallest measured share, that row's skew scaled by (share − 1) / (its
- * share − 1).  So it is never negative, 0 at share 1, and never decreases
- * as more ranks share the cores. */
-double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p)
+ * they oversubscribe (share = w·threads / cores > 1, else 0), after
+ * `compute` seconds between the ops: each measured rank count's skew at
+ * that compute (skew_after), the largest among those measured at a share
+ * up to this one; below the smallest measured share, that one's scaled by
+ * (share − 1) / (its share − 1).  So it is never negative, 0 at share 1,
+ * and never decreases as more ranks share the cores. */
+double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, double compute)
 {
     double share = (double)w * threads / (double)pf->cores, best = 0, low_share = 0, low = 0;
-    if (!(share > 1)) return 0;
+    if (!(share > 1) || !(compute > 0)) return 0;
     for (int i = 0; i < pf->nskew; i++) {
         const ProfSkew *k = &pf->skew[i];
-        if (k->p2p != p2p) continue;
-        bool longest = true;
-        for (int j = 0; j < pf->nskew; j++) {
-            const ProfSkew *o = &pf->skew[j];
-            if (o->p2p == p2p && o->ranks_per_node == k->ranks_per_node && o->threads == k->threads &&
-                o->compute_s > k->compute_s)
-                longest = false;
-        }
-        double ks = (double)k->ranks_per_node * k->threads / (double)pf->cores, v = k->seconds > 0 ? k->seconds : 0;
-        if (!longest || !(ks > 1)) continue;
+        double ks = (double)k->ranks_per_node * k->threads / (double)pf->cores;
+        if (k->p2p != p2p || !(ks > 1)) continue;
+        double v = skew_after(pf, k, compute);
         if (ks <= share) best = fmax(best, v);
         else if (low_share == 0 || ks < low_share) low_share = ks, low = v;
     }

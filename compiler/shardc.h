@@ -416,9 +416,10 @@ const ProfFit *profile_coll(const Profile *pf, int op, bool inter, int64_t w, in
  * `threads` threads share the node's cores (>= 1). */
 double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm);
 /* Seconds a collective (p2p: a send or receive) waits for its late peers
- * when w ranks of `threads` threads take turns on the node's cores: the
- * measured arrival skew (0 without oversubscription or without rows). */
-double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p);
+ * when w ranks of `threads` threads take turns on the node's cores and each
+ * computed `compute` seconds (alone) since its previous one: the measured
+ * arrival skew (0 without oversubscription, compute or rows). */
+double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, double compute);
 /* The threads a rank runs with when w ranks share a node (cores / w, >= 1). */
 int profile_threads(const Profile *pf, int64_t w);
 /* The cluster keys a profile derives (0: it has nothing for that one), for

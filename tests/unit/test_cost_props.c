@@ -288,9 +288,10 @@ static void test_zero3_monotone(void)
 }
 
 /* The arrival skew of ranks that take turns on the cores (profile_skew),
- * over measured rows that rise, fall, are zero, are missing for one kind:
- * never negative, 0 without oversubscription (w·threads <= cores), and
- * never smaller with more ranks on the same cores. */
+ * over measured rows that rise, fall, are zero, are missing for one kind,
+ * at compute lengths between the ops from none to beyond the rows: never
+ * negative, 0 without oversubscription (w·threads <= cores) or without
+ * compute, and never smaller with more ranks on the same cores. */
 static void test_skew_props(void)
 {
     static const ProfSkew sets[][4] = {
@@ -302,19 +303,20 @@ static void test_skew_props(void)
         for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
             Profile pf = {.backend = PROFILE_CPU, .cores = c, .skew = (ProfSkew *)sets[k], .nskew = 4};
             for (int p2p = 0; p2p < 2; p2p++)
-                for (int t = 1; t <= 2; t++) {
-                    double prev = 0;
-                    for (int w = 1; w <= 32; w++) {
-                        double v = profile_skew(&pf, w, t, p2p);
-                        CHECK(v >= 0);
-                        if (w * t <= c) CHECK(v == 0);
-                        CHECK(v >= prev);
-                        prev = v;
+                for (int t = 1; t <= 2; t++)
+                    for (double x = 0; x <= 0.03; x += 0.5e-3) {
+                        double prev = 0;
+                        for (int w = 1; w <= 32; w++) {
+                            double v = profile_skew(&pf, w, t, p2p, x);
+                            CHECK(v >= 0);
+                            if (w * t <= c || x == 0) CHECK(v == 0);
+                            CHECK(v >= prev);
+                            prev = v;
+                        }
                     }
-                }
         }
     Profile none = {.backend = PROFILE_CPU, .cores = 2};
-    CHECK(profile_skew(&none, 8, 1, false) == 0);   /* a profile without skew rows adds nothing */
+    CHECK(profile_skew(&none, 8, 1, false, 0.01) == 0);   /* a profile without skew rows adds nothing */
 }
 
 int main(void)
