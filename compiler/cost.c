@@ -101,7 +101,8 @@ static int op_pieces(const Partition *p, const Op *o)
  * (the measured FLOP/s at each GEMM's shape), attention seconds, streamed
  * bytes at the measured bandwidth for their size, and a fixed cost per
  * kernel; collectives the alpha-beta measured for their op, group size and
- * ranks per node. */
+ * ranks per node, plus, where the ranks oversubscribe the cores, the arrival
+ * skew measured after the compute before them (cpu_skew). */
 
 /* What prices a rank on the CPU backend. */
 typedef struct CpuRank {
