@@ -116,7 +116,8 @@ static int weight_kernels(const Op *o, int pieces)
  * (the measured FLOP/s at each GEMM's shape), attention seconds, streamed
  * bytes at the measured bandwidth for their size, and a fixed cost per
  * kernel; collectives the alpha-beta measured for their op, group size and
- * ranks per node. */
+ * ranks per node, plus, where the ranks oversubscribe the cores, the arrival
+ * skew measured after the compute before them (cpu_skew). */
 
 /* What prices a rank on the CPU backend. */
 typedef struct CpuRank {
@@ -556,6 +557,23 @@ static double cpu_io_time(const Sched *s, int op)
     }
 }
 
+/* Seconds a CPU rank's communication op `op` waits for peers that take turns
+ * with it on the node's cores (0 with a core per rank): the profile's
+ * arrival skew after the compute the rank ran since its previous
+ * communication op (the ops between, priced at the all-busy sharing, over
+ * the GEMM sharing factor: the reference GEMM time alone that calibrate's
+ * compute_seconds counts). */
+static double cpu_skew(const Sched *s, int op)
+{
+    const Partition *p = s->part;
+    if (!cost_cpu_priced(p->spec)) return 0;
+    CpuRank r = cpu_rank(p);
+    if (r.w * r.threads <= r.pf->cores) return 0;
+    double compute = 0;
+    for (int i = op - 1; i >= 0 && cost_group(s, i) == GRP_NONE; i--) compute += cost_op_time(NULL, s, i);
+    return profile_skew(r.pf, r.w, (int)r.threads, coll_of(s, &s->ops[op]) == COLL_SENDRECV, compute / r.share_gemm);
+}
+
 /* Seconds the op occupies its stream once it has started. */
 double cost_op_time(const Plan *mp, const Sched *s, int op)
 {
@@ -565,7 +583,7 @@ double cost_op_time(const Plan *mp, const Sched *s, int op)
     const Spec *sp = p->spec;
     double pcie = sp->cluster.pcie, bytes = (double)o->bytes;
     int group = cost_group(s, op);
-    if (group != GRP_NONE && o->kind != OP_GRAD_NORM) return comm_time(s, o, group);
+    if (group != GRP_NONE && o->kind != OP_GRAD_NORM) return comm_time(s, o, group) + cpu_skew(s, op);
     if (cost_cpu_priced(sp)) {
         double t = cpu_io_time(s, op);
         if (t >= 0) return t;
@@ -582,7 +600,7 @@ double cost_op_time(const Plan *mp, const Sched *s, int op)
     case OP_GRAD_SUMSQ: return sumsq_time(s, o);
     case OP_GRAD_NORM:
         /* the all-reduce of the partial sums; an older schedule also summed here */
-        return world_scalar_time(p) + (o->stream == ST_DP_COMM ? 0 : sumsq_time(s, o));
+        return world_scalar_time(p) + (o->stream == ST_DP_COMM ? cpu_skew(s, op) : sumsq_time(s, o));
     case OP_LOAD_BATCH: case OP_CKPT_D2H: case OP_CKPT_H2D: case OP_GRAD_D2H:
     case OP_PARAM_H2D: case OP_PARAM_D2H:
         return COST_COPY_S + bytes / pcie;

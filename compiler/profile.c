@@ -11,7 +11,9 @@
  * d2h, bytes), nvme (op read or write, bytes), collective (op, span intra or
  * inter, ranks_per_node, group, bytes), sharing (ranks_per_node, threads,
  * gemm_seconds, elementwise_seconds: every rank at once; alone_gemm_seconds,
- * alone_elementwise_seconds: rank 0 alone).
+ * alone_elementwise_seconds: rank 0 alone), skew (op all_reduce or send_recv,
+ * ranks_per_node, threads, compute_seconds: the compute before each op,
+ * seconds: its time beyond the op entered at once).
  *
  * What the model reads is derived here, once, at load:
  *  - rates on full grids, interpolated multilinearly in the logarithms of the
@@ -315,8 +317,8 @@ static int coll_index(Profile *pf, int op, bool inter, int w, int n)
 }
 
 static const char *const DT_CHOICES = "fp32|bf16", *const PASS_CHOICES = "fwd|bwd";
-static const char *const TABLES = "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing";
-enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE };
+static const char *const TABLES = "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing|skew";
+enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE, TB_SKEW };
 
 /* Reads every row into points and per-thread values; false on an error. */
 static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *npts)
@@ -382,6 +384,15 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
             p.key = 4000 + coll_index(pf, op, inter, w, n);
             p.x[0] = num(r, row, i, name, "bytes", false);
             p.v = num(r, row, i, name, "seconds", false);
+            break;
+        }
+        case TB_SKEW: {
+            ProfSkew sk = {choice(r, row, i, name, "op", "all_reduce|send_recv") == 1,
+                           (int)num(r, row, i, name, "ranks_per_node", false), (int)num(r, row, i, name, "threads", false),
+                           num(r, row, i, name, "compute_seconds", false), num(r, row, i, name, "seconds", true)};
+            int kcap = pf->nskew;
+            PUSH(pf->skew, pf->nskew, kcap, sk);
+            p.key = -1;
             break;
         }
         default: {   /* sharing */
@@ -611,6 +622,48 @@ double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm)
     }
     if (f < share) f = share;
     return f > 1 ? f : 1;
+}
+
+/* One rank count's skew after `compute` seconds (alone) between the ops:
+ * its rows (of one kind, ranks_per_node and threads) linear between their
+ * compute lengths, the shortest's scaled down to 0 at no compute, the
+ * longest's beyond it. */
+static double skew_after(const Profile *pf, const ProfSkew *k, double compute)
+{
+    const ProfSkew *lo = NULL, *hi = NULL;   /* the nearest rows below and above compute */
+    for (int j = 0; j < pf->nskew; j++) {
+        const ProfSkew *o = &pf->skew[j];
+        if (o->p2p != k->p2p || o->ranks_per_node != k->ranks_per_node || o->threads != k->threads) continue;
+        if (o->compute_s <= compute && (!lo || o->compute_s > lo->compute_s)) lo = o;
+        if (o->compute_s > compute && (!hi || o->compute_s < hi->compute_s)) hi = o;
+    }
+    double v0 = lo ? fmax(lo->seconds, 0) : 0, x0 = lo ? lo->compute_s : 0;
+    if (!hi) return v0;
+    double v1 = fmax(hi->seconds, 0);
+    return v0 + (v1 - v0) * (compute - x0) / (hi->compute_s - x0);
+}
+
+/* The arrival skew for w ranks of `threads` threads on a node whose cores
+ * they oversubscribe (share = w·threads / cores > 1, else 0), after
+ * `compute` seconds between the ops: each measured rank count's skew at
+ * that compute (skew_after), the largest among those measured at a share
+ * up to this one; below the smallest measured share, that one's scaled by
+ * (share − 1) / (its share − 1).  So it is never negative, 0 at share 1,
+ * and never decreases as more ranks share the cores. */
+double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, double compute)
+{
+    double share = (double)w * threads / (double)pf->cores, best = 0, low_share = 0, low = 0;
+    if (!(share > 1) || !(compute > 0)) return 0;
+    for (int i = 0; i < pf->nskew; i++) {
+        const ProfSkew *k = &pf->skew[i];
+        double ks = (double)k->ranks_per_node * k->threads / (double)pf->cores;
+        if (k->p2p != p2p || !(ks > 1)) continue;
+        double v = skew_after(pf, k, compute);
+        if (ks <= share) best = fmax(best, v);
+        else if (low_share == 0 || ks < low_share) low_share = ks, low = v;
+    }
+    if (best == 0 && low_share > 0) best = low * (share - 1) / (low_share - 1);
+    return best;
 }
 
 /* OMP threads a rank runs with when w ranks share a node: the README's

@@ -374,6 +374,10 @@ typedef struct ProfColl { int op; bool inter; int ranks_per_node, group; ProfFit
  * ranks_per_node ranks (each with `threads`) run them at once, and when one
  * runs them alone while the others wait in MPI. */
 typedef struct ProfShare { int ranks_per_node, threads; double gemm_s, ew_s, alone_gemm_s, alone_ew_s; } ProfShare;
+/* The arrival skew (shardc calibrate): seconds a small collective (p2p: a
+ * send/receive, one way) takes beyond its alpha-beta time when each of
+ * ranks_per_node ranks (each with `threads`) computes compute_s before it. */
+typedef struct ProfSkew { bool p2p; int ranks_per_node, threads; double compute_s, seconds; } ProfSkew;
 typedef struct Profile {
     const char *path, *device;
     int backend;                /* PROFILE_CPU, PROFILE_CUDA                    */
@@ -390,6 +394,8 @@ typedef struct Profile {
     int ncoll;
     ProfShare *share;
     int nshare;
+    ProfSkew *skew;
+    int nskew;
 } Profile;
 /* Reads and checks a profile; NULL on an error (reported at its line and
  * column in the profile, the spec's key spec_loc named in a note). */
@@ -411,6 +417,11 @@ const ProfFit *profile_coll(const Profile *pf, int op, bool inter, int64_t w, in
 /* The slowdown of a rank's GEMMs (gemm) or streaming kernels when w ranks of
  * `threads` threads share the node's cores (>= 1). */
 double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm);
+/* Seconds a collective (p2p: a send or receive) waits for its late peers
+ * when w ranks of `threads` threads take turns on the node's cores and each
+ * computed `compute` seconds (alone) since its previous one: the measured
+ * arrival skew (0 without oversubscription, compute or rows). */
+double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, double compute);
 /* The threads a rank runs with when w ranks share a node (cores / w, >= 1). */
 int profile_threads(const Profile *pf, int64_t w);
 /* The cluster keys a profile derives (0: it has nothing for that one), for

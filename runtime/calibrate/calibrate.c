@@ -23,7 +23,10 @@
  * as a layout's tp or dp groups run), send/receive between pairs, across
  * nodes too when --ranks-per-node is below W; then the sharing test: a
  * reference GEMM and elementwise op run by rank 0 alone (the others waiting
- * in MPI), then by every rank at once.
+ * in MPI), then by every rank at once; then the arrival skew: each rank
+ * computes (reference GEMMs) and enters a small all-reduce, and separately a
+ * send/receive pair, repeated; the op's time beyond the same op entered at
+ * once, for two compute lengths.
  *
  * Each benchmark repeats its op in batches long enough to time (the batch
  * ends with srt_stream_sync, so a GPU's queue is drained) and keeps the
@@ -553,8 +556,57 @@ static void bench_coll(srt_ctx *c, int op, srt_group g, int64_t n, const char *s
 }
 
 
+/* Seconds one collective (or send/receive round trip) takes on each rank
+ * when every rank first computes `reps` reference GEMMs: the mean over the
+ * ranks of the mean over the repetitions.  Ranks that take turns on the
+ * cores finish their compute at different moments and wait for each other
+ * inside the collective. */
+static double after_compute(srt_ctx *c, const Coll *k, int reps, int iters)
+{
+    coll_run(c, (void *)k);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double sum = 0;
+    for (int it = 0; it < iters; it++) {
+        for (int i = 0; i < reps; i++) gemm_run(c, &SHARE_GEMM);
+        srt_stream_sync(c, SRT_COMPUTE);
+        double t0 = now();
+        coll_run(c, (void *)k);
+        sum += now() - t0;
+    }
+    double mean = sum / iters, all = 0;
+    MPI_Allreduce(&mean, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return all / R.world;
+}
+
+/* The arrival skew: how much longer a small all-reduce (or a send/receive
+ * one way) takes when each rank computes before it, as a training step does,
+ * than the same op entered by every rank at once (bench, as the collective
+ * rows time it); a row per compute length between the ops, a short and a
+ * four times longer one (gemm_s: the reference GEMM alone). */
+static void bench_skew(srt_ctx *c, int op, double gemm_s)
+{
+    Coll k = {op, op == C_SENDRECV ? SRT_PP : SRT_DP, 4096, op == C_SENDRECV ? 2 : R.world};
+    double at_once = bench(c, coll_run, &k, true);
+    int reps = Z->window > 0 ? (int)(2e-3 / gemm_s) + 1 : 1, iters = 4 * Z->batches;
+    for (int m = 1; m <= 4; m *= 4) {
+        double s = after_compute(c, &k, reps * m, iters) - at_once;
+        if (op == C_SENDRECV) s /= 2;   /* one way */
+        cJSON *r = row_of("skew");
+        cJSON_AddStringToObject(r, "op", COLL_NAMES[op]);
+        cJSON_AddNumberToObject(r, "ranks_per_node", (double)R.ranks_per_node);
+        cJSON_AddNumberToObject(r, "threads", threads());
+        cJSON_AddNumberToObject(r, "compute_seconds", reps * m * gemm_s);
+        cJSON_AddNumberToObject(r, "seconds", s > 0 ? s : 0);
+        char what[128], res[64];
+        snprintf(what, sizeof what, "arrival skew, %s on %lld ranks after %.1f ms of compute", COLL_NAMES[op],
+                 (long long)R.world, reps * m * gemm_s * 1e3);
+        snprintf(res, sizeof res, "%.1f us", (s > 0 ? s : 0) * 1e6);
+        record(r, what, res);
+    }
+}
+
 /* comm: the collectives of every group size on this launch's ranks, then the
- * sharing test. */
+ * sharing test and the arrival skew. */
 static void run_comm(void)
 {
     const int64_t *sz = Z->coll;
@@ -562,7 +614,7 @@ static void run_comm(void)
     int64_t W = R.world, L = R.ranks_per_node, nodes = W / L, arena = 2 * sz[ns - 1] + 4096;
     int ngroups = 0;
     for (int64_t n = 2; n <= L; n++) ngroups += L % n == 0;
-    R.total = ngroups * 3 * ns + (L % 2 == 0 ? ns : 0) + (nodes > 1 ? 3 * ns + ns : 0) + 1;
+    R.total = ngroups * 3 * ns + (L % 2 == 0 ? ns : 0) + (nodes > 1 ? 3 * ns + ns : 0) + 1 + 2 + (W % 2 == 0 ? 2 : 0);
     for (int64_t n = 2; n <= L; n++) {
         if (L % n) continue;
         srt_ctx *c = make_ctx(n, W / n, 1, 0, arena, 4096, 0, 64, 64);
@@ -597,7 +649,13 @@ static void run_comm(void)
     snprintf(what, sizeof what, "sharing, %lld ranks at once against one alone", (long long)W);
     snprintf(res, sizeof res, "gemm %.3f / %.3f ms, elementwise %.3f / %.3f ms", sg * 1e3, ag * 1e3, se * 1e3, ae * 1e3);
     record(r, what, res);
+    bench_skew(c, C_ALL_REDUCE, ag);
     ctx_destroy(c);
+    if (W % 2 == 0) {   /* pipeline neighbours, pairs as in the send/receive rows */
+        c = make_ctx(1, W / 2, 2, 1, COLD_BYTES + 5 * 256 * 256 * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
+        bench_skew(c, C_SENDRECV, ag);
+        ctx_destroy(c);
+    }
 }
 
 /* ---- main --------------------------------------------------------------------------- */

@@ -31,11 +31,14 @@ else
 import json, sys
 p = json.load(open(sys.argv[1]))
 tables = {r["table"] for r in p["rows"]}
-want = {"gemm", "attention", "elementwise", "launch", "optimizer", "copy", "nvme", "collective", "sharing"}
+want = {"gemm", "attention", "elementwise", "launch", "optimizer", "copy", "nvme", "collective", "sharing", "skew"}
 ops = {r["op"] for r in p["rows"] if r["table"] == "collective"}
+skew = {(r["op"], r["ranks_per_node"]) for r in p["rows"] if r["table"] == "skew"}
 if p["shardc_profile"] != 1 or p["backend"] != "cpu" or p["grid"] != "quick" or tables != want or \
-   ops != {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}:
-    sys.exit("FAIL: the profile lacks tables or ops: %s %s" % (sorted(tables), sorted(ops)))
+   ops != {"all_reduce", "all_gather", "reduce_scatter", "send_recv"} or \
+   not {("all_reduce", w) for w in {r["ranks_per_node"] for r in p["rows"] if r["table"] == "sharing"}} <= skew or \
+   not all(r["seconds"] >= 0 and r["compute_seconds"] > 0 for r in p["rows"] if r["table"] == "skew"):
+    sys.exit("FAIL: the profile lacks tables or ops: %s %s %s" % (sorted(tables), sorted(ops), sorted(skew)))
 print("ok: the profile has every table and collective (%d rows)" % len(p["rows"]))
 PY
     spec=(specs/tiny-gpt.tspec -D cluster.gpus_per_node=2 -D parallel.dp=2 -D "cluster.profile=\"$T/machine.json\"")

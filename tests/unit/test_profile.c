@@ -5,7 +5,8 @@
  * cluster keys a profile derives; bad profiles as errors at the profile's
  * line and column; and properties of the model: a slower machine never plans
  * faster, more ranks on the same cores never make a rank's compute faster,
- * and a rank of the CPU backend runs its ops one after another. */
+ * a rank of the CPU backend runs its ops one after another, and the arrival
+ * skew is charged to the collectives of oversubscribed ranks only. */
 #include "../bench/costmodel/calib.h"
 #include "check.h"
 #include "sim.h"
@@ -260,12 +261,61 @@ static void test_shared(void)
     CHECK_NEAR(cost_shared_step(p4, end, (double[]){end, end}), end, 1e-12);   /* every rank busy throughout */
 }
 
+/* The arrival skew: read from its rows (the longest compute of each rank
+ * count), added to every collective and send/receive of ranks that
+ * oversubscribe the cores, and to nothing where each rank has its cores. */
+static void test_skew(void)
+{
+    const char *rows =
+        "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":4,\"threads\":1,\"compute_seconds\":0.002,\"seconds\":0.009},\n"
+        "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":4,\"threads\":1,\"compute_seconds\":0.008,\"seconds\":0.001},\n"
+        "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":8,\"threads\":1,\"compute_seconds\":0.008,\"seconds\":0.003},\n"
+        "{\"table\":\"skew\",\"op\":\"send_recv\",\"ranks_per_node\":4,\"threads\":1,\"compute_seconds\":0.008,\"seconds\":0},\n";
+    const Profile *pf = load(profile_text(1, rows, true));
+    CHECK(pf != NULL);
+    if (!pf) {
+        fprintf(stderr, "%s", captured());
+        return;
+    }
+    CHECK_EQ(pf->nskew, 4);
+    CHECK_NEAR(profile_skew(pf, 2, 1, false, 8e-3), 0, 0);          /* a core a rank */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, 0), 0, 0);             /* no compute between the ops */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, 8e-3), 0.001, 1e-12);  /* at a row */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, 2e-3), 0.009, 1e-12);
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, 5e-3), 0.005, 1e-12);  /* linear between the rows */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, 1e-3), 0.0045, 1e-12); /* below the shortest: down to 0 at none */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, 0.1), 0.001, 1e-12);   /* beyond the longest: its value */
+    CHECK_NEAR(profile_skew(pf, 3, 1, false, 8e-3), 0.0005, 1e-12); /* below 4 ranks: scaled by (1.5 - 1) / (2 - 1) */
+    CHECK_NEAR(profile_skew(pf, 8, 1, false, 8e-3), 0.003, 1e-12);
+    CHECK_NEAR(profile_skew(pf, 8, 1, false, 2e-3), 0.009, 1e-12);  /* 4 ranks' larger skew there */
+    CHECK_NEAR(profile_skew(pf, 16, 1, false, 8e-3), 0.003, 1e-12); /* beyond the rows: the largest measured */
+    CHECK_NEAR(profile_skew(pf, 8, 1, true, 8e-3), 0, 0);           /* measured 0 for pairs */
+    CHECK(load(profile_text(1, "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":4,\"threads\":1,"
+                               "\"compute_seconds\":0.002,\"seconds\":-1},\n", true)) == NULL);
+    CHECK_HAS(captured(), "skew row: 'seconds' must be");
+    /* the model: a collective of 4 ranks on 2 cores takes a skew longer, of 2 ranks the same */
+    const char *with = write_tmp(profile_text(1, rows, true)), *without = write_tmp(profile_text(1, "", true));
+    Plan *a4 = cpu_plan(with, 4, "dp = 4"), *b4 = cpu_plan(without, 4, "dp = 4");
+    Plan *a2 = cpu_plan(with, 2, "dp = 2"), *b2 = cpu_plan(without, 2, "dp = 2");
+    CHECK(a4 && b4 && a2 && b2);
+    if (!a4 || !b4 || !a2 || !b2) return;
+    double ra = 0, rb = 0;
+    step_of(a4, OP_GRAD_REDUCE, &ra), step_of(b4, OP_GRAD_REDUCE, &rb);
+    CHECK(ra > rb && ra - rb <= 0.009 * (1 + 1e-12));   /* at most the largest skew measured */
+    CHECK(step_of(a4, -1, NULL) > step_of(b4, -1, NULL));
+    step_of(a2, OP_GRAD_REDUCE, &ra), step_of(b2, OP_GRAD_REDUCE, &rb);
+    CHECK(ra > 0);
+    CHECK_NEAR(ra, rb, 0);
+    CHECK_NEAR(step_of(a2, -1, NULL), step_of(b2, -1, NULL), 0);
+}
+
 int main(void)
 {
     test_tables();
     test_errors();
     test_model();
     test_shared();
+    test_skew();
     if (diag_stream) fclose(diag_stream), diag_stream = NULL;
     return failures != 0;
 }
