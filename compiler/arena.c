@@ -15,8 +15,12 @@ struct ArenaBlock {
 Arena g_arena;
 
 /* Blocks of freed arenas, kept for the next arenas (period.c's scratch plans
-   free and refill some 200 MB each): their pages are already faulted in. */
+   free and refill some 200 MB each): their pages are already faulted in.  At
+   most POOL_MAX bytes are kept; the rest go back to the kernel (tune frees
+   hundreds of plans: keeping every block held 1.1 GB for a 175B search). */
 static ArenaBlock *pool;
+static size_t pool_bytes;
+enum { POOL_MAX_MB = 384 };
 
 /* A block with room for n bytes, all zero: from the pool, its used prefix
    cleared (the bytes past `used` were never written), or straight from the
@@ -27,14 +31,17 @@ static ArenaBlock *pool;
    error: the compiler cannot go on. */
 static ArenaBlock *block_new(size_t n)
 {
+    ArenaBlock **best = NULL;   /* the smallest pooled block that fits: a big one stays for a big request */
     for (ArenaBlock **pp = &pool; *pp; pp = &(*pp)->next)
-        if ((*pp)->cap >= n) {
-            ArenaBlock *b = *pp;
-            *pp = b->next;
-            memset(b->data, 0, b->used);
-            b->used = 0;
-            return b;
-        }
+        if ((*pp)->cap >= n && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+    if (best) {
+        ArenaBlock *b = *best;
+        *best = b->next;
+        pool_bytes -= b->cap + sizeof *b;
+        memset(b->data, 0, b->used);
+        b->used = 0;
+        return b;
+    }
     size_t min = (size_t)4 << 20, size = sizeof(ArenaBlock) + n;
     size = size < min ? min : (size + 4095) & ~(size_t)4095;
     ArenaBlock *b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -102,8 +109,14 @@ void arena_free(Arena *a)
 {
     for (ArenaBlock *b = a->head, *next; b; b = next) {
         next = b->next;
+        size_t size = b->cap + sizeof *b;
+        if (pool_bytes + size > (size_t)POOL_MAX_MB << 20) {
+            munmap(b, size);
+            continue;
+        }
         b->next = pool;
         pool = b;
+        pool_bytes += size;
     }
     a->head = NULL;
     a->total = 0;
