@@ -1090,11 +1090,10 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
         dy = op_buf(e, o, true, BK_DY);
         if (dy < 0) dy = op_need(e, o, true, BK_DX, "output gradient");
     }
-    if (wop) {
-        /* the weight GEMMs read dy (MLP) or d1 (attention), not the input gradient */
-    } else if (!lower_sp(e) && o->sub == SUB_MLP) {    /* out: the partial sums of its input gradient */
+    /* out: the input gradient; the weight op has none (it reads dy or d1) */
+    if (!wop && !lower_sp(e) && o->sub == SUB_MLP) {    /* the partial sums of its input gradient */
         d1 = dx = op_role_need(e, o, false, BR_DRESID1);
-    } else if (!lower_sp(e)) {
+    } else if (!wop && !lower_sp(e)) {
         dx = op_need(e, o, false, BK_DX, "input gradient");
     }
     int so, ao;                 /* the saved (or recomputed) tensors; selective: the attention core */

@@ -103,13 +103,6 @@ static _Noreturn void usage(const char *msg)
 
 typedef void (*bench_fn)(srt_ctx *c, void *ud);
 
-/* Sorts doubles (a handful). */
-static int dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Seconds of one call of fn: batches of k calls, k chosen (by rank 0 for a
  * collective) so that a batch takes about `target`; the fastest batch / k. */
 static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
@@ -131,16 +124,16 @@ static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
         if (!grow) break;
         k *= grow;
     }
-    double b[16];
+    double best = 0;
     for (int j = 0; j < nb; j++) {
         if (collective) MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         for (int i = 0; i < k; i++) fn(c, ud);
         srt_stream_sync(c, SRT_COMPUTE);
-        b[j] = (now() - t0) / k;
+        double t = (now() - t0) / k;
+        if (j == 0 || t < best) best = t;
     }
-    qsort(b, (size_t)nb, sizeof b[0], dbl_cmp);
-    return b[0];
+    return best;
 }
 
 /* Seconds of one call of fn when every rank runs it at once (all) or rank 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains every layout of tests/bench/build/layouts.txt for a few steps on the
+# Trains every layout of tests/bench/codegen/layouts.txt for a few steps on the
 # CPU backend and keeps each run's log, so that two builds of shardc can be
 # compared: a change to the compiler that must not change the arithmetic
 # (the schedule's IR, the memory layout, the form of the generated C) must

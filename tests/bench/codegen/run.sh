@@ -5,7 +5,7 @@
 # (`shardc build -o` less the generation).  A reference measured in the same
 # run: mpicc compiling and linking an empty trainer-sized program against the
 # same libraries, the fixed cost every build pays.
-# Usage: tests/bench/build/run.sh [SHARDC]      (default: build/shardc)
+# Usage: tests/bench/codegen/run.sh [SHARDC]      (default: build/shardc)
 #        RUNS=N: the best of N runs of each (default 1)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
