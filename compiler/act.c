@@ -238,8 +238,10 @@ static int64_t graph_fwd_peak(const Partition *p, const LayerGraph *g, int pol)
  * attention's output projection; 7: attention; 8: the qkv projections; 9:
  * norm1).  GELU's backward fuses the down projection's data gradient with
  * gelu' (no dact); tp > 1 keeps dx2 in its own buffer (the row's d1); under
- * sequence parallelism each norm is recomputed on its part's gathered input
- * while its output's gradient lives; with tp_comm_overlap each part's weight
+ * sequence parallelism the norms' output gradients are the parts' partial
+ * outputs (not scratch), each norm is recomputed on its part's gathered
+ * input for the weight GEMMs and its backward runs in an op of its own on
+ * this rank's tokens (norm_scratch); with tp_comm_overlap each part's weight
  * GEMMs run at its last step (4, 9) in an op of their own. */
 static void carve_bwd(const Partition *p, bool sp, Carve *cv)
 {
@@ -258,10 +260,10 @@ static void carve_bwd(const Partition *p, bool sp, Carve *cv)
     } else {
         carve_live(cv, AP_DFC1, T * ff * w, 2, 3 + wlast);
     }
-    carve_live(cv, AP_DLN2, T * h * w, 3, 4);
+    if (!sp) carve_live(cv, AP_DLN2, T * h * w, 3, 4);
     carve_live(cv, AP_DATT, T * (h / tp) * w, 6, 7);
     carve_live(cv, AP_DQKV, T * qkv * w, 7, 8 + wlast);
-    carve_live(cv, AP_DLN1, T * h * w, 8, 9);
+    if (!sp) carve_live(cv, AP_DLN1, T * h * w, 8, 9);
     if (sp) {
         carve_live(cv, AP_NORM2_SP, T * h * w, 3, 4);
         carve_live(cv, AP_NORM2_SP_STATS, stats, 3, 4);
@@ -332,6 +334,7 @@ void act_plan(const Spec *s, Partition *p)
     a->bwd_scratch = carve_pack(&l->bscr);
     carve_head(p, &l->hscr);
     p->T_sp = T_sp;
+    a->norm_scratch = sp ? T_sp * 4 * (p->model->layernorm ? 2 : 1) : 0;
     /* the head op's scratch: the final norm's statistics, its output and
      * gradient on all tokens (gathered under sp), the cross-entropy's */
     int64_t stats = p->T * (p->model->layernorm ? 2 : 1) * 4, ce = 4 * p->T * 4;

@@ -267,17 +267,51 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     return t + cpu_stream(&r, bytes, 3 * each) + cpu_kernels(&r, kernels);
 }
 
+/* Sequence parallelism's norm op (GR_NORM) of a backward part, on this
+ * rank's tokens: the norm's statistics again (x read, the output written
+ * and dropped), the residual copied, the norm's backward (its output's
+ * gradient, x and dx read, dx written): eight [T/tp, h] passes, three kernels. */
+static double norm_op_time(const Partition *p)
+{
+    double bytes = 8.0 * (double)p->T_sp * (double)p->model->h * p->wbytes;
+    if (cost_cpu_priced(p->spec)) {
+        CpuRank r = cpu_rank(p);
+        return cpu_stream(&r, bytes, bytes / 4) + cpu_kernels(&r, 3);
+    }
+    return hbm_time(p->spec, bytes) + kernels_time(p->spec, 3);
+}
+
+/* Under sequence parallelism a backward part that computes weight gradients
+ * (its weight op, or the unsplit op) first recomputes the part's norm on the
+ * gathered input: one pass over [T, h] read and one written, one kernel. */
+static double sp_norm_again_time(const Partition *p, const Op *o)
+{
+    if (p->T_sp == p->T || o->kind != OP_LAYER_BWD || o->grads == GR_DATA || o->grads == GR_NORM) return 0;
+    double bytes = 2.0 * (double)p->T * (double)p->model->h * p->wbytes;
+    if (cost_cpu_priced(p->spec)) {
+        CpuRank r = cpu_rank(p);
+        return cpu_stream(&r, bytes, bytes) + cpu_kernels(&r, 1);
+    }
+    return hbm_time(p->spec, bytes) + kernels_time(p->spec, 1);
+}
+
 /* A layer op (forward, backward or recompute; all or part of the layer). */
 static double layer_time(const Partition *p, const Op *o, bool bwd)
 {
+    if (o->grads == GR_NORM) return norm_op_time(p);
     int pieces = op_pieces(p, o);
-    if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
-    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o));
+    if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces) + sp_norm_again_time(p, o);
+    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o)) + sp_norm_again_time(p, o);
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
-    return t + hbm_time(p->spec, layer_elementwise_bytes(p, pieces, bwd)) +
-           kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
+    double bytes = layer_elementwise_bytes(p, pieces, bwd);
+    if (bwd && p->T_sp < p->T) {    /* sp: the norm's backward and the residual are the norm op's */
+        int halves = (pieces & PC_QKV ? 1 : 0) + (pieces & PC_MLP_IN ? 1 : 0);
+        bytes -= halves * 6.0 * (double)p->T_sp * (double)p->model->h * p->wbytes;
+        kernels -= halves;
+    }
+    return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
 }
 
 /* The head: final norm, logits GEMM, fused cross-entropy and their backward. */

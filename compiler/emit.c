@@ -526,30 +526,46 @@ static void norm_stats(const CE *e, Str *o, const Views *vs, int id, const char 
         sf(o, "    srt_t %s_rstd = %s;  /* (B,T) */\n", v, piece(vs, id, 0, "N", "SRT_F32"));
 }
 
-/* A norm's forward: out = norm(in) with weight role w (and bias role b). */
-static void norm_fwd(const CE *e, Str *o, const Group *g, const char *v, const char *out, const char *in, int w, int b,
-                     const char *comment)
+/* A norm's forward over `rows` tokens: out = norm(in) with weight role w
+ * (and bias role b). */
+static void norm_fwd_rows(const CE *e, Str *o, const Group *g, const char *v, const char *out, const char *in, int w,
+                          int b, const char *rows, const char *comment)
 {
     const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]);
     if (e->m->layernorm)
         rt_call(o, "    ", RT_layernorm_fwd, "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_mean", v),
-                arena_printf(&g_arena, "%s_rstd", v), in, pw, opt_w(g, b, D_C, false).c, "N", "C", "EPS", NULL);
+                arena_printf(&g_arena, "%s_rstd", v), in, pw, opt_w(g, b, D_C, false).c, rows, "C", "EPS", NULL);
     else
         rt_call(o, "    ", RT_rmsnorm_fwd, "SRT_COMPUTE", comment, out, arena_printf(&g_arena, "%s_rstd", v), in, pw,
-                "N", "C", "EPS", NULL);
+                rows, "C", "EPS", NULL);
 }
 
-/* A norm's backward: din += ..., the weight's (and bias's) gradients. */
-static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const char *din, const char *dout,
-                     const char *in, int w, int b, const char *comment)
+/* A norm's forward over the microbatch's N tokens. */
+static void norm_fwd(const CE *e, Str *o, const Group *g, const char *v, const char *out, const char *in, int w, int b,
+                     const char *comment)
+{
+    norm_fwd_rows(e, o, g, v, out, in, w, b, "N", comment);
+}
+
+/* A norm's backward over `rows` tokens: din += ..., the weight's (and
+ * bias's) gradients. */
+static void norm_bwd_rows(const CE *e, Str *o, const Group *g, const char *v, const char *din, const char *dout,
+                          const char *in, int w, int b, const char *rows, const char *comment)
 {
     const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]), *gw = arena_printf(&g_arena, "PG(%s, C)", role_c[w]);
     if (e->m->layernorm)
         rt_call(o, "    ", RT_layernorm_bwd, "SRT_COMPUTE", comment, din, gw, opt_w(g, b, D_C, true).c, dout, in, pw,
-                arena_printf(&g_arena, "%s_mean", v), arena_printf(&g_arena, "%s_rstd", v), "N", "C", NULL);
+                arena_printf(&g_arena, "%s_mean", v), arena_printf(&g_arena, "%s_rstd", v), rows, "C", NULL);
     else
         rt_call(o, "    ", RT_rmsnorm_bwd, "SRT_COMPUTE", comment, din, gw, dout, in, pw,
-                arena_printf(&g_arena, "%s_rstd", v), "N", "C", NULL);
+                arena_printf(&g_arena, "%s_rstd", v), rows, "C", NULL);
+}
+
+/* A norm's backward over the microbatch's N tokens. */
+static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const char *din, const char *dout,
+                     const char *in, int w, int b, const char *comment)
+{
+    norm_bwd_rows(e, o, g, v, din, dout, in, w, b, "N", comment);
 }
 
 /* The saved tensors of a layer as views (forward and backward share them;
@@ -558,15 +574,16 @@ static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const c
  * input of the part (the MLP part's: x2), the norms run on it into the
  * scratch (norm1.sp, norm2.sp: each part has one), recomputed in backward
  * rather than gathered from the plan's saved norm shards, which stay unused;
- * x2 is this rank's shard of the attention residual, and own the element
+ * x2 is this rank's shard of the attention residual, and (forward) own the element
  * offset of this rank's tokens in a (B,T,C) tensor. */
 static void saved_views(const CE *e, Str *o, const Carve *scr, bool fwd, const Views *sv)
 {
     const Model *m = e->m;
     bool sp = lower_sp(e);
-    sf(o, "    srt_t x = DV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
-       sp ? "part's input, gathered over tp" : "layer's input");
-    if (sp)
+    /* under SP the split backward's data op runs while the input is regathered: none */
+    sf(o, "    srt_t x = %sDV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
+       sp && !fwd && e->p->wsplit ? "a->x < 0 ? NONE : " : "", sp ? "part's input, gathered over tp" : "layer's input");
+    if (sp && fwd)
         sf(o, "    const int64_t NS = N / %lld;  /* this rank's tokens (sequence parallel) */\n"
               "    const int64_t own = srt_group_rank(c, SRT_TP) * NS * C;  /* where they are in (B,T,C) */\n",
            (long long)e->p->tp);
@@ -805,6 +822,44 @@ static void mlp_in_bwd(const CE *e, Str *o, int grads)
            di, dw, db, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
 }
 
+/* Sequence parallelism: a part's norm backward on this rank's tokens (the
+ * layer backward's grads GR_NORM), after the reduce-scatter of the norm
+ * output's gradient: its statistics again from the part's input shard, then
+ * dx = dy (the residual) + the norm's input gradient; the norm weights'
+ * gradients get this rank's tokens' share (tp_grads sums the ranks'). */
+static void gen_bwd_norm_fn(const CE *e, Str *o)
+{
+    const Group *g = &e->layer[0];
+    const char *px = e->px, *I = "    ";
+    sf(o, "/* A part's norm backward on this rank's tokens (sequence parallel): d1 the\n"
+          " * reduced gradient of the norm's output, x the part's input, dy its output\n"
+          " * gradient (the residual), dx = dy + the norm's input gradient. */\n"
+          "static void %s_bwd_norm(srt_ctx *c, const %s_bwd_t *a)\n{\n"
+          "    const %s_part_t *w = a->p;\n"
+          "    const int NS = N / %lld;  /* this rank's tokens */\n"
+          "    srt_t x = DV(a->x, (int64_t)NS * C, WDT), dn = DV(a->d1, (int64_t)NS * C, WDT);  /* (B,T/tp,C) */\n"
+          "    srt_t dy = DV(a->dy, (int64_t)NS * C, WDT), dx = DV(a->dx, (int64_t)NS * C, WDT);  /* (B,T/tp,C) */\n",
+       px, px, px, (long long)e->p->tp);
+    if (e->m->layernorm)
+        sput(o, "    srt_t ln_mean = DV(a->scratch, NS, SRT_F32), ln_rstd = DV(a->scratch + NS * 4, NS, SRT_F32);\n");
+    else
+        sput(o, "    srt_t ln_rstd = DV(a->scratch, NS, SRT_F32);\n");
+    sput(o, "    if (a->part == 1) goto attn;\n");
+    for (int k = 0; k < 2; k++) {
+        bool mlp = k == 0;
+        int nw = mlp ? R_NORM2_W : R_NORM1_W, nb = mlp ? R_NORM2_B : R_NORM1_B;
+        const char *name = mlp ? "post-attention norm" : "input norm";
+        if (!mlp) sput(o, "attn:\n");
+        norm_fwd_rows(e, o, g, "ln", "dx", "x", nw, nb, "NS",
+                      arena_printf(&g_arena, "the %s's statistics (its output into dx, overwritten next)", name));
+        rt_call(o, I, RT_convert, "SRT_COMPUTE",
+                mlp ? "dx = dy (the MLP residual)" : "dx = dy (the attention residual)", "dx", "dy", NULL);
+        norm_bwd_rows(e, o, g, "ln", "dx", "dn", "x", nw, nb, "NS", arena_printf(&g_arena, "%s (dx +=)", name));
+        if (mlp) sput(o, "    return;\n");
+    }
+    sput(o, "}\n\n");
+}
+
 /* The layer's backward; its numbered steps are the lifetimes carve_bwd packs.
  * With tp_comm_overlap (wsplit) each part runs as two calls: a->grads
  * GR_DATA, the input gradient the tp collective then reduces, and GR_WEIGHT,
@@ -817,24 +872,27 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     const char *px = e->px, *I = "    ";
     bool ws = e->p->wsplit;
     int gd = ws ? GR_DATA : GR_ALL;     /* what the data path's GEMMs compute */
+    bool tp = e->p->tp > 1, sp = lower_sp(e);
     sf(o, "/* One layer's backward for one microbatch: dy (B,T,C) in, dx (B,T,C) out,\n"
-          " * weight gradients accumulated (+=) where the part table says%s. */\n"
-          "static void %s_bwd(srt_ctx *c, const %s_bwd_t *a)\n{\n"
-          "    const %s_part_t *w = a->p;\n",
+          " * weight gradients accumulated (+=) where the part table says%s%s. */\n"
+          "static void %s_bwd(srt_ctx *c, const %s_bwd_t *a)\n{\n",
        ws ? ";\n * grads 1: a part's input gradient, 2: its weight gradients (no dx: the\n"
-            " * tp collective is reducing it meanwhile)" : "", px, px, px);
+            " * tp collective is reducing it meanwhile)" : "",
+       sp ? ";\n * sequence parallel: a part's dx is the partial gradient of its norm's\n"
+            " * output, reduce-scattered, then grads 3 runs the norm's backward" : "", px, px);
+    if (sp) sf(o, "    if (a->grads == %d) {  /* the norm's backward on this rank's tokens */\n"
+                  "        %s_bwd_norm(c, a);\n        return;\n    }\n", GR_NORM, px);
+    sf(o, "    const %s_part_t *w = a->p;\n", px);
     saved_views(e, o, &e->bscr, false, kv);
     /* the weight op has no input gradient (-1): no view of it */
     const char *nodx = ws ? "a->dx < 0 ? NONE : " : "", *nod1 = ws ? "a->d1 < 0 ? NONE : " : "";
     sf(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = %sDV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
           "    /* the gradients inside the layer share the scratch by lifetime */\n", nodx);
-    bool tp = e->p->tp > 1, sp = lower_sp(e);
     if (sp) {   /* dy, x (the part's input) and d1 gathered over tp; dx and the MLP part's d1 full partial sums */
         if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
             sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
-        sf(o, "    srt_t dx2 = %sDV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then gathered */\n"
-              "    srt_t dy_own = DV(a->dy + own * WB, NS * C, WDT), dx2_own = %sDV(a->d1 + own * WB, NS * C, WDT);\n"
-              "    srt_t dx_own = %sDV(a->dx + own * WB, NS * C, WDT);\n", nod1, nod1, nodx);
+        sf(o, "    srt_t dx2 = %sDV(a->d1, (int64_t)N * C, WDT);"
+              "  /* (B,T,C) the MLP part's partial, then gathered */\n", nod1);
     } else if (tp)
         sf(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
               "    srt_t dx2 = %sDV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n", nod1);
@@ -847,8 +905,11 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
            piece(bs, AP_DUP, 0, "(int64_t)N * FF", "WDT"));
     else
         sf(o, "    srt_t dfc1 = %s;  /* (B,T,FF) */\n", piece(bs, AP_DFC1, 0, "(int64_t)N * FF", "WDT"));
-    sf(o, "    srt_t dln2 = %s, dln1 = %s;  /* (B,T,C) */\n", piece(bs, AP_DLN2, 0, "(int64_t)N * C", "WDT"),
-       piece(bs, AP_DLN1, 0, "(int64_t)N * C", "WDT"));
+    if (sp)     /* the norms' output gradients are the parts' partial sums, reduce-scattered next */
+        sput(o, "    srt_t dln2 = dx2, dln1 = dx;  /* (B,T,C) */\n");
+    else
+        sf(o, "    srt_t dln2 = %s, dln1 = %s;  /* (B,T,C) */\n", piece(bs, AP_DLN2, 0, "(int64_t)N * C", "WDT"),
+           piece(bs, AP_DLN1, 0, "(int64_t)N * C", "WDT"));
     sf(o, "    srt_t datt = %s;  /* (B,T,QD) */\n", piece(bs, AP_DATT, 0, "(int64_t)N * QD", "WDT"));
     sf(o, "    srt_t dqkv = %s;  /* (B,T,QKV): dq, dk, dv laid out as q, k, v */\n",
        piece(bs, AP_DQKV, 0, "(int64_t)N * QKV", "WDT"));
@@ -861,10 +922,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     if (tp) fbg = on_tp0(fbg), pbg = on_tp0(pbg);   /* a row-parallel bias sees its whole gradient on every rank */
     if (tp) sput(o, "    if (a->part == 1) goto attn;\n");
     if (ws) sf(o, "    if (a->grads == %d) goto mlp_wgrad;  /* the MLP's weight gradients */\n", GR_WEIGHT);
-    if (sp) {   /* each rank folds in the residual of its own tokens: the reduce-scatter sums one copy */
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "0", "dx2", NULL);
-        rt_call(o, I, RT_convert, "SRT_COMPUTE", "0: dx2 = dy on this rank's tokens (the MLP residual)", "dx2_own",
-                "dy_own", NULL);
+    if (sp) {   /* the residual joins on this rank's tokens, after the reduce-scatter (the norm op) */
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "0: dx2 = dy (the MLP residual, on tp rank 0)", "dx2", "dy", NULL);
@@ -892,25 +950,25 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
         ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
                  (const char *[]){"dfc1", "fc1", "dact"}, 3);
     }
-    if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, "3: the post-attention norm again (gathered x2)");
+    const char *ln2_again = "the post-attention norm again (gathered x2), for the weight GEMMs";
+    if (sp && !ws)
+        norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, arena_printf(&g_arena, "3: %s", ln2_again));
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
     mlp_in_bwd(e, o, gd);
-    norm_bwd(e, o, g, "ln2", "dx2", "dln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
+    if (!sp) norm_bwd(e, o, g, "ln2", "dx2", "dln2", "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
     if (tp)
-        sf(o, "    return;  /* the %s over tp completes %sdx2 */\n", sp ? "reduce-scatter" : "all-reduce",
-           sp ? "this rank's tokens of " : "");
+        sf(o, "    return;  /* the %s over tp completes %s */\n", sp ? "reduce-scatter" : "all-reduce",
+           sp ? "this rank's tokens of dln2 (dx2)" : "dx2");
     if (ws) {
         sput(o, "mlp_wgrad:\n");
+        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, arena_printf(&g_arena, "4: %s", ln2_again));
         mlp_out_bwd(e, o, fbg, GR_WEIGHT);
         mlp_in_bwd(e, o, GR_WEIGHT);
         sput(o, "    return;\n");
     }
     if (tp) sput(o, "attn:\n");
     if (ws) sf(o, "    if (a->grads == %d) goto attn_wgrad;  /* the attention's weight gradients */\n", GR_WEIGHT);
-    if (sp) {
-        rt_call(o, I, RT_zero, "SRT_COMPUTE", "5", "dx", NULL);
-        rt_call(o, I, RT_convert, "SRT_COMPUTE", "5: dx = dx2 on this rank's tokens (the attention residual)", "dx_own",
-                "dx2_own", NULL);
+    if (sp) {   /* the residual joins on this rank's tokens, after the reduce-scatter (the norm op) */
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "5: dx = dx2 (the attention residual, on tp rank 0)", "dx", "dx2",
@@ -930,12 +988,16 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
         rt_call(o, I, RT_rope_bwd, "SRT_COMPUTE", "7: un-rotate dq", "dq", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
         rt_call(o, I, RT_rope_bwd, "SRT_COMPUTE", "7: un-rotate dk", "dk", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
     }
-    if (sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "8: the input norm again, on the gathered x");
+    const char *ln1_again = "the input norm again (gathered x), for the weight GEMMs";
+    if (sp && !ws)
+        norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, arena_printf(&g_arena, "8: %s", ln1_again));
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "8", "dln1", NULL);
     qkv_proj(e, o, g, true, gd);
-    norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
+    if (!sp) norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
     if (ws) {
-        sf(o, "    return;  /* the %s over tp completes dx */\nattn_wgrad:\n", sp ? "reduce-scatter" : "all-reduce");
+        sf(o, "    return;  /* the %s over tp completes %s */\nattn_wgrad:\n", sp ? "reduce-scatter" : "all-reduce",
+           sp ? "this rank's tokens of dln1 (dx)" : "dx");
+        if (sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, arena_printf(&g_arena, "9: %s", ln1_again));
         proj_bwd(o, pbg, GR_WEIGHT);
         qkv_proj(e, o, g, true, GR_WEIGHT);
     }
@@ -1102,6 +1164,7 @@ static void gen_compute_fns(CE *e, Str *o)
     if (e->uses[K_HEAD_EVAL]) gen_head_fn(e, o, true);
     if (e->uses[K_BWD]) {     /* full: the recomputed tensors; selective: the attention core apart */
         Views kv = views(e->pol == CKPT_FULL ? &e->saved : &e->kept, "saved", &e->attn, "attn");
+        if (lower_sp(e)) gen_bwd_norm_fn(e, o);
         gen_bwd_fn(e, o, &kv);
     }
 }
@@ -1571,7 +1634,7 @@ static void gen_types(const CE *e, Str *o)
     if (e->uses[K_BWD])     /* part, d1: as the forward's (tp > 1); grads: OpGrads (tp_comm_overlap);
                                attn: selective checkpointing's recomputed core */
         sf(o, "typedef struct { const tr_part_t *p; int mb; int64_t dy, x, saved, dx, scratch;%s%s%s } tr_bwd_t;\n",
-           e->p->tp > 1 ? " int part; int64_t d1;" : "", e->p->wsplit ? " int grads;" : "",
+           e->p->tp > 1 ? " int part; int64_t d1;" : "", e->p->wsplit || lower_sp(e) ? " int grads;" : "",
            e->pol == CKPT_SELECTIVE ? " int64_t attn;" : "");
     if (e->uses[K_EMBED_BWD]) sput(o, "typedef struct { const tr_part_t *p; int mb; int64_t dx, tok; } tr_embed_bwd_t;\n");
     if (e->uses[K_GATHER]) sput(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } tr_gather_t;\n");

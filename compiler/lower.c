@@ -216,7 +216,8 @@ static const char *role_macro(int role)
         [BR_CKPT_SLICE] = "SLICE", [BR_CKPT_HOST] = "CKPT_HOST", [BR_CKPT_GATHERED] = "CKPT_GATH", [BR_SAVED] = "SAVED",
         [BR_ATTN] = "ATTN", [BR_RECOMPUTED] = "RECOMP", [BR_RECOMPUTED_IN] = "RECOMP_IN", [BR_TP_GATHERED] = "GATH",
         [BR_TP_PARTIAL] = "PARTIAL", [BR_RESID1] = "RESID1", [BR_DRESID1] = "DRESID1", [BR_DY_GATHERED] = "DY_GATH",
-        [BR_REGATHERED] = "REGATH", [BR_DPARTIAL] = "DPARTIAL", [BR_DX] = "DX", [BR_Y] = "Y", [BR_Y_GATHERED] = "Y_GATH",
+        [BR_REGATHERED] = "REGATH", [BR_DPARTIAL] = "DPARTIAL", [BR_DNORM] = "DNORM", [BR_DX] = "DX", [BR_Y] = "Y",
+        [BR_Y_GATHERED] = "Y_GATH",
         [BR_DY] = "DY", [BR_DY_PARTIAL] = "DY_PARTIAL", [BR_EMBED_PARTIAL] = "EMB_PARTIAL",
         [BR_EMBED_DX_GATHERED] = "EMB_DX_GATH", [BR_SEND_FWD] = "SEND", [BR_RECV_BWD] = "RECV", [BR_SEND_BWD] = "SEND_DX",
         [BR_OPT_SLOT] = "SLOT",
@@ -740,6 +741,21 @@ static void tp_grads_op(CE *e, const Op *o, const char *label)
             (long long)o->bytes);
 }
 
+/* Where this rank's sequence shard of a part's input is in buffer in (sp): 0
+ * in a layer input; the saved buffer's x2 for the MLP part; full
+ * checkpointing's replay holds the saved tensors after the layer's input
+ * shard, when the previous layer's recompute wrote the input there.  -1:
+ * none of those. */
+static int64_t part_input_at(const CE *e, const Buffer *in, int sub)
+{
+    bool rec = in->role == BR_RECOMPUTED || in->role == BR_RECOMPUTED_IN;   /* full checkpointing's replay */
+    bool inside = rec && in->bytes == e->p->act.x + e->saved.total;        /* after the layer's input shard */
+    if ((buf_kind(in) == BK_SAVED || rec) && sub == SUB_MLP)               /* the MLP's input shard */
+        return (inside ? e->p->act.x : 0) + act_piece(rec ? &e->saved : &e->kept, AP_X2)->off;
+    if (inside && sub == SUB_ATTN) return 0;                                /* the layer's input shard, first */
+    return in->bytes == e->p->act.x ? 0 : -1;
+}
+
 /* A TP collective of activations: all-reduce in place (Megatron's f and g),
  * or under sequence parallelism an all-gather of a sequence shard (the
  * layer's input, a gradient, or the x2 shard of a saved buffer) into a full
@@ -767,13 +783,9 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
         if (!lower_sp(e) || o->nrd != 1 || o->nwr != 1)
             die("lower: %s: a sequence-parallel collective without sequence parallelism", label);
         const Buffer *in = &e->s->bufs[o->rd[0]], *out = &e->s->bufs[o->wr[0]];
-        int64_t full = e->p->act.full, shard = full / e->p->tp, at = 0;
-        bool rec = ag && (in->role == BR_RECOMPUTED || in->role == BR_RECOMPUTED_IN);   /* full checkpointing's replay */
-        bool inside = rec && in->bytes == e->p->act.x + e->saved.total;    /* after the layer's input shard */
-        if (ag && (buf_kind(in) == BK_SAVED || rec) && o->sub == SUB_MLP)  /* the MLP's input shard */
-            at = (inside ? e->p->act.x : 0) + act_piece(rec ? &e->saved : &e->kept, AP_X2)->off;
-        else if (inside && o->sub == SUB_ATTN) (void)0;                  /* the layer's input shard, first */
-        else if (in->bytes != (ag ? shard : full))
+        int64_t full = e->p->act.full, shard = full / e->p->tp;
+        int64_t at = ag ? part_input_at(e, in, o->sub) : in->bytes == full ? 0 : -1;
+        if (at < 0)
             die("lower: %s reads %lld bytes, not a %s", label, (long long)in->bytes, ag ? "sequence shard" : "full tensor");
         bool into = !ag && out->role == BR_RECOMPUTED_IN && out->bytes == shard + e->saved.total;
         if (!into && out->bytes != (ag ? full : shard))     /* into: the next layer's replayed input, first */
@@ -1071,17 +1083,62 @@ static void head_op(CE *e, const Op *o, const char *label, bool *zeroed)
          abuf(e, dy, 0));
 }
 
+/* OP_LAYER_BWD, GR_NORM (sp): a part's norm backward on this rank's tokens;
+ * in the call: dy the part's output gradient (its residual), x its input, d1
+ * the reduce-scattered gradient of the norm's output, dx out (all shards). */
+static void layer_norm_op(CE *e, const Op *o, const char *label, bool *zeroed)
+{
+    need_compute(e, o);
+    bool mlp = o->sub == SUB_MLP;
+    int dn = op_role_need(e, o, true, BR_DNORM), res, out;
+    if (mlp) {
+        res = op_buf(e, o, true, BK_DY);
+        if (res < 0) res = op_need(e, o, true, BK_DX, "output gradient");
+        out = op_role_need(e, o, false, BR_DRESID1);
+    } else {
+        res = op_role_need(e, o, true, BR_DRESID1);
+        out = op_need(e, o, false, BK_DX, "input gradient");
+    }
+    int x = mlp ? op_buf(e, o, true, BK_SAVED) : layer_input(e, o, true, o->layer);
+    if (x < 0) x = op_role_at(e, o, true, BR_RECOMPUTED, BR_RECOMPUTED_IN, o->layer);
+    int64_t at = x < 0 ? -1 : part_input_at(e, &e->s->bufs[x], o->sub);
+    if (at < 0) die("lower: %s has no sequence shard of its part's input", label);
+    int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
+    int64_t shard = e->p->act.full / e->p->tp;
+    lower_expect(e, dn, shard, "a norm output's reduced gradient");
+    lower_expect(e, res, shard, "a part's output gradient");
+    lower_expect(e, out, shard, "a part's input gradient");
+    lower_expect(e, scr, e->p->act.norm_scratch, "a norm op's scratch");
+    zero_buckets(e, o, zeroed, label);
+    check_group(e, &e->layer[op_slot(e, o)], o, true, true);
+    Arg args[MAX_ARGS];
+    int n = 0;
+    args[n++] = arow(op_slot(e, o)), args[n++] = aint(o->mb, IT_MB);
+    args[n++] = abuf(e, res, 0), args[n++] = abuf(e, x, at), args[n++] = aint(-1, IT_OTHER);
+    args[n++] = abuf(e, out, 0);
+    args[n++] = abuf(e, scr, 0);
+    args[n++] = aint(o->sub, IT_OTHER), args[n++] = abuf(e, dn, 0);
+    args[n++] = aint(o->grads, IT_OTHER);
+    if (e->pol == CKPT_SELECTIVE) args[n++] = aint(-1, IT_OTHER);
+    call(e, K_BWD, label, n, args);
+}
+
 /* OP_LAYER_BWD: the layer's backward (tp > 1: one part of it; with
  * tp_comm_overlap its data or its weight op, whose input gradient is -1: the
  * collective is reducing it while the weight op runs). */
 static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
 {
+    if (o->grads == GR_NORM) {
+        layer_norm_op(e, o, label, zeroed);
+        return;
+    }
     need_compute(e, o);
     bool wop = o->grads == GR_WEIGHT;
     int dy, dx = -1, d1 = -1, x = -1;
-    if (lower_sp(e)) {             /* SP: gathered gradient and input in, the full partial sums out */
+    if (lower_sp(e)) {             /* SP: gathered gradient (and input) in, the full partial sums out */
         dy = d1 = op_role_need(e, o, true, BR_DY_GATHERED);
-        x = op_role_need(e, o, true, BR_REGATHERED);
+        x = op_role(e, o, true, BR_REGATHERED);     /* not the split data op's: it runs during the regather */
+        if (x < 0 && o->grads != GR_DATA) die("lower: %s has no regathered input", label);
         if (!wop) dx = op_role_need(e, o, false, BR_DPARTIAL);
         if (o->sub == SUB_MLP) d1 = dx;
     } else if (o->sub == SUB_ATTN) {   /* the MLP part's reduced input gradient in */
@@ -1099,10 +1156,10 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
     int so, ao;                 /* the saved (or recomputed) tensors; selective: the attention core */
     int64_t soff;
     int xs = bwd_state(e, o, &so, &soff, &ao);
-    if (x < 0) x = xs;
+    if (!lower_sp(e)) x = xs;
     int scr = op_need(e, o, wop, BK_SCRATCH, "scratch");   /* the weight op reads its data op's */
     if (!wop) lower_expect(e, dx, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's input gradient");
-    if (lower_sp(e)) lower_expect(e, x, e->p->act.full, "a layer's gathered input");
+    if (lower_sp(e) && x >= 0) lower_expect(e, x, e->p->act.full, "a layer's gathered input");
     if (e->s->bufs[scr].bytes < e->bscr.total)
         die("lower: a layer's backward needs %lld bytes of scratch, the plan gives it %lld", (long long)e->bscr.total,
             (long long)e->s->bufs[scr].bytes);
@@ -1114,7 +1171,7 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
     args[n++] = abuf(e, dy, 0), args[n++] = abuf(e, x, 0), args[n++] = abuf(e, so, soff), args[n++] = abuf(e, dx, 0);
     args[n++] = abuf(e, scr, 0);
     if (e->p->tp > 1) args[n++] = aint(o->sub, IT_OTHER), args[n++] = abuf(e, d1, 0);
-    if (e->p->wsplit) args[n++] = aint(o->grads, IT_OTHER);
+    if (e->p->wsplit || lower_sp(e)) args[n++] = aint(o->grads, IT_OTHER);
     if (e->pol == CKPT_SELECTIVE) args[n++] = abuf(e, ao, 0);
     call(e, K_BWD, label, n, args);
 }

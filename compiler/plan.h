@@ -175,6 +175,7 @@ typedef struct ActBytes {
     int64_t attn;               /* recreated by the selective recompute (o, lse)   */
     int64_t fwd_scratch[3];     /* transient peak of a forward, by CkptPolicy      */
     int64_t bwd_scratch;        /* transient peak of a backward                    */
+    int64_t norm_scratch;       /* sp: a norm op's statistics (GR_NORM), this rank's tokens */
     int64_t boundary;           /* a stage boundary tensor [T_sp, h]              */
     int64_t boundary_slices;    /* tp under pp_scatter_gather (each tp rank sends
                                    1/tp of the boundary, the receiver all-gathers
@@ -378,8 +379,12 @@ typedef enum OpSub {
 typedef enum OpGrads {
     GR_ALL,             /* the input gradient and the weight gradients              */
     GR_DATA,            /* the input gradient: data GEMMs, attention, norms (their
-                           weights' gradients too), residual; what the collective needs */
+                           weights' gradients too), residual; what the collective needs
+                           (sp: down to the norm's output; GR_NORM does the norm) */
     GR_WEIGHT,          /* the linears' weight and bias gradients, dW += dY^T·X     */
+    GR_NORM,            /* sp: the part's norm backward (its weights' partial gradients)
+                           and residual on this rank's tokens, after the reduce-scatter of
+                           its output's partial gradient                              */
 } OpGrads;
 
 typedef struct Op {
@@ -452,7 +457,8 @@ typedef enum BufRole {
     BR_DRESID1,             /* tp: the MLP part's input gradient, all-reduced              */
     BR_DY_GATHERED,         /* sp: a part's output gradient gathered (sub)                 */
     BR_REGATHERED,          /* sp: a part's input gathered again in backward (sub)         */
-    BR_DPARTIAL,            /* sp: a part's partial input gradient (sub)                   */
+    BR_DPARTIAL,            /* sp: a part's partial gradient of its norm's output (sub)    */
+    BR_DNORM,               /* sp: that gradient reduce-scattered to this rank's tokens (sub) */
     BR_DX,                  /* a layer's input gradient                                    */
     BR_Y,                   /* the last layer's output: the head's input                   */
     BR_Y_GATHERED,          /* sp: the head's input gathered                               */

@@ -1266,7 +1266,8 @@ static double fl_weight(const Bld *b, int sub) { return b->wshare[sub == SUB_MLP
 
 /* A backward compute part (or the whole backward); split (tp_comm_overlap):
  * its data op, the input gradient only, leaving in its scratch what the
- * weight op reads (*scr). */
+ * weight op reads (*scr).  Under SP the split data op writes no weight
+ * gradients: the part's norm op does the norm's (sp_part_bwd). */
 static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const BwdIO *io, int *scr)
 {
     int o = part_op(b, OP_LAYER_BWD, sub, L, mb, chunk, b->wsplit ? fl - fl_weight(b, sub) : fl);
@@ -1275,7 +1276,7 @@ static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const 
     op_rd(b, o, io->x);
     op_rd(b, o, io->attn);
     *scr = op_scratch(b, o, b->p->act.bwd_scratch);
-    grads_write(b, o, L);
+    if (!(b->sp && b->wsplit)) grads_write(b, o, L);
     return o;
 }
 
@@ -1298,16 +1299,58 @@ static void bwd_weight(Bld *b, int data, int scr, const BwdIO *io, const int *rd
     compute_done(b);
 }
 
+/* One part's backward under sequence parallelism.  Its output gradient dy
+ * (this rank's tokens) is all-gathered over tp, then its input x (a shard)
+ * gathered again; the data op turns the gathered gradient into the partial
+ * gradient of the part's norm output (full sequence), which is
+ * reduce-scattered to this rank's tokens; then the norm op (GR_NORM) there:
+ * out = dy + the norm's backward, and the norm weights' partial gradients
+ * (tp_grads completes them).  Split (tp_comm_overlap), the data op waits
+ * only for dy while the regather runs (Megatron's asynchronous all-gather
+ * of the input), and the weight op, which recomputes the norm's output from
+ * the gathered x for its GEMMs, waits for it while the reduce-scatter runs;
+ * unsplit, the one op waits for both. */
+static void sp_part_bwd(Bld *b, int sub, int L, int mb, int chunk, double fl, const BwdIO *io, int dy, int x, int out)
+{
+    const ActBytes *a = &b->p->act;
+    int scr;
+    int gd = act_buf(b, BR_DY_GATHERED, sub, L, mb, "dy.gathered", a->full);
+    int gx = act_buf(b, BR_REGATHERED, sub, L, mb, "regathered", a->full);
+    int agd = tp_comm(b, OP_TP_ALLGATHER, sub, L, mb, chunk, dy, gd, a->full);
+    int agx = tp_comm(b, OP_TP_ALLGATHER, sub, L, mb, chunk, x, gx, a->full);
+    emit_wait(b, b->wsplit ? agd : agx);
+    int d = bwd_part(b, sub, L, mb, chunk, fl, io, &scr);
+    int part = act_buf(b, BR_DPARTIAL, sub, L, mb, "dpartial", a->full);
+    op_rd(b, d, gd);
+    if (!b->wsplit) op_rd(b, d, gx);
+    op_wr(b, d, part);
+    compute_done(b);
+    int dn = act_buf(b, BR_DNORM, sub, L, mb, "dnorm", a->x);
+    int red = tp_comm(b, OP_TP_REDUCE_SCATTER, sub, L, mb, chunk, part, dn, a->full);
+    if (b->wsplit) {
+        emit_wait(b, agx);
+        bwd_weight(b, d, scr, io, (int[]){gd, gx}, 2);
+    }
+    emit_wait(b, red);
+    int n = part_op(b, OP_LAYER_BWD, sub, L, mb, chunk, 0);
+    b->s->ops[n].grads = GR_NORM;
+    op_rd(b, n, dn);
+    op_rd(b, n, dy);
+    op_rd(b, n, x);
+    op_scratch(b, n, a->norm_scratch);
+    op_wr(b, n, out);
+    grads_write(b, n, L);
+    compute_done(b);
+}
+
 /* A layer's backward, one op (tp = 1) or split like its forward: the MLP
  * part, an all-reduce over tp of its partial input gradient (f's backward),
- * then the attention part and another all-reduce into dx.  Under SP the
- * output gradient (and the sequence shard each part's weight gradient needs)
- * is all-gathered before each part and the partial input gradient
- * reduce-scattered after it, the conjugates of the forward's collectives.
- * As in the forward, the residual and the norms' input gradients are folded
- * into the partial sums (the norms' weight gradients then are partial sums
- * too: tp_grads completes them).  With tp_comm_overlap each part is a data
- * op, its collective, then the part's weight op, which runs while the
+ * then the attention part and another all-reduce into dx.  Under SP each
+ * part gathers and reduce-scatters around its data op (sp_part_bwd).  As in
+ * the forward, without SP the residual and the norms' input gradients are
+ * folded into the partial sums (the norms' weight gradients then are partial
+ * sums too: tp_grads completes them).  With tp_comm_overlap each part is a
+ * data op, its collective, then the part's weight op, which runs while the
  * collective does; the compute stream waits for the collective only before
  * the next part, which reads its result. */
 static void layer_backward_ops(Bld *b, int L, int mb, int chunk, const BwdIO *io)
@@ -1323,50 +1366,24 @@ static void layer_backward_ops(Bld *b, int L, int mb, int chunk, const BwdIO *io
         return;
     }
     int d1 = act_buf(b, BR_DRESID1, SUB_MLP, L, mb, "dresid1", a->x), red;
-    int M, A;
     if (b->sp) {
-        int gd = act_buf(b, BR_DY_GATHERED, SUB_MLP, L, mb, "dy.gathered", a->full);
-        int gs = act_buf(b, BR_REGATHERED, SUB_MLP, L, mb, "regathered", a->full);
-        tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->dy, gd, a->full);
-        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, io->state, gs, a->full));
-        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io, &scr);
-        int part = act_buf(b, BR_DPARTIAL, SUB_MLP, L, mb, "dpartial", a->full);
-        op_rd(b, M, gd);
-        op_rd(b, M, gs);
-        op_rd(b, M, io->dy);
-        op_wr(b, M, part);
-        compute_done(b);
-        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, d1, a->full);
-        if (b->wsplit) bwd_weight(b, M, scr, io, (int[]){gd, gs}, 2);
-        int gd2 = act_buf(b, BR_DY_GATHERED, SUB_ATTN, L, mb, "dy.gathered", a->full);
-        int gx = act_buf(b, BR_REGATHERED, SUB_ATTN, L, mb, "regathered", a->full);
-        tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, d1, gd2, a->full);
-        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, io->x >= 0 ? io->x : io->state, gx,
-                             a->full));
-        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io, &scr);
-        int part2 = act_buf(b, BR_DPARTIAL, SUB_ATTN, L, mb, "dpartial", a->full);
-        op_rd(b, A, gd2);
-        op_rd(b, A, gx);
-        op_rd(b, A, d1);
-        op_wr(b, A, part2);
-        compute_done(b);
-        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part2, io->dx, a->full);
-        if (b->wsplit) bwd_weight(b, A, scr, io, (int[]){gd2, gx}, 2);
-    } else {
-        M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io, &scr);
-        op_rd(b, M, io->dy);
-        op_wr(b, M, d1);
-        compute_done(b);
-        red = tp_comm(b, OP_TP_ALLREDUCE, SUB_MLP, L, mb, chunk, d1, d1, a->x);
-        if (b->wsplit) bwd_weight(b, M, scr, io, &io->dy, 1);
-        emit_wait(b, red);
-        A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io, &scr);
-        op_rd(b, A, d1);
-        op_wr(b, A, io->dx);
-        compute_done(b);
-        red = tp_comm(b, OP_TP_ALLREDUCE, SUB_ATTN, L, mb, chunk, io->dx, io->dx, a->x);
-        if (b->wsplit) bwd_weight(b, A, scr, io, &d1, 1);
+        sp_part_bwd(b, SUB_MLP, L, mb, chunk, fm, io, io->dy, io->state, d1);
+        sp_part_bwd(b, SUB_ATTN, L, mb, chunk, fl - fm, io, d1, io->x >= 0 ? io->x : io->state, io->dx);
+        return;
     }
+    int M = bwd_part(b, SUB_MLP, L, mb, chunk, fm, io, &scr);
+    op_rd(b, M, io->dy);
+    op_wr(b, M, d1);
+    compute_done(b);
+    red = tp_comm(b, OP_TP_ALLREDUCE, SUB_MLP, L, mb, chunk, d1, d1, a->x);
+    if (b->wsplit) bwd_weight(b, M, scr, io, &io->dy, 1);
+    emit_wait(b, red);
+    int A = bwd_part(b, SUB_ATTN, L, mb, chunk, fl - fm, io, &scr);
+    op_rd(b, A, d1);
+    op_wr(b, A, io->dx);
+    compute_done(b);
+    red = tp_comm(b, OP_TP_ALLREDUCE, SUB_ATTN, L, mb, chunk, io->dx, io->dx, a->x);
+    if (b->wsplit) bwd_weight(b, A, scr, io, &d1, 1);
     emit_wait(b, red);
 }
 
@@ -2208,6 +2225,8 @@ const char *sched_op_label(const Sched *s, int i)
         s->part->v > 1 && o->chunk >= 0)
         snprintf(aux, sizeof aux, " chunk%d", o->chunk);
     const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
-    const char *grads = o->grads == GR_DATA ? " data" : o->grads == GR_WEIGHT ? " wgrad" : "";
+    static const char *const grads_names[] = {[GR_ALL] = "", [GR_DATA] = " data", [GR_WEIGHT] = " wgrad",
+                                              [GR_NORM] = " norm"};
+    const char *grads = o->grads >= 0 && o->grads <= GR_NORM ? grads_names[o->grads] : "";
     return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub, grads);
 }

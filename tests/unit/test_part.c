@@ -279,10 +279,12 @@ static void test_activations(void)
 
 /* The layer backward's scratch is what the generated backward packs (emit.c
  * carve_bwd): GPT's fused GELU backward has no dact; tp > 1 keeps x2's
- * gradient in d1; sp adds each norm recomputed on all tokens, live with its
- * gradient.  GPT (sbh = s·b·h·2 bytes): tp 1 peaks at fc1 (dx2, dln2, dfc1:
- * 6sbh), tp t at fc1 without dx2 (sbh(1 + 4/t)), sp adds norm2 and its
- * statistics (sbh(2 + 4/t) + 8sb).  SwiGLU peaks at the activation's backward
+ * gradient in d1; sp recomputes each norm on all tokens for the weight GEMMs
+ * and keeps the norms' output gradients in the parts' partial sums (the
+ * norm's backward is an op of its own on the shard, with norm_scratch: its
+ * statistics).  GPT (sbh = s·b·h·2 bytes): tp 1 peaks at fc1 (dx2, dln2,
+ * dfc1: 6sbh), tp t at fc1 without dx2 (sbh(1 + 4/t)), sp with norm2 and
+ * its statistics instead of dln2 (sbh(1 + 4/t) + 8sb).  SwiGLU peaks at the activation's backward
  * (dx2, dact, dgate, dup: s·b·(h + 3f)·2 at tp 1). */
 static void test_bwd_scratch(void)
 {
@@ -290,8 +292,9 @@ static void test_bwd_scratch(void)
     CHECK_EQ(acts(2, 1, false, CKPT_NONE).bwd_scratch, 6 * sbh);
     for (int64_t t = 2; t <= 8; t *= 2) {
         CHECK_EQ(acts(2, t, false, CKPT_NONE).bwd_scratch, sbh + 4 * sbh / t);
-        CHECK_EQ(acts(2, t, true, CKPT_NONE).bwd_scratch, 2 * sbh + 4 * sbh / t + 8 * sb);
-        CHECK_EQ(acts(2, t, true, CKPT_FULL).bwd_scratch, 2 * sbh + 4 * sbh / t + 8 * sb);
+        CHECK_EQ(acts(2, t, true, CKPT_NONE).bwd_scratch, sbh + 4 * sbh / t + 8 * sb);
+        CHECK_EQ(acts(2, t, true, CKPT_FULL).bwd_scratch, sbh + 4 * sbh / t + 8 * sb);
+        CHECK_EQ(acts(2, t, true, CKPT_NONE).norm_scratch, 8 * sb / t);     /* mean and rstd of its tokens */
     }
     const int64_t LH = 1024, F = 2816, T = 4096;
     for (int64_t t = 1; t <= 4; t *= 2)
@@ -309,7 +312,7 @@ static void test_bwd_scratch(void)
             int64_t act = T * 2 * ((t == 1 ? LH : 0) + 3 * F / t);                 /* dx2, dact, dgate, dup */
             int64_t up = T * 2 * ((t == 1 ? LH : 0) + LH + 2 * F / t);              /* dx2, dln2, dgate, dup */
             int64_t qkv = T * 2 * (LH + 3 * LH / t);                                /* dqkv, dln1 */
-            if (sp && t > 1) up += T * 2 * LH + T * 4, qkv += T * 2 * LH + T * 4;   /* the norms again */
+            if (sp && t > 1) up += T * 4, qkv += T * 4;   /* the norms again instead of their gradients */
             int64_t want = act > up ? act : up;
             CHECK_EQ(p.act.bwd_scratch, want > qkv ? want : qkv);
         }

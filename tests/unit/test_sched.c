@@ -145,7 +145,7 @@ static bool compute_waits(const Sched *s, int from, int at, int target)
 static const char *layer_ops(const Plan *mp, int c, int L, int mb)
 {
     static const char *const subs[] = {"", ".attn", ".mlp", ".grads"};
-    static const char *const grads[] = {"", ".data", ".wgrad"};
+    static const char *const grads[] = {"", ".data", ".wgrad", ".norm"};
     const Sched *s = &mp->sched.classes[c];
     char *out = "";
     for (int i = 0; i < s->nops; i++) {
@@ -192,13 +192,15 @@ static void test_tp_split(void)
     }
     /* sequence parallelism: all-gather before, reduce-scatter after each part;
      * in backward the output gradient and the regathered shard, then the
-     * reduce-scatter of the input gradient */
+     * reduce-scatter of the norm output's gradient, the weight op, and the
+     * norm's backward on the shard */
     mp = PLAN("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2");
     if (mp) {
         CHECK_STR(layer_ops(mp, 0, 3, 1),
                   "tp_allgather.attn fwd.attn tp_reduce_scatter.attn tp_allgather.mlp fwd.mlp tp_reduce_scatter.mlp "
-                  "tp_allgather.mlp tp_allgather.mlp bwd.mlp.data tp_reduce_scatter.mlp bwd.mlp.wgrad "
-                  "tp_allgather.attn tp_allgather.attn bwd.attn.data tp_reduce_scatter.attn bwd.attn.wgrad");
+                  "tp_allgather.mlp tp_allgather.mlp bwd.mlp.data tp_reduce_scatter.mlp bwd.mlp.wgrad bwd.mlp.norm "
+                  "tp_allgather.attn tp_allgather.attn bwd.attn.data tp_reduce_scatter.attn bwd.attn.wgrad "
+                  "bwd.attn.norm");
         int ag = pt_find(mp, 0, OP_TP_ALLGATHER, ST_TP_COMM, 0);
         CHECK(ag >= 0 && mp->sched.classes[0].ops[ag].bytes == mp->part.act.full);
         CHECK(mp->part.act.x * 2 == mp->part.act.full);         /* the shard is half the sequence */
@@ -448,6 +450,49 @@ static void test_streams_and_labels(void)
     CHECK(strncmp(label, "tp_allreduce embed mb0", 22) == 0);
 }
 
+/* Whether op i of s reads (rd) or writes a buffer of role r. */
+static bool touches(const Sched *s, int i, bool rd, int r)
+{
+    const Op *o = &s->ops[i];
+    for (int k = 0; k < (rd ? o->nrd : o->nwr); k++)
+        if (s->bufs[rd ? o->rd[k] : o->wr[k]].role == r) return true;
+    return false;
+}
+
+/* Sequence parallelism's backward parts: the regather of a part's input is
+ * issued before its data op; split, the data op neither reads it nor waits
+ * for it, the weight op does both (Megatron's asynchronous all-gather);
+ * unsplit, the op waits for it first.  Then the norm op (GR_NORM, no FLOPs)
+ * after a wait for the reduce-scatter into the shard it reads. */
+static void sp_regather_overlap(const Sched *s, bool split)
+{
+    int parts = 0;
+    for (int n = 0; n < s->nops; n++) {
+        if (s->ops[n].kind != OP_LAYER_BWD || s->ops[n].grads != GR_NORM) continue;
+        parts++;
+        int L = s->ops[n].layer, mb = s->ops[n].mb, sub = s->ops[n].sub, rg = -1, d = -1, w = -1, rs = -1;
+        for (int j = 0; j < n; j++) {
+            const Op *o = &s->ops[j];
+            if (o->layer != L || o->mb != mb || o->sub != sub || o->kind == OP_WAIT) continue;
+            if (o->kind == OP_TP_ALLGATHER && touches(s, j, false, BR_REGATHERED)) rg = j;
+            if (o->kind == OP_TP_REDUCE_SCATTER && touches(s, j, false, BR_DNORM)) rs = j;
+            if (o->kind == OP_LAYER_BWD && o->grads != GR_WEIGHT) d = j;
+            if (o->kind == OP_LAYER_BWD && o->grads == GR_WEIGHT) w = j;
+        }
+        CHECK(rg >= 0 && d > rg && rs > d && n > rs);
+        if (!(rg >= 0 && d > rg && rs > d && n > rs)) return;
+        CHECK(s->ops[d].grads == (split ? GR_DATA : GR_ALL));
+        CHECK(touches(s, d, true, BR_REGATHERED) == !split);
+        CHECK(compute_waits(s, rg, d, rg) == !split);
+        if (split) {
+            CHECK(w > rs && w < n && touches(s, w, true, BR_REGATHERED) && compute_waits(s, d, w, rg));
+        }
+        CHECK(compute_waits(s, rs, n, rs) && touches(s, n, true, BR_DNORM) && s->ops[n].flops == 0);
+        CHECK(touches(s, n, false, sub == SUB_MLP ? BR_DRESID1 : BR_DX));
+    }
+    CHECK(parts > 0);
+}
+
 /* tp_comm_overlap: each part's backward is a data op, then its collective,
  * then the part's weight op, which runs while the collective does: the
  * compute stream waits for the collective only after the weight op; the
@@ -500,11 +545,15 @@ static void test_tp_comm_overlap(void)
             else CHECK(s->ops[d].flops > w->flops);
         }
         CHECK_EQ(split, 2 * (int)(on->part.m * on->model.l));    /* two parts a layer */
-        for (int i = 0; i < s0->nops; i++) CHECK(s0->ops[i].grads == GR_ALL);
+        for (int i = 0; i < s0->nops; i++) CHECK(s0->ops[i].grads == GR_ALL || (sp && s0->ops[i].grads == GR_NORM));
+        if (sp) {
+            sp_regather_overlap(s, true);
+            sp_regather_overlap(s0, false);
+        }
         CHECK_STR(layer_ops(off, 0, 3, 0), sp ? "tp_allgather.attn fwd.attn tp_reduce_scatter.attn tp_allgather.mlp fwd.mlp "
                                                 "tp_reduce_scatter.mlp tp_allgather.mlp tp_allgather.mlp bwd.mlp "
-                                                "tp_reduce_scatter.mlp tp_allgather.attn tp_allgather.attn bwd.attn "
-                                                "tp_reduce_scatter.attn"
+                                                "tp_reduce_scatter.mlp bwd.mlp.norm tp_allgather.attn "
+                                                "tp_allgather.attn bwd.attn tp_reduce_scatter.attn bwd.attn.norm"
                                               : "fwd.attn tp_allreduce.attn fwd.mlp tp_allreduce.mlp bwd.mlp tp_allreduce.mlp "
                                                 "bwd.attn tp_allreduce.attn");
     }

@@ -7,7 +7,9 @@
  *    two collectives of a group that spans classes in one class; (c)
  *    dropping a pipeline receive; (d) moving a buffer's offset so that two
  *    live buffers share bytes; (e) a split backward's weight op moved before
- *    its data op, or made another part's; each must be caught and named;
+ *    its data op, or made another part's; (f) under sequence parallelism a
+ *    weight op's wait for its part's regathered input dropped, or the weight
+ *    op moved above it; each must be caught and named;
  *  - a schedule stripped of its cross-stream events fails;
  *  - the verifier passes on a matrix of 60 layouts (tp, pp, dp, ZeRO 0-3,
  *    gpipe / 1f1b / interleaved, offload none / cpu / nvme, checkpointing
@@ -285,6 +287,40 @@ static void test_split_order(void)
     CHECK(pt_verify(mp, &rep));
 }
 
+/* ---- (f) sequence parallelism: a weight op before its regather's wait --------------------- */
+
+/* The split backward's data op runs while the part's input is regathered;
+ * its weight op reads the gathered input: dropping the compute stream's wait
+ * for the regather (or moving the weight op above it) must be caught. */
+static void test_sp_regather_wait(void)
+{
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    const char *rep;
+    CHECK(pt_verify(mp, &rep));
+    Sched *s = &mp->sched.classes[0];
+    int w = -1;                 /* a compute wait for a regather, the weight op right after it */
+    for (int i = 0; i + 1 < s->nops && w < 0; i++) {
+        const Op *o = &s->ops[i];
+        if (o->kind != OP_WAIT || o->stream != ST_COMPUTE || o->aux < 0) continue;
+        const Op *t = &s->ops[o->aux];
+        if (t->kind != OP_TP_ALLGATHER || t->nwr != 1 || s->bufs[t->wr[0]].role != BR_REGATHERED) continue;
+        if (s->ops[i + 1].kind == OP_LAYER_BWD && s->ops[i + 1].grads == GR_WEIGHT) w = i;
+    }
+    CHECK(w >= 0);
+    if (w < 0) return;
+    Op keep = s->ops[w];
+    mut_noop(mp, 0, w);
+    expect_caught(mp, "regathered", "(f) the weight op's wait for the regathered input dropped");
+    s->ops[w] = keep;
+    CHECK(pt_verify(mp, &rep));
+    mut_swap(mp, 0, w, w + 1);      /* the weight op above its wait */
+    expect_caught(mp, "regathered", "(f) the weight op before its regather's wait");
+    mut_swap(mp, 0, w, w + 1);
+    CHECK(pt_verify(mp, &rep));
+}
+
 /* ---- the matrix ---------------------------------------------------------------------- */
 
 /* Layout n of the matrix as overrides (arena strings, NULL-terminated). */
@@ -389,6 +425,7 @@ int main(void)
     test_drop_recv();
     test_overlap();
     test_split_order();
+    test_sp_regather_wait();
     test_matrix();
     test_specs();
     arena_free(&g_arena);
