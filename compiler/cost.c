@@ -591,21 +591,31 @@ static double cpu_io_time(const Sched *s, int op)
     }
 }
 
-/* Seconds a CPU rank's communication op `op` waits for peers that take turns
- * with it on the node's cores (0 with a core per rank): the profile's
- * arrival skew after the compute the rank ran since its previous
- * communication op (the ops between, priced at the all-busy sharing, over
- * the GEMM sharing factor: the reference GEMM time alone that calibrate's
- * compute_seconds counts). */
+/* Seconds a CPU rank's collective `op` waits for the other members of its
+ * group, which take turns with it on the node's cores (0 with a core per
+ * rank): the profile's arrival skew after the compute the rank ran since its
+ * previous communication op (the ops between, priced at the all-busy
+ * sharing, over the GEMM sharing factor: the reference GEMM time alone that
+ * calibrate's compute_seconds counts).  The members of a group share a rank
+ * class, which the simulation runs in lock step, so it cannot see them arrive
+ * apart; a group of one waits for nobody.  A send or receive waits for a
+ * rank of another class, whose timeline the simulation plays (the receive
+ * ends with the send), so it is charged no skew: the CPU backend posts a
+ * send without waiting, and a pipeline's ranks in a bubble are not taking
+ * turns with anyone. */
 static double cpu_skew(const Sched *s, int op)
 {
     const Partition *p = s->part;
+    const Op *o = &s->ops[op];
     if (!cost_cpu_priced(p->spec)) return 0;
     CpuRank r = cpu_rank(p);
     if (r.w * r.threads <= r.pf->cores) return 0;
+    int coll = coll_of(s, o), group = cost_group(s, op);
+    int64_t members = o->kind == OP_GRAD_NORM ? p->world : group_span(p, s->cls->stage, group, o->kind).n;
+    if (coll == COLL_SENDRECV || members <= 1) return 0;
     double compute = 0;
     for (int i = op - 1; i >= 0 && cost_group(s, i) == GRP_NONE; i--) compute += cost_op_time(NULL, s, i);
-    return profile_skew(r.pf, r.w, (int)r.threads, coll_of(s, &s->ops[op]) == COLL_SENDRECV, compute / r.share_gemm);
+    return profile_skew(r.pf, r.w, (int)r.threads, false, compute / r.share_gemm);
 }
 
 /* Seconds the op occupies its stream once it has started. */
