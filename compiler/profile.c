@@ -457,7 +457,7 @@ static bool build_tables(Reader *r, Profile *pf, const Pt *p, int n)
     for (int ti = 0; pf->has_act && ti < pf->nthreads; ti++)
         for (int a = 0; a < 2; a++)
             for (int k = 0; k < DTYPES * PASSES; k++)
-                if (!(pf->act_rate[a][ti * DTYPES * PASSES + k] > 0)) {
+                if (!(pf->act_rate[a][rate_key(k / PASSES, k % PASSES, ti)] > 0)) {
                     prof_error(r, key_at(r, "rows"), "shardc calibrate measures every one; a hand-made profile must too",
                                "no activation row for %s %s %s at %d thread%s", acts[a], dts[k / PASSES],
                                passes[k % PASSES], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
