@@ -185,6 +185,23 @@ static double cpu_stream(const CpuRank *r, double bytes, double each)
 /* Seconds of n kernels' fixed cost. */
 static double cpu_kernels(const CpuRank *r, double n) { return n * profile_launch(r->pf, r->threads) * r->share_ew; }
 
+/* One linear of a layer on this rank: its piece and its GEMM, out(M,N) =
+ * in(M,K) . w^T. */
+typedef struct Linear { int piece; double M, N, K; } Linear;
+
+/* The four linears of a layer on this rank (qkv, attention output, MLP in,
+ * MLP out). */
+static void layer_linears(const Partition *p, Linear g[4])
+{
+    const Model *m = p->model;
+    double T = (double)p->T, t = (double)p->tp, h = (double)m->h, hd = (double)m->hd;
+    double a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
+    g[0] = (Linear){PC_QKV, T, (a + 2 * kv) * hd / t, h};           /* column-parallel            */
+    g[1] = (Linear){PC_PROJ, T, h, a * hd / t};                     /* row-parallel               */
+    g[2] = (Linear){PC_MLP_IN, T, (m->gated ? 2 : 1) * ffn / t, h}; /* gate and up, column-par.  */
+    g[3] = (Linear){PC_MLP_OUT, T, h, ffn / t};                     /* row-parallel               */
+}
+
 /* Seconds per FLOP of the given pieces of one transformer layer's forward on
  * this rank: its linears (qkv, attention output, MLP in, MLP out) and the
  * attention core, each at its own efficiency, FLOP-weighted.  bwd: the
@@ -193,15 +210,10 @@ static double cpu_kernels(const CpuRank *r, double n) { return n * profile_launc
 static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, double core_w)
 {
     const Model *m = p->model;
-    double T = (double)p->T, t = (double)p->tp, h = (double)m->h, hd = (double)m->hd;
-    double a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
+    double T = (double)p->T, t = (double)p->tp, hd = (double)m->hd, a = (double)m->a;
     double peak = cost_peak(p->spec);
-    struct { int piece; double M, N, K; } g[4] = {
-        {PC_QKV, T, (a + 2 * kv) * hd / t, h},          /* column-parallel            */
-        {PC_PROJ, T, h, a * hd / t},                    /* row-parallel               */
-        {PC_MLP_IN, T, (m->gated ? 2 : 1) * ffn / t, h}, /* gate and up, column-par.  */
-        {PC_MLP_OUT, T, h, ffn / t},                    /* row-parallel               */
-    };
+    Linear g[4];
+    layer_linears(p, g);
     bool cpu = cost_cpu_priced(p->spec);
     CpuRank r = cpu ? cpu_rank(p) : (CpuRank){0};
     const CostProfile *cp = cost_profile(p->spec);
@@ -223,6 +235,17 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, doubl
     return sec / flops;
 }
 
+/* Elements of the MLP's activation on this rank: its output, [T, ffn/t]. */
+static double act_elems(const Partition *p) { return (double)p->T * (double)p->model->ffn / (double)p->tp; }
+
+/* Bytes the MLP's activation moves (bwd: its backward): GELU is a cuBLASLt
+ * epilogue that also writes its input; SwiGLU reads two and writes one. */
+static double act_bytes(const Partition *p, bool bwd)
+{
+    double actf = p->model->gated ? (bwd ? 5 : 3) : (bwd ? 3 : 1);
+    return (double)p->wbytes * actf * act_elems(p);
+}
+
 /* Bytes the memory-bound kernels of the pieces of one layer's forward (bwd:
  * backward) move: per half a norm and a bias + residual add on [T_sp, h];
  * the MLP's activation on [T, ffn/t] (GELU is a cuBLASLt epilogue that also
@@ -230,12 +253,12 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, doubl
 static double layer_elementwise_bytes(const Partition *p, int pieces, bool bwd)
 {
     const Model *m = p->model;
-    double rows = (double)p->T_sp * (double)m->h, act = (double)p->T * (double)m->ffn / (double)p->tp;
-    double norm = bwd ? 3 : 2, resid = 3, actf = m->gated ? (bwd ? 5 : 3) : (bwd ? 3 : 1);
+    double rows = (double)p->T_sp * (double)m->h;
+    double norm = bwd ? 3 : 2, resid = 3;
     double half = (norm + resid) * rows, bytes = 0;
     if (pieces & PC_QKV) bytes += half;
-    if (pieces & PC_MLP_IN) bytes += half + actf * act;
-    return (double)p->wbytes * bytes;
+    if (pieces & PC_MLP_IN) bytes += half;
+    return (double)p->wbytes * bytes + (pieces & PC_MLP_IN ? act_bytes(p, bwd) : 0);
 }
 
 /* Bytes the CPU backend moves beyond layer_elementwise_bytes: Llama's rotary
@@ -252,9 +275,43 @@ static double cpu_extra_bytes(const Partition *p, int pieces, bool bwd)
     return (double)p->wbytes * b;
 }
 
+/* Seconds of the MLP's activation on the CPU backend at the profile's
+ * measured rate for it (GELU and SwiGLU take an exp per element: computed,
+ * not streamed); -1 for another activation or a profile without activation
+ * rows, which stream its bytes instead. */
+static double cpu_act_time(const Partition *p, const CpuRank *r, bool bwd)
+{
+    int act = p->spec->model.activation;
+    if (act != ACT_GELU && act != ACT_SWIGLU) return -1;
+    double rate = profile_act_rate(r->pf, act == ACT_GELU ? PROFILE_GELU : PROFILE_SWIGLU, r->dt, bwd, r->threads);
+    return rate > 0 ? act_elems(p) / rate * r->share_ew : -1;
+}
+
+/* Seconds of the biases of the linears in `pieces` on the CPU backend:
+ * kc_matmul_forward writes the bias into every output row before the GEMM
+ * adds its product there (so the GEMM also reads its output), and
+ * kc_matmul_backward sums the output gradient's columns; fp32 (staged) bytes
+ * at the measured bandwidth, and a parallel loop each. */
+static double cpu_bias_time(const Partition *p, const CpuRank *r, int pieces, bool bwd)
+{
+    if (!p->model->bias) return 0;
+    Linear g[4];
+    layer_linears(p, g);
+    CpuRank f = *r;
+    f.dt = DT_FP32;
+    double t = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!(pieces & g[i].piece)) continue;
+        double out = g[i].M * g[i].N * 4;
+        t += cpu_stream(&f, (bwd ? 1 : 2) * out, out) + cpu_kernels(&f, 1);
+    }
+    return t;
+}
+
 /* A layer op on the CPU backend: its GEMMs and attention at the measured
- * rates, its memory-bound kernels at the measured bandwidth for their size,
- * and each kernel's fixed cost. */
+ * rates, the linears' biases, the MLP's activation at its measured rate, its
+ * other memory-bound kernels at the measured bandwidth for their size, and
+ * each kernel's fixed cost. */
 static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int pieces)
 {
     CpuRank r = cpu_rank(p);
@@ -264,7 +321,9 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
-    return t + cpu_stream(&r, bytes, 3 * each) + cpu_kernels(&r, kernels);
+    double act = pieces & PC_MLP_IN ? cpu_act_time(p, &r, bwd) : -1;
+    if (act >= 0) bytes -= act_bytes(p, bwd);   /* priced by its own rate instead */
+    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, pieces, bwd) + cpu_kernels(&r, kernels);
 }
 
 /* Sequence parallelism's norm op (GR_NORM) of a backward part, on this
@@ -535,14 +594,52 @@ static double world_scalar_time(const Partition *p)
     return 2 * ceil(log2((double)p->world)) * hop_latency(sp, &all);
 }
 
-/* Seconds of this rank's squared gradient norm: read its gradients. */
+/* The trainer's calls over the owned range [lo, hi) of the class's shard
+ * space (emit.c's owned helper: one srt_grad_sumsq or srt_optimizer_step per
+ * piece of a tensor in a segment's shard), as on dp rank 0, and the elements
+ * of those pieces (*elems); sumsq: the head's copy of the tied embedding
+ * skipped, as the helper skips it. */
+static int owned_calls(const Sched *s, int64_t lo, int64_t hi, bool sumsq, double *elems)
+{
+    const RankClass *rc = s->cls;
+    int n = 0;
+    *elems = 0;
+    for (int k = 0; k < rc->nsegs; k++) {
+        const Segment *sg = &rc->segs[k];
+        int64_t a0 = lo > sg->shard_offset ? lo : sg->shard_offset;
+        int64_t a1 = hi < sg->shard_offset + sg->shard ? hi : sg->shard_offset + sg->shard;
+        if (a0 >= a1) continue;
+        int64_t f0 = sg->offset + (a0 - sg->shard_offset), f1 = f0 + (a1 - a0);
+        for (int t = sg->first; t < sg->first + sg->n; t++) {
+            const ClassTensor *ct = &rc->tensors[t];
+            int64_t b0 = f0 > ct->offset ? f0 : ct->offset, b1 = f1 < ct->offset + ct->numel ? f1 : ct->offset + ct->numel;
+            if (b0 >= b1 || (sumsq && ct->copy)) continue;
+            n++, *elems += (double)(b1 - b0);
+        }
+    }
+    return n;
+}
+
+/* Elements of the class's shard space (ZeRO >= 1: this rank's shard; else
+ * the whole flat space): what the owned helper ranges over. */
+static int64_t shard_space(const Sched *s) { return s->part->zero >= 1 ? s->cls->shard : s->cls->padded; }
+
+/* Seconds of this rank's squared gradient norm: read its gradients.  On the
+ * CPU backend a call per tensor (owned_calls), each summing its squares
+ * exactly into integer bins per exponent (kc_sumsq_add): computed at the
+ * profile's measured rate per element, or its bytes streamed with a profile
+ * that did not measure it. */
 static double sumsq_time(const Sched *s, const Op *o)
 {
     const Spec *sp = s->part->spec;
     if (cost_cpu_priced(sp)) {
         CpuRank r = cpu_rank(s->part);
         r.dt = DT_FP32;   /* the gradients' sums are read in their dtype; fp32's rate bounds it */
-        return cpu_stream(&r, read_bytes(s, o, o->stream == ST_HOST ? SPACE_HOST : SPACE_DEVICE), 0) + cpu_kernels(&r, 1);
+        double elems, rate = profile_sumsq_rate(r.pf, r.threads);
+        int calls = owned_calls(s, 0, shard_space(s), true, &elems);
+        double work = rate > 0 ? elems / rate * r.share_ew
+                               : cpu_stream(&r, read_bytes(s, o, o->stream == ST_HOST ? SPACE_HOST : SPACE_DEVICE), 0);
+        return work + cpu_kernels(&r, calls > 1 ? calls : 1);
     }
     if (o->stream == ST_HOST) return read_bytes(s, o, SPACE_HOST) / sp->cluster.host_bandwidth;
     return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, 1);
@@ -557,7 +654,18 @@ static double opt_time(const Sched *s, const Op *o)
     double n = o->flops / 16.0;
     if (cost_cpu_priced(p->spec)) {   /* the host's steps run the same kernel on the CPU backend */
         CpuRank r = cpu_rank(p);
-        return n / profile_opt_rate(r.pf, r.threads) * r.share_ew + cpu_kernels(&r, 1);
+        /* a call per tensor in the sub-group's range: device sub-groups from
+         * 0, host ones after the device's part of the shard space */
+        int64_t sub = p->spec->zero.sub_group_size, lo = (int64_t)o->aux * sub;
+        if (o->stream == ST_HOST) {
+            double host = 0;
+            for (int i = 0; i < s->nops; i++)
+                if (s->ops[i].kind == OP_OPT_STEP && s->ops[i].stream == ST_HOST) host += s->ops[i].flops / 16.0;
+            lo += shard_space(s) - (int64_t)host;
+        }
+        double elems;
+        int calls = owned_calls(s, lo, lo + (int64_t)n, false, &elems);
+        return n / profile_opt_rate(r.pf, r.threads) * r.share_ew + cpu_kernels(&r, calls > 1 ? calls : 1);
     }
     if (o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
     double per = 24.0 + (p->gbytes < 4 && p->spec->precision.dtype != DT_FP32 ? 4 : p->gbytes) + p->wbytes;

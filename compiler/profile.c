@@ -7,7 +7,9 @@
  *    "grid": "full", "rows": [{"table": "gemm", "dtype": "fp32", "pass": "fwd",
  *    "threads": 1, "m": 64, "n": 64, "k": 64, "seconds": 1.2e-5}, ...]}
  * Tables: gemm (m, n, k), attention (batch, seq, heads, head_dim), elementwise
- * (bytes: srt_add_fwd's 3·n·w), launch, optimizer (elements), copy (op h2d or
+ * (bytes: srt_add_fwd's 3·n·w), activation (op gelu or swiglu, dtype, pass,
+ * elements of the output; optional: older profiles lack it), launch,
+ * optimizer (elements), sumsq (elements; optional), copy (op h2d or
  * d2h, bytes), nvme (op read or write, bytes), collective (op, span intra or
  * inter, ranks_per_node, group, bytes), sharing (ranks_per_node, threads,
  * gemm_seconds, elementwise_seconds: every rank at once; alone_gemm_seconds,
@@ -317,8 +319,9 @@ static int coll_index(Profile *pf, int op, bool inter, int w, int n)
 }
 
 static const char *const DT_CHOICES = "fp32|bf16", *const PASS_CHOICES = "fwd|bwd";
-static const char *const TABLES = "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing|skew";
-enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE, TB_SKEW };
+static const char *const TABLES =
+    "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing|skew|activation|sumsq";
+enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE, TB_SKEW, TB_ACT, TB_SUMSQ };
 
 /* Reads every row into points and per-thread values; false on an error. */
 static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *npts)
@@ -361,12 +364,23 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
             p.v = p.x[0] / num(r, row, i, name, "seconds", false);
             break;
         }
-        case TB_LAUNCH: case TB_OPT: {
+        case TB_LAUNCH: case TB_OPT: case TB_SUMSQ: {
             int ti = thread_index(pf, (int)num(r, row, i, name, "threads", false));
             double s = num(r, row, i, name, "seconds", false);
             if (tb == TB_LAUNCH) pf->launch[ti] = s;
-            else pf->opt_rate[ti] = num(r, row, i, name, "elements", false) / s;
+            else if (tb == TB_OPT) pf->opt_rate[ti] = num(r, row, i, name, "elements", false) / s;
+            else pf->sumsq_rate[ti] = num(r, row, i, name, "elements", false) / s, pf->has_sumsq = true;
             p.key = -1;   /* a value per thread count, not a point */
+            break;
+        }
+        case TB_ACT: {
+            int op = choice(r, row, i, name, "op", "gelu|swiglu"), dt = choice(r, row, i, name, "dtype", DT_CHOICES);
+            int ps = choice(r, row, i, name, "pass", PASS_CHOICES);
+            int ti = thread_index(pf, (int)num(r, row, i, name, "threads", false));
+            pf->act_rate[op][rate_key(dt, ps, ti)] =
+                num(r, row, i, name, "elements", false) / num(r, row, i, name, "seconds", false);
+            pf->has_act = true;
+            p.key = -1;
             break;
         }
         case TB_COPY: case TB_NVME: {
@@ -435,6 +449,24 @@ static bool build_tables(Reader *r, Profile *pf, const Pt *p, int n)
         if (!(pf->launch[ti] > 0) || !(pf->opt_rate[ti] > 0)) {
             prof_error(r, key_at(r, "rows"), NULL, "no %s row at %d threads (every thread count of the GEMM table needs one)",
                        pf->launch[ti] > 0 ? "optimizer" : "launch", pf->threads[ti]);
+            return false;
+        }
+    /* activation rows are optional, but where there are some, every
+     * thread count needs all of them */
+    static const char *const acts[] = {"gelu", "swiglu"};
+    for (int ti = 0; pf->has_act && ti < pf->nthreads; ti++)
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < DTYPES * PASSES; k++)
+                if (!(pf->act_rate[a][rate_key(k / PASSES, k % PASSES, ti)] > 0)) {
+                    prof_error(r, key_at(r, "rows"), "shardc calibrate measures every one; a hand-made profile must too",
+                               "no activation row for %s %s %s at %d thread%s", acts[a], dts[k / PASSES],
+                               passes[k % PASSES], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
+                    return false;
+                }
+    for (int ti = 0; pf->has_sumsq && ti < pf->nthreads; ti++)
+        if (!(pf->sumsq_rate[ti] > 0)) {
+            prof_error(r, key_at(r, "rows"), NULL, "no sumsq row at %d threads (a profile with one needs one at every thread count)",
+                       pf->threads[ti]);
             return false;
         }
     static const char *const fits[] = {"copy h2d", "copy d2h", "nvme read", "nvme write"};
@@ -559,6 +591,26 @@ static double launch_at(const Profile *pf, int ti, const void *ud) { (void)ud; r
 static double opt_at(const Profile *pf, int ti, const void *ud) { (void)ud; return pf->opt_rate[ti]; }
 
 double profile_launch(const Profile *pf, double threads) { return over_threads(pf, threads, launch_at, NULL); }
+
+static double sumsq_at(const Profile *pf, int ti, const void *ud) { (void)ud; return pf->sumsq_rate[ti]; }
+double profile_sumsq_rate(const Profile *pf, double threads)
+{
+    return pf->has_sumsq ? over_threads(pf, threads, sumsq_at, NULL) : 0;
+}
+
+typedef struct ActQ { int act, dt, pass; } ActQ;
+static double act_at(const Profile *pf, int ti, const void *ud)
+{
+    const ActQ *q = ud;
+    return pf->act_rate[q->act][rate_key(q->dt, q->pass, ti)];
+}
+
+double profile_act_rate(const Profile *pf, int act, int dtype, bool bwd, double threads)
+{
+    if (!pf->has_act) return 0;
+    ActQ q = {act, dt_of(dtype), bwd};
+    return over_threads(pf, threads, act_at, &q);
+}
 double profile_opt_rate(const Profile *pf, double threads) { return over_threads(pf, threads, opt_at, NULL); }
 
 /* Seconds of a copy (PROFILE_H2D, _D2H) or NVMe transfer (PROFILE_NVME_READ, _WRITE). */

@@ -363,6 +363,8 @@ enum { PROFILE_CPU, PROFILE_CUDA };
 enum { PROFILE_H2D, PROFILE_D2H, PROFILE_NVME_READ, PROFILE_NVME_WRITE };
 /* The collectives as the profile names them (its "op" of a collective row). */
 enum { PROFILE_ALLREDUCE, PROFILE_ALLGATHER, PROFILE_REDUCE_SCATTER, PROFILE_SENDRECV };
+/* The activations the profile times (its "op" of an activation row). */
+enum { PROFILE_GELU, PROFILE_SWIGLU };
 #define PROFILE_MAX_THREADS 16
 /* A rate on a grid of up to 3 axes (the logarithms of the coordinates and of
  * the rate), interpolated multilinearly. */
@@ -389,6 +391,13 @@ typedef struct Profile {
     ProfGrid gemm[PROFILE_MAX_THREADS * 4], attn[PROFILE_MAX_THREADS * 4], ew[PROFILE_MAX_THREADS * 4];
     double launch[PROFILE_MAX_THREADS];       /* seconds of an op's fixed cost */
     double opt_rate[PROFILE_MAX_THREADS];     /* AdamW elements/s              */
+    /* [PROFILE_GELU, _SWIGLU][key as above]: output elements/s of the
+     * activation (srt_gelu_*, srt_swiglu_*); all 0 in a profile without
+     * activation rows (written before they were measured) */
+    double act_rate[2][PROFILE_MAX_THREADS * 4];
+    bool has_act;
+    double sumsq_rate[PROFILE_MAX_THREADS];   /* srt_grad_sumsq fp32 elements/s; 0: not measured */
+    bool has_sumsq;
     ProfFit io[4];              /* PROFILE_H2D .. PROFILE_NVME_WRITE            */
     ProfColl *coll;
     int ncoll;
@@ -408,6 +417,11 @@ double profile_attn_rate(const Profile *pf, int dtype, bool bwd, double threads,
 double profile_stream_rate(const Profile *pf, int dtype, double threads, double bytes);
 double profile_launch(const Profile *pf, double threads);      /* seconds per op */
 double profile_opt_rate(const Profile *pf, double threads);    /* elements/s     */
+/* Output elements/s of an activation (PROFILE_GELU, _SWIGLU) forward or
+ * backward; 0 when the profile has no activation rows. */
+double profile_act_rate(const Profile *pf, int act, int dtype, bool bwd, double threads);
+/* fp32 elements/s of the gradient norm's sum of squares; 0 when not measured. */
+double profile_sumsq_rate(const Profile *pf, double threads);
 double profile_io_seconds(const Profile *pf, int which, double bytes);
 /* The alpha-beta of a collective (PROFILE_ALLREDUCE ..) over n ranks with w a
  * node; *scale_a, *scale_b scale it when only another group size was measured.

@@ -21,10 +21,21 @@
  *   chunk += tile^T . inp and the group's partial dinp += tile . w_chunk,
  *   both GEMMs on the tile just written; dinp then adds the groups'
  *   partials in group order.
- * The logits are written once and read once.  Chunk, block and group bounds
- * depend on the shape alone, every GEMM is one single-threaded sgemm, and
- * every sum has a fixed order: the results are bit-identical for any thread
- * count.
+ * The logits are written once and read once.
+ *
+ * A small vocabulary has fewer chunks than threads (GPT's 256 tokens: one),
+ * and chunks alone would leave all but one thread idle.  With fewer than
+ * KC_HEAD_GROUPS chunks the rows are also cut into splits (kc_head_splits:
+ * enough for KC_HEAD_GROUPS work units, none under KC_HEAD_MIN_ROWS rows):
+ * the forward's units are (chunk, row split); the backward's are (group,
+ * row split) for the dlogits and the partial dinp, whose rows are disjoint,
+ * and then, since each dw row sums over all the rows, (chunk, column split
+ * of C) for dw, which reads the dlogits tile a second time (small: the
+ * vocabulary is).
+ *
+ * Chunk, block, split and group bounds depend on the shape alone, every
+ * GEMM is one single-threaded sgemm, and every sum has a fixed order: the
+ * results are bit-identical for any thread count.
  */
 #include "kernels.h"
 #include "vmath.h"
@@ -37,6 +48,7 @@ enum {
     KC_HEAD_VC = 1024,          /* vocabulary columns per chunk                    */
     KC_HEAD_TILE = 1 << 20,     /* floats per (rows x chunk) tile, at most         */
     KC_HEAD_GROUPS = 8,         /* backward work units, at most (partial dinps)    */
+    KC_HEAD_MIN_ROWS = 32,      /* rows of a row split, at least                   */
 };
 
 /* Real (unpadded) columns of the local slice. */
@@ -58,6 +70,26 @@ static int kc_head_groups(KcHeadShape s)
 {
     int nc = kc_head_chunks(s);
     return nc < KC_HEAD_GROUPS ? nc : KC_HEAD_GROUPS;
+}
+
+/* Row splits (and the backward's dw column splits): 1 with KC_HEAD_GROUPS
+ * chunks or more, else enough for KC_HEAD_GROUPS units with at least
+ * KC_HEAD_MIN_ROWS rows each.  A function of the shape alone. */
+static int kc_head_splits(KcHeadShape s)
+{
+    int nc = kc_head_chunks(s);
+    if (nc == 0 || nc >= KC_HEAD_GROUPS) return 1;
+    int want = (KC_HEAD_GROUPS + nc - 1) / nc, most = s.N / KC_HEAD_MIN_ROWS;
+    return want < most ? want : most > 1 ? most : 1;
+}
+
+/* Split i of n over [0, len): [*a, *b), in whole micro-tiles of 16 (an
+ * empty one when len runs out first). */
+static void kc_head_split(int len, int n, int i, int *a, int *b)
+{
+    int each = ((len + n - 1) / n + 15) / 16 * 16;
+    *a = i * each < len ? i * each : len;
+    *b = *a + each < len ? *a + each : len;
 }
 
 /* The scratch's parts: per chunk and row the tile max (float) and sum
@@ -112,14 +144,16 @@ void kc_head_forward(float *logits, float *rowmax, float *rowsum, float *tlogit,
                      const float *inp, const float *w, const int32_t *targets, KcHeadShape s)
 {
     kc_init();
-    const int nv = kc_head_valid(s), nc = kc_head_chunks(s), R = kc_head_rows(s);
+    const int nv = kc_head_valid(s), nc = kc_head_chunks(s), R = kc_head_rows(s), ns = kc_head_splits(s);
     float *cmax = kc_head_cmax(scratch);                 /* [nc][N] */
     double *csum = kc_head_csum(scratch, s);             /* [nc][N] */
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int ch = 0; ch < nc; ch++) {
+    for (int u = 0; u < nc * ns; u++) {                  /* (chunk, row split) */
+        int ch = u / ns, ra, rb;
+        kc_head_split(s.N, ns, u % ns, &ra, &rb);
         int j0 = ch * KC_HEAD_VC, wd = nv - j0 < KC_HEAD_VC ? nv - j0 : KC_HEAD_VC;
-        for (int r0 = 0; r0 < s.N; r0 += R) {
-            int nr = s.N - r0 < R ? s.N - r0 : R;
+        for (int r0 = ra; r0 < rb; r0 += R) {
+            int nr = rb - r0 < R ? rb - r0 : R;
             float *tile = logits + (size_t)r0 * s.Vl + j0;   /* (nr, wd), rows Vl apart */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, wd, s.C, 1.0f,
                         inp + (size_t)r0 * s.C, s.C, w + (size_t)j0 * s.C, s.C, 0.0f, tile, s.Vl);
@@ -151,17 +185,19 @@ void kc_head_backward(float *dinp, float *dw, float *logits, float *scratch, con
                       float dloss, KcHeadShape s)
 {
     kc_init();
-    const int nv = kc_head_valid(s), nc = kc_head_chunks(s), R = kc_head_rows(s);
+    const int nv = kc_head_valid(s), nc = kc_head_chunks(s), R = kc_head_rows(s), ns = kc_head_splits(s);
     const int G = kc_head_groups(s);
     float *part = kc_head_part(scratch, s);              /* [G][N][C] */
     #pragma omp parallel for schedule(dynamic, 1)
-    for (int g = 0; g < G; g++) {
+    for (int u = 0; u < G * ns; u++) {                   /* (group, row split) */
+        int g = u / ns, ra, rb;
+        kc_head_split(s.N, ns, u % ns, &ra, &rb);
         int c0 = (int)((int64_t)nc * g / G), c1 = (int)((int64_t)nc * (g + 1) / G);
         float *pg = part + (size_t)g * s.N * s.C;        /* (N,C) */
         for (int ch = c0; ch < c1; ch++) {
             int j0 = ch * KC_HEAD_VC, wd = nv - j0 < KC_HEAD_VC ? nv - j0 : KC_HEAD_VC;
-            for (int r0 = 0; r0 < s.N; r0 += R) {
-                int nr = s.N - r0 < R ? s.N - r0 : R;
+            for (int r0 = ra; r0 < rb; r0 += R) {
+                int nr = rb - r0 < R ? rb - r0 : R;
                 float *tile = logits + (size_t)r0 * s.Vl + j0;   /* logits in, dlogits out */
                 for (int r = 0; r < nr; r++) {
                     int n = r0 + r, tj = targets[n] - s.v0 - j0;
@@ -169,12 +205,28 @@ void kc_head_backward(float *dinp, float *dw, float *logits, float *scratch, con
                     if (targets[n] < 0) memset(x, 0, (size_t)wd * 4);   /* an ignored row */
                     else kc_head_grad_row(x, wd, gmax[n], 1.0f / gsum[n], dloss, tj);
                 }
-                if (dw)
+                if (dw && ns == 1)   /* split rows: dw below, once every row's dlogits are in */
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, wd, s.C, nr, 1.0f, tile, s.Vl,
                                 inp + (size_t)r0 * s.C, s.C, 1.0f, dw + (size_t)j0 * s.C, s.C);
                 if (dinp)
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, s.C, wd, 1.0f, tile, s.Vl,
                                 w + (size_t)j0 * s.C, s.C, ch == c0 ? 0.0f : 1.0f, pg + (size_t)r0 * s.C, s.C);
+            }
+        }
+    }
+    /* split rows: dw(chunk rows, columns of a split) += dlogits^T . inp, the
+     * rows in blocks of R, in order */
+    if (dw && ns > 1) {
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int u = 0; u < nc * ns; u++) {              /* (chunk, column split) */
+            int ch = u / ns, ca, cb;
+            kc_head_split(s.C, ns, u % ns, &ca, &cb);
+            int j0 = ch * KC_HEAD_VC, wd = nv - j0 < KC_HEAD_VC ? nv - j0 : KC_HEAD_VC;
+            for (int r0 = 0; r0 < s.N && ca < cb; r0 += R) {
+                int nr = s.N - r0 < R ? s.N - r0 : R;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, wd, cb - ca, nr, 1.0f,
+                            logits + (size_t)r0 * s.Vl + j0, s.Vl, inp + (size_t)r0 * s.C + ca, s.C, 1.0f,
+                            dw + (size_t)j0 * s.C + ca, s.C);
             }
         }
     }

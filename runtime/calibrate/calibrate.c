@@ -15,7 +15,8 @@
  * compute (one process, at the thread count OMP_NUM_THREADS gives it): GEMM
  * forward and backward over a grid of shapes in fp32 and bf16, attention
  * forward and backward over sequence lengths and head sizes, an elementwise
- * op over sizes, the AdamW step, an op's fixed cost, copies between the
+ * op over sizes, the activations (GELU, SwiGLU) forward and backward, the
+ * AdamW step, the gradient norm's sum of squares, an op's fixed cost, copies between the
  * device and the host arena, NVMe writes and reads; and the reference GEMM
  * and elementwise op of the sharing test alone.
  * comm (under mpirun, W ranks): all-reduce, all-gather and reduce-scatter
@@ -68,18 +69,18 @@ typedef struct Sizes {
     int gemm[4], ngemm, seq[3], nseq, hs[3], nhs;
     int64_t ew[4], copy[4], nvme[2], coll[4];
     int new, ncopy, nnvme, ncoll;
-    int64_t tokens, opt_n;
+    int64_t tokens, opt_n, act_n;
     double target, window;      /* seconds: a timed batch; the sharing test   */
     int batches;
 } Sizes;
 static const Sizes FULL = {{32, 128, 512, 2048}, 4, {64, 256, 1024}, 3, {16, 64, 128}, 3,
                            {12 << 10, 192 << 10, 3 << 20, 48 << 20}, {64 << 10, 1 << 20, 16 << 20, 64 << 20},
                            {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
-                           1024, 1 << 20, 10e-3, 300e-3, 5};
+                           1024, 1 << 20, 1 << 18, 10e-3, 300e-3, 5};
 static const Sizes QUICK = {{64, 512}, 2, {64, 256}, 2, {32, 64}, 2, {48 << 10, 12 << 20}, {64 << 10, 8 << 20},
-                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 2e-3, 50e-3, 3};
+                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 1 << 16, 2e-3, 50e-3, 3};
 static const Sizes SMOKE = {{64}, 1, {32}, 1, {16}, 1, {48 << 10}, {64 << 10}, {1 << 20}, {4 << 10}, 1, 1, 1, 1,
-                            64, 1 << 12, 0, 0, 1};
+                            64, 1 << 12, 1 << 10, 0, 0, 1};
 static const Sizes *Z = &FULL;
 
 /* Monotonic seconds. */
@@ -368,6 +369,41 @@ static double bench_ew(srt_ctx *c, Ew *e, const char *table)
     return s;
 }
 
+/* An activation over n elements (its output's): GELU (out = gelu(inp);
+ * backward dinp += gelu'(inp) dout) or SwiGLU (out(N,H) = silu(a) b, rows of
+ * ACT_H; backward da, db), each call on the next copy of its operands. */
+enum { ACT_GELU, ACT_SWIGLU, ACT_H = 512 };
+static const char *const ACT_NAMES[] = {"gelu", "swiglu"};
+typedef struct Act { srt_dtype dt; int op; bool bwd; int64_t n, call; } Act;
+
+static void act_run(srt_ctx *c, void *ud)
+{
+    Act *a = ud;
+    int64_t n = a->n, w = ops_dtype_size(a->dt), at = cold_copy(&a->call, 5 * n * w);
+    srt_t x[5];
+    for (int i = 0; i < 5; i++) x[i] = srt_dview(c, at + i * n * w, n, a->dt);
+    int N = (int)(n / ACT_H);
+    if (a->op == ACT_GELU && !a->bwd) srt_gelu_fwd(c, SRT_COMPUTE, x[0], x[1]);
+    else if (a->op == ACT_GELU) srt_gelu_bwd(c, SRT_COMPUTE, x[0], x[1], x[2]);
+    else if (!a->bwd) srt_swiglu_fwd(c, SRT_COMPUTE, x[0], x[1], x[2], N, ACT_H, ACT_H);
+    else srt_swiglu_bwd(c, SRT_COMPUTE, x[0], x[1], x[2], x[3], x[4], N, ACT_H, ACT_H);
+}
+
+/* An activation row: elements (the output's) per call. */
+static void bench_act(srt_ctx *c, Act *a)
+{
+    double s = bench(c, act_run, a, false);
+    cJSON *r = rate_row("activation", a->dt, a->bwd);
+    cJSON_AddStringToObject(r, "op", ACT_NAMES[a->op]);
+    cJSON_AddNumberToObject(r, "elements", (double)a->n);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char what[128], res[64];
+    snprintf(what, sizeof what, "activation %s %s %s %lld elements", ACT_NAMES[a->op], dt_name(a->dt),
+             a->bwd ? "bwd" : "fwd", (long long)a->n);
+    snprintf(res, sizeof res, "%.2f ns/element", s / (double)a->n * 1e9);
+    record(r, what, res);
+}
+
 typedef struct Opt { int64_t n; } Opt;
 
 static void opt_run(srt_ctx *c, void *ud)
@@ -376,6 +412,30 @@ static void opt_run(srt_ctx *c, void *ud)
     srt_t p = srt_dview(c, 0, n, SRT_F32);
     srt_optimizer_step(c, SRT_COMPUTE, p, p, srt_dview(c, n * 4, n, SRT_F32), srt_dview(c, 2 * n * 4, n, SRT_F32),
                        srt_dview(c, 3 * n * 4, n, SRT_F32), true);
+}
+
+/* The gradient norm's exact sum of squares over n fp32 elements (their
+ * values set by sumsq_fill: the kernel's time depends on how many exponent
+ * bins it adds into). */
+static void sumsq_run(srt_ctx *c, void *ud)
+{
+    srt_grad_sumsq(c, SRT_COMPUTE, srt_dview(c, 0, ((const Opt *)ud)->n, SRT_F32));
+}
+
+/* n fp32 values spread like gradients (magnitudes 1e-6 .. 1e-2, both signs)
+ * at the device arena's start, written through the host arena (which holds
+ * at least n floats). */
+static void sumsq_fill(srt_ctx *c, int64_t n)
+{
+    srt_t h = srt_hview(c, 0, n, SRT_F32);
+    float *x = h.p;
+    uint32_t st = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        st = st * 1664525u + 1013904223u;
+        x[i] = (float)((st >> 8) / 16777216.0 * 1e-2 * ((st & 1) ? 1 : -1) * (st & 2 ? 1e-1 : st & 4 ? 1e-3 : 1));
+    }
+    srt_copy(c, SRT_COPY, srt_dview(c, 0, n, SRT_F32), h);
+    srt_stream_sync(c, SRT_COPY);
 }
 
 typedef struct Copy { int64_t bytes; bool to_host; } Copy;
@@ -426,10 +486,12 @@ static void run_compute(void)
     if (tokens < dmax) tokens = dmax;
     int64_t gemm_bytes = 5 * dmax * dmax * 4, attn_bytes = 16 * tokens * 4 * 128 * 4;
     int64_t arena = COLD_BYTES + (gemm_bytes > attn_bytes ? gemm_bytes : attn_bytes);
+    if (arena < COLD_BYTES + 5 * Z->act_n * 4) arena = COLD_BYTES + 5 * Z->act_n * 4;
     if (arena < 4 * opt_n * 4) arena = 4 * opt_n * 4;
     if (arena < cb[ncb - 1]) arena = cb[ncb - 1];
     int64_t host = cb[ncb - 1] > nb[nnb - 1] ? cb[ncb - 1] : nb[nnb - 1];
-    R.total = 2 * 2 * ngd * ngd * ngd + 2 * 2 * nas * nah + 2 * neb + 1 + 1 + 2 * ncb + 2 * nnb;
+    if (host < opt_n * 4) host = opt_n * 4;
+    R.total = 2 * 2 * ngd * ngd * ngd + 2 * 2 * nas * nah + 2 * neb + 2 * 2 * 2 + 1 + 1 + 1 + 2 * ncb + 2 * nnb;
     /* the CUDA backend plans its GEMMs at start-up: declare the grid */
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < ngd; i++)
@@ -463,6 +525,12 @@ static void run_compute(void)
             Ew e = {dt, eb[i] / 3 / ops_dtype_size(dt)};
             bench_ew(c, &e, "elementwise");
         }
+    for (int d = 0; d < 2; d++)
+        for (int op = ACT_GELU; op <= ACT_SWIGLU; op++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                Act a = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->act_n / ACT_H * ACT_H, 0};
+                bench_act(c, &a);
+            }
     Ew tiny = {SRT_F32, 16};
     double s = bench(c, ew_run, &tiny, false);
     cJSON *r = row_of("launch");
@@ -479,6 +547,14 @@ static void run_compute(void)
     cJSON_AddNumberToObject(r, "seconds", s);
     snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
     record(r, "optimizer AdamW fp32", res);
+    sumsq_fill(c, o.n);
+    s = bench(c, sumsq_run, &o, false);
+    r = row_of("sumsq");
+    cJSON_AddNumberToObject(r, "threads", threads());
+    cJSON_AddNumberToObject(r, "elements", (double)o.n);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
+    record(r, "gradient norm's sum of squares fp32", res);
     for (int dir = 0; dir < 2; dir++)
         for (int i = 0; i < ncb; i++) {
             Copy k = {cb[i], dir == 1};

@@ -2,7 +2,8 @@
 # calibrate.test.sh SHARDC BUILD_DIR — `shardc calibrate` end to end: a --quick
 # calibration of this machine through the CPU runtime (2 ranks a node for the
 # collectives), its progress (a line per benchmark), the profile it writes
-# (every table there, read back by `shardc check`), and plans made with it:
+# (every table there, the activation and sum-of-squares rows at every thread
+# count, read back by `shardc check`), and plans made with it:
 # the derived cluster keys, a predicted step, and a spec that sets a key still
 # overriding the profile.  Usage errors and a failing phase (no profile left
 # behind).  Two nodes simulated on this machine (--nodes 2, --smoke).  Then the CUDA backend's path on the emulated CUDA stack
@@ -26,12 +27,21 @@ if ! "$SHARDC" calibrate --quick --ranks 2 -o "$T/machine.json" > "$T/cal.out" 2
 else
     grep -q '^\[phase 1/3\] \[1/[0-9]*\] gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no progress line per benchmark"
     grep -q 'sharing, 2 ranks at once against one alone' "$T/cal.err" || bad "no sharing test"
+    grep -q 'activation gelu fp32 fwd [0-9]* elements: .* ns/element$' "$T/cal.err" || bad "no activation benchmark"
+    grep -q "gradient norm's sum of squares fp32: .* M elements/s$" "$T/cal.err" || bad "no sum-of-squares benchmark"
     grep -q "^wrote $T/machine.json: cpu backend" "$T/cal.out" || bad "no summary: $(cat "$T/cal.out")"
     /usr/bin/python3 - "$T/machine.json" <<'PY' || fail=1
 import json, sys
 p = json.load(open(sys.argv[1]))
 tables = {r["table"] for r in p["rows"]}
-want = {"gemm", "attention", "elementwise", "launch", "optimizer", "copy", "nvme", "collective", "sharing", "skew"}
+want = {"gemm", "attention", "elementwise", "launch", "optimizer", "copy", "nvme", "collective", "sharing", "skew",
+        "activation", "sumsq"}
+threads = {r["threads"] for r in p["rows"] if r["table"] == "gemm"}
+acts = {(r["op"], r["dtype"], r["pass"], r["threads"]) for r in p["rows"] if r["table"] == "activation"}
+if acts != {(o, d, s, t) for o in ("gelu", "swiglu") for d in ("fp32", "bf16") for s in ("fwd", "bwd") for t in threads} or \
+   not all(r["elements"] > 0 and r["seconds"] > 0 for r in p["rows"] if r["table"] in ("activation", "sumsq")) or \
+   {r["threads"] for r in p["rows"] if r["table"] == "sumsq"} != threads:
+    sys.exit("FAIL: the activation and sumsq rows are not one per (op, dtype, pass) and thread count: %s" % sorted(acts))
 ops = {r["op"] for r in p["rows"] if r["table"] == "collective"}
 skew = {(r["op"], r["ranks_per_node"]) for r in p["rows"] if r["table"] == "skew"}
 if p["shardc_profile"] != 1 or p["backend"] != "cpu" or p["grid"] != "quick" or tables != want or \

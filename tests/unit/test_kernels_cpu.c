@@ -689,6 +689,8 @@ static void test_head(void)
 {
     head_vs_unfused("40 rows, 3 chunks", 40, 24, 2500, 2560);
     head_vs_unfused("1100 rows, 2 row blocks", 1100, 8, 1100, 1152);
+    /* one chunk: rows in 4 splits, dw in column splits (one of them empty) */
+    head_vs_unfused("128 rows, 1 chunk, 4 row splits", 128, 40, 250, 256);
     head_shards();
 }
 
@@ -997,6 +999,19 @@ static size_t run_everything(float *out)
     }
     {   /* the fused head: 3 chunks and 2 row blocks, so several units of each kind */
         KcHeadShape s = {1100, 24, 2560, 0, 2500};
+        int32_t *tgt = talloc((size_t)s.N * sizeof(int32_t));
+        for (int i = 0; i < s.N; i++) tgt[i] = (int32_t)(rng_next() % s.V);
+        float *x = rand_array((size_t)s.N * s.C, 1), *w = rand_array((size_t)s.Vl * s.C, 0.5f);
+        float *lg = zeros((size_t)s.N * s.Vl), *sc = zeros(kc_head_scratch_floats(s));
+        float *mx = zeros(s.N), *sm = zeros(s.N), *tl = zeros(s.N), *gm = zeros(s.N), *gs = zeros(s.N);
+        float *gt = zeros(s.N), *dx = zeros((size_t)s.N * s.C), *dw = zeros((size_t)s.Vl * s.C);
+        kc_head_forward(lg, mx, sm, tl, sc, x, w, tgt, s);
+        kc_xent_combine(gm, gs, gt, mx, sm, tl, 1, s.N);
+        kc_head_backward(dx, dw, lg, sc, x, w, tgt, gm, gs, 1.0f / s.N, s);
+        TAKE(mx, s.N), TAKE(sm, s.N), TAKE(dx, (size_t)s.N * s.C), TAKE(dw, (size_t)s.Vl * s.C);
+    }
+    {   /* the fused head of a small vocabulary: one chunk, rows and dw's columns split */
+        KcHeadShape s = {200, 40, 256, 0, 250};
         int32_t *tgt = talloc((size_t)s.N * sizeof(int32_t));
         for (int i = 0; i < s.N; i++) tgt[i] = (int32_t)(rng_next() % s.V);
         float *x = rand_array((size_t)s.N * s.C, 1), *w = rand_array((size_t)s.Vl * s.C, 0.5f);

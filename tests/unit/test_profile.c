@@ -6,7 +6,10 @@
  * line and column; and properties of the model: a slower machine never plans
  * faster, more ranks on the same cores never make a rank's compute faster,
  * a rank of the CPU backend runs its ops one after another, and the arrival
- * skew is charged to the collectives of oversubscribed ranks only. */
+ * skew is charged to the collectives of oversubscribed ranks only; the
+ * kernels' own rows (the activations, the norm's sum of squares) price what
+ * they measured, the biases and the per-tensor calls of the optimizer and
+ * the norm are priced. */
 #include "../bench/costmodel/calib.h"
 #include "check.h"
 #include "sim.h"
@@ -196,6 +199,101 @@ static double step_of(Plan *mp, int op_kind, double *op_s)
     return sim.step_time;
 }
 
+/* Activation and sum-of-squares rows at 1 and 2 threads: GELU forward
+ * `gelu` elements/s at 1 thread (everything else fixed), the sum of squares
+ * `sumsq` elements/s; both twice as fast at 2 threads. */
+static const char *kernel_rows(double gelu, double sumsq)
+{
+    char *rows = arena_strdup(&g_arena, "");
+    for (int t = 1; t <= 2; t++)
+        for (int op = 0; op < 2; op++)
+            for (int dt = 0; dt < 2; dt++)
+                for (int bwd = 0; bwd < 2; bwd++) {
+                    double rate = (op == 0 && dt == 0 && bwd == 0 ? gelu : 5e8) * t;
+                    rows = arena_printf(&g_arena, "%s{\"table\":\"activation\",\"op\":\"%s\",\"dtype\":\"%s\",\"pass\":\"%s\","
+                                        "\"threads\":%d,\"elements\":65536,\"seconds\":%.17g},\n", rows, op ? "swiglu" : "gelu",
+                                        dt ? "bf16" : "fp32", bwd ? "bwd" : "fwd", t, 65536 / rate);
+                }
+    for (int t = 1; t <= 2; t++)
+        rows = arena_printf(&g_arena, "%s{\"table\":\"sumsq\",\"threads\":%d,\"elements\":1000000,\"seconds\":%.17g},\n",
+                            rows, t, 1e6 / (sumsq * t));
+    return rows;
+}
+
+/* cpu_plan's GPT on one rank, with gradient clipping (the norm's sums) and
+ * `model` added to its model block. */
+static Plan *clip_plan(const char *path, const char *model)
+{
+    return cal_plan(arena_printf(&g_arena,
+        "model gpt { layers = 2  hidden = 128  heads = 4  vocab = 256  seq_len = 64  %s }\n"
+        "precision { dtype = fp32 }\n train { global_batch = 16  micro_batch = 2  grad_clip = 1.0 }\n"
+        "cluster { nodes = 1  gpus_per_node = 1  profile = \"%s\" }\n", model, path));
+}
+
+/* The kernels' own rows: read back (linear between thread counts; 0 without
+ * them), all or none; the MLP's GELU priced at its measured rate where the
+ * profile has one (output elements, [T, ffn] a layer), the norm's sum of
+ * squares at its rate plus an op's fixed cost per tensor (the trainer calls
+ * it per tensor), the optimizer likewise, the biases of GPT's linears at
+ * the streaming rate (a model without them runs faster). */
+static void test_kernel_rows(void)
+{
+    const Profile *pf = load(profile_text(1, kernel_rows(1e8, 1e9), true));
+    CHECK(pf != NULL);
+    if (!pf) {
+        fprintf(stderr, "%s", captured());
+        return;
+    }
+    CHECK_NEAR(profile_act_rate(pf, PROFILE_GELU, DT_FP32, false, 1), 1e8, 1e-6);
+    CHECK_NEAR(profile_act_rate(pf, PROFILE_GELU, DT_FP32, false, 1.5), 1.5e8, 1e-6);
+    CHECK_NEAR(profile_act_rate(pf, PROFILE_SWIGLU, DT_BF16, true, 2), 1e9, 1e-6);
+    CHECK_NEAR(profile_sumsq_rate(pf, 2), 2e9, 1e-6);
+    const Profile *old = load(profile_text(1, "", true));   /* a profile from before these rows */
+    CHECK(old && profile_act_rate(old, PROFILE_GELU, DT_FP32, false, 1) == 0 && profile_sumsq_rate(old, 1) == 0);
+    /* one row missing: an error naming it */
+    const char *rows = kernel_rows(1e8, 1e9), *cut = strstr(rows, "{\"table\":\"activation\",\"op\":\"swiglu\",\"dtype\":\"bf16\"");
+    CHECK(cut != NULL);
+    if (!cut) return;
+    const char *end = strchr(cut, '\n') + 1;
+    CHECK(load(profile_text(1, arena_printf(&g_arena, "%.*s%s", (int)(cut - rows), rows, end), true)) == NULL);
+    CHECK_HAS(captured(), "no activation row for swiglu bf16 forward at 1 thread");
+
+    /* the model: 1 rank, 2 threads; a layer forward's GELU at 1e8 against 4e8 elements/s
+     * (at 2 threads 2e8 and 8e8) costs [T, ffn] = 128 x 512 elements at each */
+    const char *slow = write_tmp(profile_text(1, kernel_rows(1e8, 1e9), true));
+    const char *fast = write_tmp(profile_text(1, kernel_rows(4e8, 1e12), true));
+    const char *none = write_tmp(profile_text(1, "", true));
+    Plan *a = clip_plan(slow, ""), *b = clip_plan(fast, ""), *c = clip_plan(none, "");
+    CHECK(a && b && c);
+    if (!a || !b || !c) return;
+    double fa = 0, fb = 0, fc = 0;
+    step_of(a, OP_LAYER_FWD, &fa), step_of(b, OP_LAYER_FWD, &fb), step_of(c, OP_LAYER_FWD, &fc);
+    double act = 128.0 * 512;
+    CHECK_NEAR(fa - fb, act / 2e8 - act / 8e8, 1e-9);
+    CHECK(fa > fc);   /* computed at 2e8 elements/s, not streamed at GB/s */
+    /* the norm's sums: the model's elements at the rate, and a fixed cost (1 us at 2
+     * threads) for each of its 2 x 12 + 4 tensors */
+    double sa = 0, sb = 0, n = (double)a->model.params_mem;
+    step_of(a, OP_GRAD_SUMSQ, &sa), step_of(b, OP_GRAD_SUMSQ, &sb);
+    CHECK_NEAR(sa, n / 2e9 + 28 * 1e-6, 1e-9);
+    CHECK_NEAR(sb, n / 2e12 + 28 * 1e-6, 1e-9);
+    /* the optimizer: its elements at the AdamW rate (2e9 at 2 threads), a call per tensor */
+    double oa = 0, on = 0;
+    step_of(a, OP_OPT_STEP, &oa);
+    for (int i = 0; i < a->sched.classes[0].nops; i++)
+        if (a->sched.classes[0].ops[i].kind == OP_OPT_STEP) on = a->sched.classes[0].ops[i].flops / 16;
+    CHECK(on >= n);
+    CHECK_NEAR(oa, on / 2e9 + 28 * 1e-6, 1e-9);
+    /* the biases: GPT's linears carry them; without, the layer is cheaper both ways */
+    Plan *nb = clip_plan(slow, "bias = off");
+    CHECK(nb != NULL);
+    if (!nb) return;
+    double ba = 0, bb = 0, wa = 0, wb = 0;
+    step_of(a, OP_LAYER_FWD, &ba), step_of(nb, OP_LAYER_FWD, &bb);
+    step_of(a, OP_LAYER_BWD, &wa), step_of(nb, OP_LAYER_BWD, &wb);
+    CHECK(ba > bb && wa > wb);
+}
+
 /* Properties of the CPU model. */
 static void test_model(void)
 {
@@ -345,6 +443,7 @@ int main(void)
     test_model();
     test_shared();
     test_skew();
+    test_kernel_rows();
     if (diag_stream) fclose(diag_stream), diag_stream = NULL;
     return failures != 0;
 }
