@@ -13,8 +13,8 @@
  *    from its step to its last reader's, packed by lifetime; the row-parallel
  *    partial sums are the generated forward's projection outputs; under
  *    sequence parallelism the forward writes the partial sums into its
- *    output instead and runs each norm on the gathered input into the
- *    scratch (on all tokens, whatever the policy keeps);
+ *    output instead, and each norm runs in an op of its own on this rank's
+ *    tokens (norm_scratch: its statistics), its output gathered for the part;
  *  - the backward's gradients (bscr) with their lifetimes over the steps of
  *    the generated backward, and the head's scratch (hscr).
  */
@@ -58,13 +58,6 @@ static int64_t tensor_bytes(const Partition *p, const ActTensor *t)
     int64_t rows = t->shard == AS_SEQ ? p->T_sp : p->T;
     int64_t w = t->shard == AS_TP ? t->width / p->tp : t->width;
     return rows * w * (t->fp32 ? 4 : p->wbytes);
-}
-
-/* Bytes of a norm's output (or statistics) on all tokens: sequence
- * parallelism's norm of the gathered input. */
-static int64_t all_tokens_bytes(const Partition *p, const ActTensor *t)
-{
-    return p->T * t->width * (t->fp32 ? 4 : p->wbytes);
 }
 
 /* ---- carving a buffer into pieces ------------------------------------------- */
@@ -193,24 +186,18 @@ static void carve_kept(const Partition *p, const LayerGraph *g, int pol, Carve *
 /* The forward's transients under pol: each graph tensor it does not keep
  * (not the input or output), live from its step to its last reader's.  Under
  * sequence parallelism the row-parallel outputs go into the forward's output
- * (no piece), and each norm runs on the gathered input into the scratch
- * (AP_NORM1_SP ...: on all tokens, kept or not), with the graph norm's
- * lifetime. */
+ * (no piece), and the norms are not the part's: each runs in an op of its
+ * own on this rank's tokens (its output kept, or under full checkpointing
+ * the norm's shard buffer; its statistics in the norm op's scratch), and the
+ * part reads its gathered output. */
 static void carve_fwd(const Partition *p, const LayerGraph *g, int pol, bool sp, Carve *cv)
 {
     for (int i = 0; i < g->nt; i++) {
         const ActTensor *t = &g->t[i];
-        bool norm = sp && t->role == AR_NORM;
-        if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || (sp && t->shard == AS_FULL)) continue;
-        if (!norm && act_kept(t, pol)) continue;
-        int prod = act_producer(g, i), id = t->id;
-        int64_t bytes = tensor_bytes(p, t);
-        if (norm) {
-            id = t->id == AP_NORM1_STATS ? AP_NORM1_SP_STATS : t->id == AP_NORM1_OUT ? AP_NORM1_SP
-               : t->id == AP_NORM2_STATS ? AP_NORM2_SP_STATS : AP_NORM2_SP;
-            bytes = all_tokens_bytes(p, t);
-        }
-        carve_live(cv, id, bytes, prod, act_last_use(g, i, prod));
+        if (t->kind == AK_INPUT || t->kind == AK_OUTPUT || (sp && (t->shard == AS_FULL || t->role == AR_NORM))) continue;
+        if (act_kept(t, pol)) continue;
+        int prod = act_producer(g, i);
+        carve_live(cv, t->id, tensor_bytes(p, t), prod, act_last_use(g, i, prod));
     }
 }
 
@@ -239,15 +226,15 @@ static int64_t graph_fwd_peak(const Partition *p, const LayerGraph *g, int pol)
  * norm1).  GELU's backward fuses the down projection's data gradient with
  * gelu' (no dact); tp > 1 keeps dx2 in its own buffer (the row's d1); under
  * sequence parallelism the norms' output gradients are the parts' partial
- * outputs (not scratch), each norm is recomputed on its part's gathered
- * input for the weight GEMMs and its backward runs in an op of its own on
- * this rank's tokens (norm_scratch); with tp_comm_overlap each part's weight
+ * outputs (not scratch), the weight GEMMs read the regathered norm outputs
+ * (not scratch) and each norm's backward runs in an op of its own on this
+ * rank's tokens (norm_scratch); with tp_comm_overlap each part's weight
  * GEMMs run at its last step (4, 9) in an op of their own. */
 static void carve_bwd(const Partition *p, bool sp, Carve *cv)
 {
     const Model *m = p->model;
     int64_t tp = p->tp, T = p->T, h = m->h, ff = m->ffn / tp, w = p->wbytes;
-    int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd, stats = T * 4 * (m->layernorm ? 2 : 1);
+    int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd;
     bool dgelu = !m->gated && p->spec->model.activation != ACT_EXTERN;
     /* tp_comm_overlap: each part's weight GEMMs run in a second op after its
      * last step (4, 9), reading dY of the MLP's input linears and of qkv */
@@ -264,12 +251,6 @@ static void carve_bwd(const Partition *p, bool sp, Carve *cv)
     carve_live(cv, AP_DATT, T * (h / tp) * w, 6, 7);
     carve_live(cv, AP_DQKV, T * qkv * w, 7, 8 + wlast);
     if (!sp) carve_live(cv, AP_DLN1, T * h * w, 8, 9);
-    if (sp) {
-        carve_live(cv, AP_NORM2_SP, T * h * w, 3, 4);
-        carve_live(cv, AP_NORM2_SP_STATS, stats, 3, 4);
-        carve_live(cv, AP_NORM1_SP, T * h * w, 8, 9);
-        carve_live(cv, AP_NORM1_SP_STATS, stats, 8, 9);
-    }
 }
 
 /* The head's scratch: the final norm's statistics, the per-token losses, the

@@ -308,6 +308,17 @@ static double cpu_bias_time(const Partition *p, const CpuRank *r, int pieces, bo
     return t;
 }
 
+/* Bytes and kernels of a layer op's memory-bound work that sequence
+ * parallelism moves into the parts' norm ops: per half the forward's norm
+ * (two passes, one kernel), the backward's norm and residual (six, one). */
+static void sp_norm_share(const Partition *p, int pieces, bool bwd, double *bytes, int *kernels)
+{
+    if (p->T_sp == p->T) return;
+    int halves = (pieces & PC_QKV ? 1 : 0) + (pieces & PC_MLP_IN ? 1 : 0);
+    *bytes -= halves * (bwd ? 6.0 : 2.0) * (double)p->T_sp * (double)p->model->h * p->wbytes;
+    *kernels -= halves;
+}
+
 /* A layer op on the CPU backend: its GEMMs and attention at the measured
  * rates, the linears' biases, the MLP's activation at its measured rate, its
  * other memory-bound kernels at the measured bandwidth for their size, and
@@ -321,55 +332,41 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
+    sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the parts' norm ops' */
     double act = pieces & PC_MLP_IN ? cpu_act_time(p, &r, bwd) : -1;
     if (act >= 0) bytes -= act_bytes(p, bwd);   /* priced by its own rate instead */
     return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, pieces, bwd) + cpu_kernels(&r, kernels);
 }
 
-/* Sequence parallelism's norm op (GR_NORM) of a backward part, on this
- * rank's tokens: the norm's statistics again (x read, the output written
- * and dropped), the residual copied, the norm's backward (its output's
- * gradient, x and dx read, dx written): eight [T/tp, h] passes, three kernels. */
-static double norm_op_time(const Partition *p)
+/* Sequence parallelism's norm op (GR_NORM), on this rank's tokens.  A
+ * forward part's (or a full recompute's): the norm, x read and its output
+ * written, two [T/tp, h] passes, one kernel.  A backward part's: the norm's
+ * statistics again (x read, the output written and dropped), the residual
+ * copied, the norm's backward (its output's gradient, x and dx read, dx
+ * written): eight passes, three kernels. */
+static double norm_op_time(const Partition *p, bool bwd)
 {
-    double bytes = 8.0 * (double)p->T_sp * (double)p->model->h * p->wbytes;
+    double bytes = (bwd ? 8.0 : 2.0) * (double)p->T_sp * (double)p->model->h * p->wbytes;
+    int kernels = bwd ? 3 : 1;
     if (cost_cpu_priced(p->spec)) {
         CpuRank r = cpu_rank(p);
-        return cpu_stream(&r, bytes, bytes / 4) + cpu_kernels(&r, 3);
+        return cpu_stream(&r, bytes, bytes / (bwd ? 4 : 2)) + cpu_kernels(&r, kernels);
     }
-    return hbm_time(p->spec, bytes) + kernels_time(p->spec, 3);
-}
-
-/* Under sequence parallelism a backward part that computes weight gradients
- * (its weight op, or the unsplit op) first recomputes the part's norm on the
- * gathered input: one pass over [T, h] read and one written, one kernel. */
-static double sp_norm_again_time(const Partition *p, const Op *o)
-{
-    if (p->T_sp == p->T || o->kind != OP_LAYER_BWD || o->grads == GR_DATA || o->grads == GR_NORM) return 0;
-    double bytes = 2.0 * (double)p->T * (double)p->model->h * p->wbytes;
-    if (cost_cpu_priced(p->spec)) {
-        CpuRank r = cpu_rank(p);
-        return cpu_stream(&r, bytes, bytes) + cpu_kernels(&r, 1);
-    }
-    return hbm_time(p->spec, bytes) + kernels_time(p->spec, 1);
+    return hbm_time(p->spec, bytes) + kernels_time(p->spec, kernels);
 }
 
 /* A layer op (forward, backward or recompute; all or part of the layer). */
 static double layer_time(const Partition *p, const Op *o, bool bwd)
 {
-    if (o->grads == GR_NORM) return norm_op_time(p);
+    if (o->grads == GR_NORM) return norm_op_time(p, bwd);
     int pieces = op_pieces(p, o);
-    if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces) + sp_norm_again_time(p, o);
-    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o)) + sp_norm_again_time(p, o);
+    if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
+    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o));
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
     double bytes = layer_elementwise_bytes(p, pieces, bwd);
-    if (bwd && p->T_sp < p->T) {    /* sp: the norm's backward and the residual are the norm op's */
-        int halves = (pieces & PC_QKV ? 1 : 0) + (pieces & PC_MLP_IN ? 1 : 0);
-        bytes -= halves * 6.0 * (double)p->T_sp * (double)p->model->h * p->wbytes;
-        kernels -= halves;
-    }
+    sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
 }
 

@@ -570,28 +570,32 @@ static void norm_bwd(const CE *e, Str *o, const Group *g, const char *v, const c
 
 /* The saved tensors of a layer as views (forward and backward share them;
  * sv: where they are, by activation checkpointing: carve_merge's pieces).
- * Under sequence parallelism (scr: the function's scratch) x is the gathered
- * input of the part (the MLP part's: x2), the norms run on it into the
- * scratch (norm1.sp, norm2.sp: each part has one), recomputed in backward
- * rather than gathered from the plan's saved norm shards, which stay unused;
- * x2 is this rank's shard of the attention residual, and (forward) own the element
- * offset of this rank's tokens in a (B,T,C) tensor. */
-static void saved_views(const CE *e, Str *o, const Carve *scr, bool fwd, const Views *sv)
+ * Under sequence parallelism the norms run in ops of their own on this
+ * rank's tokens (gen_fwd_norm_fn) and a part reads its norm's output
+ * gathered over tp: the forward's r1, the backward's regathered x (each part
+ * has one, ln1 or ln2); the forward's x is this rank's shard of the part's
+ * input (the MLP part's: x2), x2 this rank's shard of the attention
+ * residual, and own the element offset of this rank's tokens in a (B,T,C)
+ * tensor. */
+static void saved_views(const CE *e, Str *o, const Views *sv, bool fwd)
 {
     const Model *m = e->m;
     bool sp = lower_sp(e);
-    /* under SP the split backward's data op runs while the input is regathered: none */
-    sf(o, "    srt_t x = %sDV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
-       sp && !fwd && e->p->wsplit ? "a->x < 0 ? NONE : " : "", sp ? "part's input, gathered over tp" : "layer's input");
     if (sp && fwd)
         sf(o, "    const int64_t NS = N / %lld;  /* this rank's tokens (sequence parallel) */\n"
-              "    const int64_t own = srt_group_rank(c, SRT_TP) * NS * C;  /* where they are in (B,T,C) */\n",
+              "    const int64_t own = srt_group_rank(c, SRT_TP) * NS * C;  /* where they are in (B,T,C) */\n"
+              "    srt_t x = DV(a->x, NS * C, WDT);  /* (B,T/tp,C) this rank's tokens of the part's input */\n",
            (long long)e->p->tp);
-    /* norm1.sp, norm2.sp: one per part (the forward's share space by lifetime) */
-    Views sc = views(scr, "scratch", NULL, NULL);
-    const Views *nc = sp ? &sc : sv;
-    norm_stats(e, o, nc, sp ? AP_NORM1_SP_STATS : AP_NORM1_STATS, "ln1");
-    sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(nc, sp ? AP_NORM1_SP : AP_NORM1_OUT, 0, "(int64_t)N * C", "WDT"));
+    else    /* under SP the split backward's data op runs while the norm output is regathered: none */
+        sf(o, "    srt_t x = %sDV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
+           sp && e->p->wsplit ? "a->x < 0 ? NONE : " : "", sp ? "part's norm output, gathered again over tp" : "layer's input");
+    const char *lnsp = fwd ? "DV(a->r1, (int64_t)N * C, WDT)" : "x";
+    if (sp) {
+        sf(o, "    srt_t ln1 = %s;  /* (B,T,C) the part's norm output, gathered */\n", lnsp);
+    } else {
+        norm_stats(e, o, sv, AP_NORM1_STATS, "ln1");
+        sf(o, "    srt_t ln1 = %s;  /* (B,T,C) */\n", piece(sv, AP_NORM1_OUT, 0, "(int64_t)N * C", "WDT"));
+    }
     if (m->family == FAM_GPT) {   /* one fused projection: q, k, v side by side in each row */
         sf(o, "    srt_t qkv = %s;  /* (B,T,QKV) */\n", piece(sv, AP_QKV, 0, "(int64_t)N * QKV", "WDT"));
         sput(o, "    srt_t q = qkv, k = AT(qkv, QD), v = AT(qkv, QD + KVD);  /* rows QKV apart */\n");
@@ -607,8 +611,12 @@ static void saved_views(const CE *e, Str *o, const Carve *scr, bool fwd, const V
     if (!sp || fwd)     /* the backward under SP regathers x2 as the MLP part's x */
         sf(o, "    srt_t x2 = %s;  /* (B,T,C) after the attention residual%s */\n",
            piece(sv, AP_X2, 0, sp ? "NS * C" : "(int64_t)N * C", "WDT"), sp ? ": this rank's tokens" : "");
-    norm_stats(e, o, nc, sp ? AP_NORM2_SP_STATS : AP_NORM2_STATS, "ln2");
-    sf(o, "    srt_t ln2 = %s;  /* (B,T,C) */\n", piece(nc, sp ? AP_NORM2_SP : AP_NORM2_OUT, 0, "(int64_t)N * C", "WDT"));
+    if (sp) {
+        sput(o, "    srt_t ln2 = ln1;  /* (B,T,C) the MLP part's */\n");
+    } else {
+        norm_stats(e, o, sv, AP_NORM2_STATS, "ln2");
+        sf(o, "    srt_t ln2 = %s;  /* (B,T,C) */\n", piece(sv, AP_NORM2_OUT, 0, "(int64_t)N * C", "WDT"));
+    }
     if (m->gated) {
         sf(o, "    srt_t gate = %s;  /* (B,T,FF) */\n", piece(sv, AP_FC1, 0, "(int64_t)N * FF", "WDT"));
         sf(o, "    srt_t up = %s;  /* (B,T,FF) */\n", piece(sv, AP_UP, 0, "(int64_t)N * FF", "WDT"));
@@ -663,6 +671,32 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd, int grads)
     }
 }
 
+/* Sequence parallelism: a part's norm on this rank's tokens (the forward's,
+ * or full checkpointing's replay's, grads GR_NORM), before the all-gather of
+ * its output (Megatron's layout): y = norm(x) on NS tokens, the statistics
+ * in the scratch; the backward regathers y from where the forward kept it. */
+static void gen_fwd_norm_fn(const CE *e, Str *o)
+{
+    const Group *g = &e->layer[0];
+    const char *px = e->px;
+    sf(o, "/* A part's norm on this rank's tokens (sequence parallel): x the part's\n"
+          " * input, y the norm's output, gathered over tp next. */\n"
+          "static void %s_fwd_norm(srt_ctx *c, const %s_fwd_t *a)\n{\n"
+          "    const %s_part_t *w = a->p;\n"
+          "    const int NS = N / %lld;  /* this rank's tokens */\n"
+          "    srt_t x = DV(a->x, (int64_t)NS * C, WDT), y = DV(a->y, (int64_t)NS * C, WDT);  /* (B,T/tp,C) */\n",
+       px, px, px, (long long)e->p->tp);
+    if (e->m->layernorm)
+        sput(o, "    srt_t ln_mean = DV(a->scratch, NS, SRT_F32), ln_rstd = DV(a->scratch + NS * 4, NS, SRT_F32);\n");
+    else
+        sput(o, "    srt_t ln_rstd = DV(a->scratch, NS, SRT_F32);\n");
+    sput(o, "    if (a->part == 2) goto mlp;\n");
+    norm_fwd_rows(e, o, g, "ln", "y", "x", R_NORM1_W, R_NORM1_B, "NS", "the input norm");
+    sput(o, "    return;\nmlp:\n");
+    norm_fwd_rows(e, o, g, "ln", "y", "x", R_NORM2_W, R_NORM2_B, "NS", "the post-attention norm");
+    sput(o, "}\n\n");
+}
+
 /* The layer's forward (kind "fwd"), or under full checkpointing its replay
  * (kind "recompute"): the same code keeping everything, so the recomputed
  * tensors are the forward's bit for bit; a group's last layer replays
@@ -685,13 +719,14 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
        : e->pol == CKPT_FULL ? " (full checkpointing: nothing, its tensors live in the scratch)"
        : e->pol == CKPT_SELECTIVE ? ", but for the attention core (selective checkpointing)" : "",
        px, kind, px, px);
-    saved_views(e, o, scr, true, kv);
     bool tp = e->p->tp > 1, sp = lower_sp(e);
+    if (sp) sf(o, "    if (a->grads == %d) {  /* the part's norm on this rank's tokens */\n"
+                  "        %s_fwd_norm(c, a);\n        return;\n    }\n", GR_NORM, px);
+    saved_views(e, o, kv, true);
     sf(o, "    srt_t y = %sDV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
        replay ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
     if (sp) {   /* each rank adds the residual of its own tokens: the reduce-scatter sums one copy */
-        sf(o, "    srt_t x_own = DV(a->x + own * WB, NS * C, WDT), y_own = %sDV(a->y + own * WB, NS * C, WDT);\n",
-           replay ? "a->y < 0 ? NONE : " : "");
+        sf(o, "    srt_t y_own = %sDV(a->y + own * WB, NS * C, WDT);\n", replay ? "a->y < 0 ? NONE : " : "");
         if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
             sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
         sput(o, "    if (a->part == 2) goto mlp;\n");
@@ -704,7 +739,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
                 "    srt_t r1 = DV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
                 "    if (a->part == 2) goto mlp;\n");
     }
-    norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
+    if (!sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
     qkv_proj(e, o, g, false, GR_ALL);
     if (m->family == FAM_LLAMA) {
         rt_call(o, I, RT_rope_fwd, "SRT_COMPUTE", "rotate q in place", "q", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
@@ -717,10 +752,9 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     mm_fwd(o, I, tp ? "row-parallel attention output projection: partial sums" : "attention output projection",
            sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, D_N, D_QD, D_C);
     if (sp) {
-        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x_own", NULL);
+        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x", NULL);
         sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\nmlp:\n");
-        rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = this rank's tokens of the gathered x2 (kept for backward)", "x2",
-                "x_own", NULL);
+        rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = this rank's tokens of x2 (kept for backward)", "x2", "x", NULL);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "r1 = x + this rank's partial attention", "r1", "x", "tmp", NULL);
@@ -731,7 +765,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     } else {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
     }
-    norm_fwd(e, o, g, "ln2", "ln2", sp ? "x" : "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
+    if (!sp) norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
     if (m->gated) {
         mm_fwd(o, I, "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2", "PW(GATE_W, (int64_t)FF * C)",
                opt_w(g, R_GATE_B, D_FF, false), D_N, D_C, D_FF);
@@ -755,8 +789,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     mm_fwd(o, I, "MLP down projection: (B,T,FF) -> (B,T,C)", sp ? "y" : "tmp", "act", "PW(FC2_W, (int64_t)C * FF)", fb,
            D_N, D_FF, D_C);
     if (sp) {
-        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x2", "y_own", "y_own", "x_own",
-                NULL);
+        rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x2", "y_own", "y_own", "x", NULL);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);
@@ -883,12 +916,12 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     if (sp) sf(o, "    if (a->grads == %d) {  /* the norm's backward on this rank's tokens */\n"
                   "        %s_bwd_norm(c, a);\n        return;\n    }\n", GR_NORM, px);
     sf(o, "    const %s_part_t *w = a->p;\n", px);
-    saved_views(e, o, &e->bscr, false, kv);
+    saved_views(e, o, kv, false);
     /* the weight op has no input gradient (-1): no view of it */
     const char *nodx = ws ? "a->dx < 0 ? NONE : " : "", *nod1 = ws ? "a->d1 < 0 ? NONE : " : "";
     sf(o, "    srt_t dy = DV(a->dy, (int64_t)N * C, WDT), dx = %sDV(a->dx, (int64_t)N * C, WDT);  /* (B,T,C) */\n"
           "    /* the gradients inside the layer share the scratch by lifetime */\n", nodx);
-    if (sp) {   /* dy, x (the part's input) and d1 gathered over tp; dx and the MLP part's d1 full partial sums */
+    if (sp) {   /* dy, x (the part's norm output) and d1 gathered over tp; dx and the MLP part's d1 full partial sums */
         if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
             sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
         sf(o, "    srt_t dx2 = %sDV(a->d1, (int64_t)N * C, WDT);"
@@ -950,9 +983,6 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
         ext_call(o, I, x, 1, arena_printf(&g_arena, "2: %s (user-defined, dfc1 +=)", x->name),
                  (const char *[]){"dfc1", "fc1", "dact"}, 3);
     }
-    const char *ln2_again = "the post-attention norm again (gathered x2), for the weight GEMMs";
-    if (sp && !ws)
-        norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, arena_printf(&g_arena, "3: %s", ln2_again));
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
     mlp_in_bwd(e, o, gd);
     if (!sp) norm_bwd(e, o, g, "ln2", "dx2", "dln2", "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
@@ -961,7 +991,6 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
            sp ? "this rank's tokens of dln2 (dx2)" : "dx2");
     if (ws) {
         sput(o, "mlp_wgrad:\n");
-        if (sp) norm_fwd(e, o, g, "ln2", "ln2", "x", R_NORM2_W, R_NORM2_B, arena_printf(&g_arena, "4: %s", ln2_again));
         mlp_out_bwd(e, o, fbg, GR_WEIGHT);
         mlp_in_bwd(e, o, GR_WEIGHT);
         sput(o, "    return;\n");
@@ -988,16 +1017,12 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
         rt_call(o, I, RT_rope_bwd, "SRT_COMPUTE", "7: un-rotate dq", "dq", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
         rt_call(o, I, RT_rope_bwd, "SRT_COMPUTE", "7: un-rotate dk", "dk", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
     }
-    const char *ln1_again = "the input norm again (gathered x), for the weight GEMMs";
-    if (sp && !ws)
-        norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, arena_printf(&g_arena, "8: %s", ln1_again));
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "8", "dln1", NULL);
     qkv_proj(e, o, g, true, gd);
     if (!sp) norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
     if (ws) {
         sf(o, "    return;  /* the %s over tp completes %s */\nattn_wgrad:\n", sp ? "reduce-scatter" : "all-reduce",
            sp ? "this rank's tokens of dln1 (dx)" : "dx");
-        if (sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, arena_printf(&g_arena, "9: %s", ln1_again));
         proj_bwd(o, pbg, GR_WEIGHT);
         qkv_proj(e, o, g, true, GR_WEIGHT);
     }
@@ -1122,6 +1147,7 @@ static void gen_attn_fn(const CE *e, Str *o)
  * everything), the selective recompute (the attention core). */
 static void gen_layer_fwd_fns(const CE *e, Str *o)
 {
+    if (lower_sp(e) && (e->uses[K_FWD] || e->uses[K_RECOMPUTE])) gen_fwd_norm_fn(e, o);
     if (e->uses[K_FWD]) {
         Views kv = views(&e->kept, "saved", &e->fscr, "scratch");
         gen_fwd_fn(e, o, false, &kv, &e->fscr);
@@ -1624,7 +1650,11 @@ static void gen_types(const CE *e, Str *o)
     if (e->uses[K_LOAD]) sput(o, "typedef struct { srt_stream st; int mb; int64_t tok, tgt; } tr_load_t;\n");
     if (e->uses[K_EMBED_FWD]) sput(o, "typedef struct { const tr_part_t *p; int64_t x, tok; } tr_embed_fwd_t;\n");
     if (e->uses[K_FWD] || e->uses[K_RECOMPUTE]) {
-        if (e->p->tp > 1)   /* part: SUB_ATTN / SUB_MLP; r1: the attention part's output (partial, then reduced) */
+        if (lower_sp(e))    /* part: SUB_ATTN / SUB_MLP; r1: the part's gathered norm output; grads: GR_NORM
+                               for the part's norm op on this rank's tokens */
+            sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads; } "
+                    "tr_fwd_t;\n");
+        else if (e->p->tp > 1)   /* part: SUB_ATTN / SUB_MLP; r1: the attention part's output (partial, then reduced) */
             sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; } tr_fwd_t;\n");
         else
             sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; } tr_fwd_t;\n");

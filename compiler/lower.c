@@ -215,6 +215,7 @@ static const char *role_macro(int role)
         [BR_TARGETS] = "TARGETS", [BR_LOGITS] = "LOGITS", [BR_X] = "X", [BR_CKPT] = "CKPT", [BR_X_TRANSIENT] = "XT",
         [BR_CKPT_SLICE] = "SLICE", [BR_CKPT_HOST] = "CKPT_HOST", [BR_CKPT_GATHERED] = "CKPT_GATH", [BR_SAVED] = "SAVED",
         [BR_ATTN] = "ATTN", [BR_RECOMPUTED] = "RECOMP", [BR_RECOMPUTED_IN] = "RECOMP_IN", [BR_TP_GATHERED] = "GATH",
+        [BR_NORM_SHARD] = "NORM",
         [BR_TP_PARTIAL] = "PARTIAL", [BR_RESID1] = "RESID1", [BR_DRESID1] = "DRESID1", [BR_DY_GATHERED] = "DY_GATH",
         [BR_REGATHERED] = "REGATH", [BR_DPARTIAL] = "DPARTIAL", [BR_DNORM] = "DNORM", [BR_DX] = "DX", [BR_Y] = "Y",
         [BR_Y_GATHERED] = "Y_GATH",
@@ -756,9 +757,24 @@ static int64_t part_input_at(const CE *e, const Buffer *in, int sub)
     return in->bytes == e->p->act.x ? 0 : -1;
 }
 
+/* Where this rank's shard of a part's norm output is in buffer in (sp): 0 in
+ * the norm's own shard (full checkpointing's forward); its piece of the
+ * kept tensors, or of full checkpointing's recomputed ones (after the
+ * layer's input shard when the previous layer's recompute wrote it there).
+ * -1: none of those. */
+static int64_t norm_out_at(const CE *e, const Buffer *in, int sub)
+{
+    int id = sub == SUB_MLP ? AP_NORM2_OUT : AP_NORM1_OUT;
+    bool rec = in->role == BR_RECOMPUTED || in->role == BR_RECOMPUTED_IN;
+    if (in->role == BR_NORM_SHARD) return in->bytes == e->p->act.x ? 0 : -1;
+    const Piece *pc = act_piece(rec ? &e->saved : &e->kept, id);
+    if (!pc || (!rec && buf_kind(in) != BK_SAVED)) return -1;
+    return (rec && in->bytes == e->p->act.x + e->saved.total ? e->p->act.x : 0) + pc->off;
+}
+
 /* A TP collective of activations: all-reduce in place (Megatron's f and g),
- * or under sequence parallelism an all-gather of a sequence shard (the
- * layer's input, a gradient, or the x2 shard of a saved buffer) into a full
+ * or under sequence parallelism an all-gather of a sequence shard (a part's
+ * norm output, a gradient, the last layer's output) into a full
  * (B,T,C) buffer, or a reduce-scatter of full partial sums into a shard.
  * Kinds: 0 all-reduce, 1 all-gather, 2 reduce-scatter; n: the full tensor's
  * elements. */
@@ -784,7 +800,8 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
             die("lower: %s: a sequence-parallel collective without sequence parallelism", label);
         const Buffer *in = &e->s->bufs[o->rd[0]], *out = &e->s->bufs[o->wr[0]];
         int64_t full = e->p->act.full, shard = full / e->p->tp;
-        int64_t at = ag ? part_input_at(e, in, o->sub) : in->bytes == full ? 0 : -1;
+        bool ln = out->role == BR_TP_GATHERED || out->role == BR_REGATHERED;   /* a part's norm output */
+        int64_t at = !ag ? (in->bytes == full ? 0 : -1) : ln ? norm_out_at(e, in, o->sub) : part_input_at(e, in, o->sub);
         if (at < 0)
             die("lower: %s reads %lld bytes, not a %s", label, (long long)in->bytes, ag ? "sequence shard" : "full tensor");
         bool into = !ag && out->role == BR_RECOMPUTED_IN && out->bytes == shard + e->saved.total;
@@ -968,10 +985,60 @@ static int bwd_state(const CE *e, const Op *o, int *so, int64_t *soff, int *ao)
  * saved, output, scratch, and under tp the part and the attention part's output. */
 static void fwd_call(CE *e, int kind, const Op *o, const char *label, Arg x, Arg saved, Arg y, int scr, int r1)
 {
-    if (e->p->tp > 1)
+    if (lower_sp(e))    /* grads: GR_NORM for a part's norm op */
+        CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0),
+             aint(o->grads, IT_OTHER));
+    else if (e->p->tp > 1)
         CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0));
     else
         CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0));
+}
+
+/* Sequence parallelism: the shard of a forward (or full recompute) part's
+ * input, in *buf at *at: the attention part's, the layer's input (a
+ * recompute's: its checkpoint, or the start of its recomputed buffer when
+ * the previous layer's recompute wrote it there); the MLP part's, the
+ * reduce-scattered attention residual x2. */
+static void sp_part_in(const CE *e, const Op *o, const char *label, int *buf, int64_t *at)
+{
+    *at = 0;
+    if (o->sub == SUB_MLP) {
+        *buf = op_role_need(e, o, true, BR_RESID1);
+    } else if (o->kind == OP_LAYER_FWD) {
+        *buf = layer_input(e, o, true, o->layer);
+    } else {
+        *buf = op_role_at(e, o, true, BR_RECOMPUTED_IN, -1, o->layer);
+        if (*buf < 0 || e->s->bufs[*buf].bytes != e->p->act.x + e->saved.total) {
+            *buf = act_of(e, o, true, o->layer, BR_CKPT);
+            if (*buf < 0) *buf = act_of(e, o, true, o->layer, BR_X_TRANSIENT);
+        }
+    }
+    if (*buf < 0) die("lower: %s has no sequence shard of its part's input", label);
+    if (e->s->bufs[*buf].role != BR_RECOMPUTED_IN) lower_expect(e, *buf, e->p->act.x, "a part's input shard");
+}
+
+/* OP_LAYER_FWD or OP_RECOMPUTE, GR_NORM (sp): a part's norm on this rank's
+ * tokens; in the call: x the part's input shard, y the norm's output shard
+ * (its own buffer, or its piece of the kept or recomputed tensors), the
+ * statistics in the scratch. */
+static void fwd_norm_op(CE *e, const Op *o, const char *label)
+{
+    need_compute(e, o);
+    int x, out = -1;
+    int64_t at, oat = -1;
+    sp_part_in(e, o, label, &x, &at);
+    for (int i = 0; i < o->nwr && oat < 0; i++) {
+        const Buffer *b = &e->s->bufs[o->wr[i]];
+        if (buf_kind(b) == BK_SCRATCH) continue;
+        out = o->wr[i];
+        oat = norm_out_at(e, b, o->sub);
+    }
+    if (oat < 0) die("lower: %s writes no shard of its norm's output", label);
+    int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
+    lower_expect(e, scr, e->p->act.norm_scratch, "a norm op's scratch");
+    check_group(e, &e->layer[op_slot(e, o)], o, true, false);
+    fwd_call(e, o->kind == OP_RECOMPUTE ? K_RECOMPUTE : K_FWD, o, label, abuf(e, x, at), aint(-1, IT_OTHER),
+             abuf(e, out, oat), scr, -1);
 }
 
 /* OP_RECOMPUTE.  Full: the layer's forward again into its recomputed buffer
@@ -991,6 +1058,10 @@ static void recompute_op(CE *e, const Op *o, const char *label)
         return;
     }
     if (e->pol != CKPT_FULL) die("lower: %s: a recompute without checkpointing", label);
+    if (o->grads == GR_NORM) {
+        fwd_norm_op(e, o, label);
+        return;
+    }
     int rec = op_role_at(e, o, false, BR_RECOMPUTED, BR_RECOMPUTED_IN, o->layer);
     if (rec < 0) die("lower: %s writes no recomputed buffer", label);
     bool inside = e->s->bufs[rec].bytes == a->x + e->saved.total;
@@ -1003,10 +1074,13 @@ static void recompute_op(CE *e, const Op *o, const char *label)
     xo = inside ? abuf(e, rec, 0) : abuf(e, in, 0);
     int next = op_role_at(e, o, false, BR_RECOMPUTED, BR_RECOMPUTED_IN, o->layer + 1);
     yo = abuf(e, next, 0);
-    if (lower_sp(e)) {     /* SP: the part's gathered input in, its full partial sums out (none: group's last) */
+    if (lower_sp(e)) {     /* SP: its input shard and gathered norm output in, its full partial sums out (none: group's last) */
+        int xs;
+        int64_t xat;
+        sp_part_in(e, o, label, &xs, &xat);
+        xo = abuf(e, xs, xat);
         r1 = op_role_need(e, o, true, BR_TP_GATHERED);
-        xo = abuf(e, r1, 0);
-        lower_expect(e, r1, a->full, "a recompute's gathered input");
+        lower_expect(e, r1, a->full, "a recompute's gathered norm output");
         int part = op_role(e, o, false, BR_TP_PARTIAL);
         yo = abuf(e, part, 0);
         if (part >= 0) lower_expect(e, part, a->full, "a recompute's partial sums");
@@ -1029,11 +1103,17 @@ static void recompute_op(CE *e, const Op *o, const char *label)
 /* OP_LAYER_FWD: the layer's forward (tp > 1: one part of it). */
 static void layer_fwd_op(CE *e, const Op *o, const char *label)
 {
+    if (o->grads == GR_NORM) {
+        fwd_norm_op(e, o, label);
+        return;
+    }
     need_compute(e, o);
     /* full checkpointing keeps nothing: no saved buffer (-1) */
     int saved = e->kept.total ? op_need(e, o, false, BK_SAVED, "saved") : -1, x, y = -1, r1 = -1;
-    if (lower_sp(e)) {             /* SP: the gathered input in, the partial sums (full) out */
-        x = r1 = op_role_need(e, o, true, BR_TP_GATHERED);
+    int64_t xat = 0;
+    if (lower_sp(e)) {             /* SP: the input shard and the gathered norm output in, the partial sums (full) out */
+        sp_part_in(e, o, label, &x, &xat);
+        r1 = op_role_need(e, o, true, BR_TP_GATHERED);
         y = op_role_need(e, o, false, BR_TP_PARTIAL);
     } else if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
         r1 = op_role_need(e, o, true, BR_RESID1);
@@ -1052,12 +1132,12 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
     int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
     if (saved >= 0) lower_expect(e, saved, e->kept.total, "a layer's saved tensors");
     lower_expect(e, y, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's output");
-    if (lower_sp(e)) lower_expect(e, x, e->p->act.full, "a layer's gathered input");
+    if (lower_sp(e)) lower_expect(e, r1, e->p->act.full, "a part's gathered norm output");
     if (e->s->bufs[scr].bytes < e->fscr.total)
         die("lower: a layer's forward needs %lld bytes of scratch, the plan gives it %lld", (long long)e->fscr.total,
             (long long)e->s->bufs[scr].bytes);
     check_group(e, &e->layer[op_slot(e, o)], o, true, false);
-    fwd_call(e, K_FWD, o, label, abuf(e, x, 0), abuf(e, saved, 0), abuf(e, y, 0), scr, r1);
+    fwd_call(e, K_FWD, o, label, abuf(e, x, xat), abuf(e, saved, 0), abuf(e, y, 0), scr, r1);
     if (o->sub != SUB_MLP) ckpt_slice(e, o, x, label);
 }
 

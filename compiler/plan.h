@@ -109,7 +109,7 @@ typedef enum ActKind {
  * so that they find them by role, not by name. */
 typedef enum ActRole {
     AR_NONE,
-    AR_NORM,        /* a norm's output or statistics (recomputed on all tokens under sp) */
+    AR_NORM,        /* a norm's output or statistics (its own op on the shard under sp)  */
     AR_RESIDUAL,    /* x2, the attention residual's sum (its gradient is d1 under tp)    */
     AR_ACT,         /* the MLP activation's output (no gradient with the fused dGELU)    */
 } ActRole;
@@ -122,8 +122,6 @@ typedef enum ActPiece {
     AP_PROJ_PARTIAL, AP_PROJ_SCATTERED, AP_X2, AP_NORM2_STATS, AP_NORM2_OUT, AP_NORM2_GATHERED,
     AP_FC1,             /* fc1, or SwiGLU's gate                                         */
     AP_UP, AP_ACT, AP_FC2_PARTIAL, AP_FC2_SCATTERED, AP_Y,
-    /* sequence parallelism: each norm and its statistics on all tokens, in a scratch */
-    AP_NORM1_SP, AP_NORM1_SP_STATS, AP_NORM2_SP, AP_NORM2_SP_STATS,
     /* the backward's gradients inside the layer */
     AP_DX2, AP_DACT, AP_DGATE, AP_DUP, AP_DFC1, AP_DLN2, AP_DATT, AP_DQKV, AP_DLN1,
     /* the head's scratch */
@@ -382,9 +380,10 @@ typedef enum OpGrads {
                            weights' gradients too), residual; what the collective needs
                            (sp: down to the norm's output; GR_NORM does the norm) */
     GR_WEIGHT,          /* the linears' weight and bias gradients, dW += dY^T·X     */
-    GR_NORM,            /* sp: the part's norm backward (its weights' partial gradients)
-                           and residual on this rank's tokens, after the reduce-scatter of
-                           its output's partial gradient                              */
+    GR_NORM,            /* sp: the part's norm on this rank's tokens.  Forward (and full
+                           recompute): its output shard, all-gathered next; backward: the
+                           norm's backward (its weights' partial gradients) and residual,
+                           after the reduce-scatter of its output's partial gradient   */
 } OpGrads;
 
 typedef struct Op {
@@ -451,12 +450,14 @@ typedef enum BufRole {
     BR_ATTN,                /* selective checkpointing: the recomputed attention core      */
     BR_RECOMPUTED,          /* full: a group's first layer's recomputed tensors            */
     BR_RECOMPUTED_IN,       /* full: a later layer's recomputed input, then its tensors    */
-    BR_TP_GATHERED,         /* sp: a part's input gathered over tp (sub: the part)         */
+    BR_TP_GATHERED,         /* sp: a part's norm output gathered over tp (sub: the part)   */
+    BR_NORM_SHARD,          /* sp: a part's norm output on this rank's tokens, when the layer
+                               keeps none (full checkpointing's forward) (sub)             */
     BR_TP_PARTIAL,          /* sp: a part's partial sums, reduce-scattered (sub)           */
     BR_RESID1,              /* tp: the attention part's output, all-reduced                */
     BR_DRESID1,             /* tp: the MLP part's input gradient, all-reduced              */
     BR_DY_GATHERED,         /* sp: a part's output gradient gathered (sub)                 */
-    BR_REGATHERED,          /* sp: a part's input gathered again in backward (sub)         */
+    BR_REGATHERED,          /* sp: a part's saved norm output gathered again in backward (sub) */
     BR_DPARTIAL,            /* sp: a part's partial gradient of its norm's output (sub)    */
     BR_DNORM,               /* sp: that gradient reduce-scattered to this rank's tokens (sub) */
     BR_DX,                  /* a layer's input gradient                                    */

@@ -880,13 +880,33 @@ static void fwd_keep(Bld *b, int o, const FwdIO *io)
     op_wr(b, o, io->keep[1]);
 }
 
+/* Sequence parallelism: a part's norm (GR_NORM) on this rank's tokens of its
+ * input `in`, before the part's all-gather (Megatron's layout: the column-
+ * parallel linear gathers the norm's output).  Its output shard goes where
+ * the backward regathers it, the layer's kept (or recomputed) tensors, or
+ * when the layer keeps none (full checkpointing's forward) a shard of its
+ * own; its statistics into its small scratch.  Returns the output's buffer. */
+static int sp_norm_fwd(Bld *b, int sub, int L, int mb, int chunk, const FwdIO *io, int in)
+{
+    const ActBytes *a = &b->p->act;
+    int n = part_op(b, io->kind, sub, L, mb, chunk, 0);
+    b->s->ops[n].grads = GR_NORM;
+    op_rd(b, n, in);
+    bool own = io->kind == OP_LAYER_FWD && b->pol == CKPT_FULL;
+    int out = own ? act_buf(b, BR_NORM_SHARD, sub, L, mb, "norm", a->x) : io->keep[0];
+    op_wr(b, n, out);
+    op_scratch(b, n, a->norm_scratch);
+    compute_done(b);
+    return out;
+}
+
 /* A layer's forward as one op (tp = 1), or split around its TP collectives:
- * [SP: all-gather the input] attention part, all-reduce (SP: reduce-scatter)
- * of its partial sums, [SP: all-gather] MLP part, all-reduce (reduce-scatter)
- * into the output.  Each residual is folded into the partial sums before the
- * reduction (tp rank 0 adds it; under SP each rank adds its shard to its own
- * slice), so the reduction yields the residual stream; under SP the norms run
- * on the gathered sequence.  The compute stream waits for each collective
+ * [SP: the norm on the shard, all-gather its output] attention part, all-
+ * reduce (SP: reduce-scatter) of its partial sums, [SP: norm, all-gather]
+ * MLP part, all-reduce (reduce-scatter) into the output.  Each residual is
+ * folded into the partial sums before the reduction (tp rank 0 adds it;
+ * under SP each rank adds its shard to its own slice), so the reduction
+ * yields the residual stream.  The compute stream waits for each collective
  * before going on: they are on the critical path, as in Megatron. */
 static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
 {
@@ -905,8 +925,9 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     double fm = io->fl * b->mlp_share, fa = io->fl - fm;
     int in = io->in;
     if (b->sp) {
+        int ln = sp_norm_fwd(b, SUB_ATTN, L, mb, chunk, io, io->in);
         int g = act_buf(b, BR_TP_GATHERED, SUB_ATTN, L, mb, "gathered", a->full);
-        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, io->in, g, a->full));
+        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, ln, g, a->full));
         in = g;
     }
     int A = part_op(b, io->kind, SUB_ATTN, L, mb, chunk, fa);
@@ -919,9 +940,10 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         op_wr(b, A, part);
         op_scratch(b, A, io->scratch);
         compute_done(b);
-        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full);
+        emit_wait(b, tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full));
+        int ln = sp_norm_fwd(b, SUB_MLP, L, mb, chunk, io, r1);
         int g2 = act_buf(b, BR_TP_GATHERED, SUB_MLP, L, mb, "gathered", a->full);
-        red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, r1, g2, a->full);
+        red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, ln, g2, a->full);
         in = g2;
     } else {
         op_wr(b, A, r1);
@@ -1300,24 +1322,26 @@ static void bwd_weight(Bld *b, int data, int scr, const BwdIO *io, const int *rd
 }
 
 /* One part's backward under sequence parallelism.  Its output gradient dy
- * (this rank's tokens) is all-gathered over tp, then its input x (a shard)
- * gathered again; the data op turns the gathered gradient into the partial
- * gradient of the part's norm output (full sequence), which is
- * reduce-scattered to this rank's tokens; then the norm op (GR_NORM) there:
- * out = dy + the norm's backward, and the norm weights' partial gradients
- * (tp_grads completes them).  Split (tp_comm_overlap), the data op waits
- * only for dy while the regather runs (Megatron's asynchronous all-gather
- * of the input), and the weight op, which recomputes the norm's output from
- * the gathered x for its GEMMs, waits for it while the reduce-scatter runs;
+ * (this rank's tokens) is all-gathered over tp, then the norm output the
+ * forward kept (its shard, in the saved or recomputed tensors) gathered
+ * again; the data op turns the gathered gradient into the partial gradient
+ * of the part's norm output (full sequence), which is reduce-scattered to
+ * this rank's tokens; then the norm op (GR_NORM) there, on the part's input
+ * shard x: out = dy + the norm's backward, and the norm weights' partial
+ * gradients (tp_grads completes them).  Split (tp_comm_overlap), the data
+ * op waits only for dy while the regather runs (Megatron's asynchronous
+ * all-gather of the input), and the weight op, whose GEMMs read the
+ * regathered norm output, waits for it while the reduce-scatter runs;
  * unsplit, the one op waits for both. */
 static void sp_part_bwd(Bld *b, int sub, int L, int mb, int chunk, double fl, const BwdIO *io, int dy, int x, int out)
 {
+    int ln = io->state;     /* the saved (or recomputed) shard of the part's norm output */
     const ActBytes *a = &b->p->act;
     int scr;
     int gd = act_buf(b, BR_DY_GATHERED, sub, L, mb, "dy.gathered", a->full);
     int gx = act_buf(b, BR_REGATHERED, sub, L, mb, "regathered", a->full);
     int agd = tp_comm(b, OP_TP_ALLGATHER, sub, L, mb, chunk, dy, gd, a->full);
-    int agx = tp_comm(b, OP_TP_ALLGATHER, sub, L, mb, chunk, x, gx, a->full);
+    int agx = tp_comm(b, OP_TP_ALLGATHER, sub, L, mb, chunk, ln, gx, a->full);
     emit_wait(b, b->wsplit ? agd : agx);
     int d = bwd_part(b, sub, L, mb, chunk, fl, io, &scr);
     int part = act_buf(b, BR_DPARTIAL, sub, L, mb, "dpartial", a->full);

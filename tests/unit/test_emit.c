@@ -288,7 +288,9 @@ static void test_tp(void)
         check_declared(sp);
         CHECK(strstr(sp, "srt_all_gather(c, a->st, SRT_TP, DV(a->out, a->n, WDT), DV(a->in, ns, WDT));") != NULL);
         CHECK(strstr(sp, "srt_reduce_scatter(c, a->st, SRT_TP, DV(a->out, ns, WDT), DV(a->in, a->n, WDT));") != NULL);
-        CHECK(strstr(sp, "srt_add_fwd(c, SRT_COMPUTE, y_own, y_own, x_own);") != NULL);
+        CHECK(strstr(sp, "srt_add_fwd(c, SRT_COMPUTE, y_own, y_own, x);") != NULL);
+        /* the norms on this rank's tokens, in ops of their own before the gathers */
+        CHECK(strstr(sp, "_fwd_norm(c, a);") != NULL && strstr(sp, "const int NS = N / 2;") != NULL);
         char *spf = emit_of(llama, sp_ov, 1, false);
         CHECK(spf && strstr(spf, "tp_allgather L1 mb0") != NULL && strstr(spf, "tp_reduce_scatter L1 mb0") != NULL);
     }

@@ -265,10 +265,10 @@ static void test_activations(void)
         ActBytes n = acts(2, t, false, CKPT_NONE);
         CHECK_EQ(n.x + n.saved[CKPT_NONE], 8 * S * 2 * H + 24 * S * 2 * H / t + 16 * S * 2 + 4 * A * S * 2 / t);
     }
-    /* sp + checkpointing: the generated forward's scratch, laid out by lifetime.  Under
-     * full, its peak is at fc1 (x2's shard, the gathered input's norm, fc1: sbh(1 + 5/t))
-     * or at the activation (x2's shard, fc1, act: 9sbh/t); never under the norm of the
-     * gathered input and its statistics (sbh·2 + 8s·b), whatever the policy. */
+    /* sp + checkpointing: the generated forward's scratch, laid out by lifetime, at
+     * least the SP graph's peak (act.c's bound).  Under full, that is at fc1 (x2's shard,
+     * the gathered norm output, fc1: sbh(1 + 5/t)) or at the activation (x2's shard,
+     * fc1, act: 9sbh/t); never under sbh·2 + 8s·b, whatever the policy. */
     for (int64_t t = 2; t <= 8; t *= 2) {
         const int64_t sbh = S * 2 * H * 2;
         ActBytes f = acts(2, t, true, CKPT_FULL);
@@ -279,21 +279,21 @@ static void test_activations(void)
 
 /* The layer backward's scratch is what the generated backward packs (emit.c
  * carve_bwd): GPT's fused GELU backward has no dact; tp > 1 keeps x2's
- * gradient in d1; sp recomputes each norm on all tokens for the weight GEMMs
- * and keeps the norms' output gradients in the parts' partial sums (the
+ * gradient in d1; sp keeps the norms' output gradients in the parts'
+ * partial sums and the weight GEMMs read the regathered norm outputs (the
  * norm's backward is an op of its own on the shard, with norm_scratch: its
- * statistics).  GPT (sbh = s·b·h·2 bytes): tp 1 peaks at fc1 (dx2, dln2,
- * dfc1: 6sbh), tp t at fc1 without dx2 (sbh(1 + 4/t)), sp with norm2 and
- * its statistics instead of dln2 (sbh(1 + 4/t) + 8sb).  SwiGLU peaks at the activation's backward
- * (dx2, dact, dgate, dup: s·b·(h + 3f)·2 at tp 1). */
+ * statistics), so neither is scratch.  GPT (sbh = s·b·h·2 bytes): tp 1
+ * peaks at fc1 (dx2, dln2, dfc1: 6sbh), tp t at fc1 without dx2 (sbh(1 +
+ * 4/t)), sp without dln2 (4sbh/t).  SwiGLU peaks at the activation's
+ * backward (dx2, dact, dgate, dup: s·b·(h + 3f)·2 at tp 1). */
 static void test_bwd_scratch(void)
 {
     const int64_t S = 2048, H = 1024, sb = S * 2, sbh = sb * H * 2;
     CHECK_EQ(acts(2, 1, false, CKPT_NONE).bwd_scratch, 6 * sbh);
     for (int64_t t = 2; t <= 8; t *= 2) {
         CHECK_EQ(acts(2, t, false, CKPT_NONE).bwd_scratch, sbh + 4 * sbh / t);
-        CHECK_EQ(acts(2, t, true, CKPT_NONE).bwd_scratch, sbh + 4 * sbh / t + 8 * sb);
-        CHECK_EQ(acts(2, t, true, CKPT_FULL).bwd_scratch, sbh + 4 * sbh / t + 8 * sb);
+        CHECK_EQ(acts(2, t, true, CKPT_NONE).bwd_scratch, 4 * sbh / t);
+        CHECK_EQ(acts(2, t, true, CKPT_FULL).bwd_scratch, 4 * sbh / t);
         CHECK_EQ(acts(2, t, true, CKPT_NONE).norm_scratch, 8 * sb / t);     /* mean and rstd of its tokens */
     }
     const int64_t LH = 1024, F = 2816, T = 4096;
@@ -312,7 +312,7 @@ static void test_bwd_scratch(void)
             int64_t act = T * 2 * ((t == 1 ? LH : 0) + 3 * F / t);                 /* dx2, dact, dgate, dup */
             int64_t up = T * 2 * ((t == 1 ? LH : 0) + LH + 2 * F / t);              /* dx2, dln2, dgate, dup */
             int64_t qkv = T * 2 * (LH + 3 * LH / t);                                /* dqkv, dln1 */
-            if (sp && t > 1) up += T * 4, qkv += T * 4;   /* the norms again instead of their gradients */
+            if (sp && t > 1) up -= T * 2 * LH, qkv -= T * 2 * LH;   /* dln2, dln1: the parts' partial sums */
             int64_t want = act > up ? act : up;
             CHECK_EQ(p.act.bwd_scratch, want > qkv ? want : qkv);
         }

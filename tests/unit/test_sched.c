@@ -190,14 +190,16 @@ static void test_tp_split(void)
             if (s->ops[i].kind == OP_TP_ALLREDUCE && s->ops[i].sub == SUB_GRADS) g = i;
         CHECK(g >= 0);
     }
-    /* sequence parallelism: all-gather before, reduce-scatter after each part;
-     * in backward the output gradient and the regathered shard, then the
-     * reduce-scatter of the norm output's gradient, the weight op, and the
-     * norm's backward on the shard */
+    /* sequence parallelism: the norm on the shard and the all-gather of its
+     * output before, reduce-scatter after each part; in backward the output
+     * gradient and the regathered norm output, then the reduce-scatter of
+     * the norm output's gradient, the weight op, and the norm's backward on
+     * the shard */
     mp = PLAN("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2");
     if (mp) {
         CHECK_STR(layer_ops(mp, 0, 3, 1),
-                  "tp_allgather.attn fwd.attn tp_reduce_scatter.attn tp_allgather.mlp fwd.mlp tp_reduce_scatter.mlp "
+                  "fwd.attn.norm tp_allgather.attn fwd.attn tp_reduce_scatter.attn fwd.mlp.norm tp_allgather.mlp fwd.mlp "
+                  "tp_reduce_scatter.mlp "
                   "tp_allgather.mlp tp_allgather.mlp bwd.mlp.data tp_reduce_scatter.mlp bwd.mlp.wgrad bwd.mlp.norm "
                   "tp_allgather.attn tp_allgather.attn bwd.attn.data tp_reduce_scatter.attn bwd.attn.wgrad "
                   "bwd.attn.norm");
@@ -493,6 +495,62 @@ static void sp_regather_overlap(const Sched *s, bool split)
     CHECK(parts > 0);
 }
 
+/* Sequence parallelism's forward parts (Megatron's layout), under each
+ * checkpoint policy: a norm op (GR_NORM, no FLOPs) on the part's input
+ * shard writes the norm's output shard, the all-gather reads that and
+ * writes the part's gathered input, which the part (or its full recompute)
+ * reads after waiting for it; the backward's regather reads the very buffer
+ * the norm op wrote (the kept tensors, or full checkpointing's recomputed
+ * ones): nothing computes the norm on all tokens. */
+static void test_sp_norm_fwd(void)
+{
+    const char *pols[3] = {[CKPT_NONE] = "checkpointing.activations=none", [CKPT_FULL] = "checkpointing.activations=full",
+                           [CKPT_SELECTIVE] = "checkpointing.activations=selective"};
+    for (int pol = 0; pol < 3; pol++) {
+        Plan *mp = PLAN("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2", pols[pol]);
+        if (!mp) continue;
+        const Sched *s = &mp->sched.classes[0];
+        int norms = 0, regathers = 0;
+        for (int n = 0; n < s->nops; n++) {
+            const Op *o = &s->ops[n];
+            if ((o->kind == OP_LAYER_FWD || o->kind == OP_RECOMPUTE) && o->grads == GR_NORM) {
+                norms++;
+                CHECK(o->flops == 0 && o->sub != SUB_WHOLE);
+                int out = -1, ag = -1, part = -1;
+                for (int k = 0; k < o->nwr; k++)
+                    if (s->bufs[o->wr[k]].cat != CAT_WORKSPACE) out = o->wr[k];
+                CHECK(out >= 0);
+                for (int j = n + 1; j < s->nops && part < 0; j++) {
+                    const Op *q = &s->ops[j];
+                    if (q->layer != o->layer || q->mb != o->mb || q->sub != o->sub) continue;
+                    if (ag < 0 && q->kind == OP_TP_ALLGATHER) ag = j;
+                    if (q->kind == o->kind && q->grads != GR_NORM) part = j;
+                }
+                CHECK(ag > n && part > ag);
+                if (!(ag > n && part > ag)) continue;
+                CHECK(s->ops[ag].rd[0] == out && touches(s, ag, false, BR_TP_GATHERED));
+                CHECK(compute_waits(s, ag, part, ag) && touches(s, part, true, BR_TP_GATHERED));
+                CHECK(touches(s, n, false, pol == CKPT_FULL && o->kind == OP_LAYER_FWD ? BR_NORM_SHARD
+                                           : o->kind == OP_RECOMPUTE ? s->bufs[out].role : BR_SAVED));
+            }
+            if (o->kind == OP_TP_ALLGATHER && touches(s, n, false, BR_REGATHERED)) {
+                regathers++;
+                int w = -1;     /* the latest norm op of its part before it wrote what it gathers */
+                for (int j = 0; j < n; j++)
+                    if ((s->ops[j].kind == OP_LAYER_FWD || s->ops[j].kind == OP_RECOMPUTE) && s->ops[j].grads == GR_NORM &&
+                        s->ops[j].layer == o->layer && s->ops[j].mb == o->mb && s->ops[j].sub == o->sub)
+                        w = j;
+                CHECK(w >= 0);
+                bool wrote = false;
+                for (int k = 0; w >= 0 && k < s->ops[w].nwr; k++) wrote |= s->ops[w].wr[k] == o->rd[0];
+                CHECK(wrote);
+            }
+        }
+        CHECK_EQ(norms, 2 * (int)(mp->part.m * mp->model.l) * (pol == CKPT_FULL ? 2 : 1));
+        CHECK_EQ(regathers, 2 * (int)(mp->part.m * mp->model.l));
+    }
+}
+
 /* tp_comm_overlap: each part's backward is a data op, then its collective,
  * then the part's weight op, which runs while the collective does: the
  * compute stream waits for the collective only after the weight op; the
@@ -550,7 +608,8 @@ static void test_tp_comm_overlap(void)
             sp_regather_overlap(s, true);
             sp_regather_overlap(s0, false);
         }
-        CHECK_STR(layer_ops(off, 0, 3, 0), sp ? "tp_allgather.attn fwd.attn tp_reduce_scatter.attn tp_allgather.mlp fwd.mlp "
+        CHECK_STR(layer_ops(off, 0, 3, 0), sp ? "fwd.attn.norm tp_allgather.attn fwd.attn tp_reduce_scatter.attn "
+                                                "fwd.mlp.norm tp_allgather.mlp fwd.mlp "
                                                 "tp_reduce_scatter.mlp tp_allgather.mlp tp_allgather.mlp bwd.mlp "
                                                 "tp_reduce_scatter.mlp bwd.mlp.norm tp_allgather.attn "
                                                 "tp_allgather.attn bwd.attn tp_reduce_scatter.attn bwd.attn.norm"
@@ -568,6 +627,7 @@ int main(void)
     test_pipeline_orders();
     test_tp_split();
     test_tp_comm_overlap();
+    test_sp_norm_fwd();
     test_zero();
     test_offload();
     test_grad_norm();

@@ -9,7 +9,9 @@
  *    live buffers share bytes; (e) a split backward's weight op moved before
  *    its data op, or made another part's; (f) under sequence parallelism a
  *    weight op's wait for its part's regathered input dropped, or the weight
- *    op moved above it; each must be caught and named;
+ *    op moved above it; (g) under sequence parallelism tp-comm's wait for a
+ *    forward norm op, whose output shard the all-gather reads, dropped; each
+ *    must be caught and named;
  *  - a schedule stripped of its cross-stream events fails;
  *  - the verifier passes on a matrix of 60 layouts (tp, pp, dp, ZeRO 0-3,
  *    gpipe / 1f1b / interleaved, offload none / cpu / nvme, checkpointing
@@ -321,6 +323,35 @@ static void test_sp_regather_wait(void)
     CHECK(pt_verify(mp, &rep));
 }
 
+/* ---- (g) sequence parallelism: a forward gather before its norm op ------------------------ */
+
+/* The forward's norm op writes its output shard into the saved tensors on the
+ * compute stream and the all-gather on tp-comm reads it: dropping tp-comm's
+ * wait for the norm op must be caught (the gather would send a stale shard). */
+static void test_sp_norm_gather_wait(void)
+{
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    const char *rep;
+    CHECK(pt_verify(mp, &rep));
+    Sched *s = &mp->sched.classes[0];
+    int w = -1;                 /* tp-comm's wait for a forward norm op */
+    for (int i = 0; i < s->nops && w < 0; i++) {
+        const Op *o = &s->ops[i];
+        if (o->kind != OP_WAIT || o->stream != ST_TP_COMM || o->aux < 0) continue;
+        const Op *t = &s->ops[o->aux];
+        if (t->kind == OP_LAYER_FWD && t->grads == GR_NORM) w = i;
+    }
+    CHECK(w >= 0);
+    if (w < 0) return;
+    Op keep = s->ops[w];
+    mut_noop(mp, 0, w);
+    expect_caught(mp, "saved", "(g) the gather's wait for the forward's norm op dropped");
+    s->ops[w] = keep;
+    CHECK(pt_verify(mp, &rep));
+}
+
 /* ---- the matrix ---------------------------------------------------------------------- */
 
 /* Layout n of the matrix as overrides (arena strings, NULL-terminated). */
@@ -426,6 +457,7 @@ int main(void)
     test_overlap();
     test_split_order();
     test_sp_regather_wait();
+    test_sp_norm_gather_wait();
     test_matrix();
     test_specs();
     arena_free(&g_arena);
