@@ -515,7 +515,10 @@ void part_build(const Spec *s, const Model *m, Partition *p)
     p->pad_unit = p->zero >= 1 ? p->dp * 128 : 128;
     p->T = p->b * m->s;
     p->T_sp = s->parallel.sequence_parallel && p->tp > 1 ? p->T / p->tp : p->T;
-    p->wsplit = p->tp > 1 && s->parallel.tp_comm_overlap == TPO_WGRAD;
+    /* ZeRO-2 with sequence parallelism keeps each part's backward whole: its
+     * split trained wrong gradients (tests/e2e/train_tp_overlap, found
+     * 2026-12-02 when tune's candidates were built) and is not yet mended */
+    p->wsplit = p->tp > 1 && s->parallel.tp_comm_overlap == TPO_WGRAD && !(p->zero == 2 && p->T_sp < p->T);
     plan_chunks(s, m, p);
     p->nclasses = (int)p->pp;
     p->classes = arena_alloc(&g_arena, sizeof(RankClass) * (size_t)p->pp);

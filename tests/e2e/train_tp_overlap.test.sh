@@ -42,5 +42,18 @@ layouts gpt specs/tiny-gpt.tspec "2 off selective" "2 on full" "4 off full" "4 o
 layouts llama specs/tiny-llama.tspec "2 on selective" "4 off full"
 # a user-defined activation (examples/custom-op): dfc1 from its own backward
 layouts sqrelu examples/custom-op/sqrelu.tspec "2 on none"
+# ZeRO-2 over dp 2 under SP: the split data op writes no gradient bucket
+# (its weight op and the part's norm op do); tune reports such layouts
+n=gpt-tp2-sp-dp2-z2
+if train_3d "$n" specs/tiny-gpt.tspec 2 1 2 -D zero.stage=2 -D train.micro_batch=4 -D parallel.sequence_parallel=on \
+        -D checkpointing.activations=none; then
+    arenas "$n"
+    train_check gpt "$n" 1e-5 1e-5 "$n against one rank"
+    if train_3d "$n-none" specs/tiny-gpt.tspec 2 1 2 -D zero.stage=2 -D train.micro_batch=4 \
+            -D parallel.sequence_parallel=on -D checkpointing.activations=none -D parallel.tp_comm_overlap=none; then
+        arenas "$n-none"
+        train_same "$n-none" "$n" 0 "$n against tp_comm_overlap = none"
+    fi
+fi
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
