@@ -3,7 +3,8 @@
 # (never by the cost model's numbers, which change with it):
 #  - the pruned search reports the same step times as the exhaustive one, and no
 #    bound is above the exact value it bounds (small spaces, every layout planned);
-#  - every layout reported fits, and the top ones build and their schedules verify;
+#  - every layout reported fits, and emits its trainer; the top ones build and their
+#    schedules verify;
 #  - keys the user set (in the file or with -D) stay fixed; sets are searched as given;
 #  - -o writes a spec that check resolves to the winner's layout;
 #  - a search spec that contradicts itself, and nothing fitting, are errors (exit 1)
@@ -134,4 +135,37 @@ for cmd in plan build; do
 done
 "$SHARDC" tune "$SRC/specs/tiny-gpt.tspec" > /dev/null 2> "$T/t.err"; rc=$?
 if [ $rc = 1 ] && grep -q "leaves no layout key open" "$T/t.err"; then ok "tune wants open keys"; else bad "tune on a closed spec (exit $rc)"; fi
+
+# 7. every layout tune reports lowers and emits its trainer (`build --emit-c`: the
+#    generator's own checks of the plan, without the C compiler); missing until the
+#    tune benchmark built ZeRO-2 + sequence-parallel candidates that died in lowering
+"$SHARDC" tune "$D/gpt-8ranks.tspec" --quiet --top 1000 --json "$T/all.json" > /dev/null || bad "tune --top all: exit $?"
+if ask "$T/all.json" "$SHARDC" "$D/gpt-8ranks.tspec" "$T/x.c" <<'EOF'
+import json, subprocess, sys
+j = json.load(open(sys.argv[1])); shardc, spec, out = sys.argv[2:5]
+def value(key, l):
+    v = {"parallel.tp": l["tp"], "parallel.pp": l["pp"], "parallel.schedule": l["schedule"],
+         "parallel.virtual_stages": l["virtual_stages"], "parallel.sequence_parallel": "on" if l["sequence_parallel"] else "off",
+         "zero.stage": l["zero_stage"], "train.micro_batch": l["micro_batch"],
+         "checkpointing.activations": l["checkpointing"], "checkpointing.every": l["checkpointing_every"]}
+    return v[key]
+# virtual_stages applies only to the interleaved schedule: the others get the spec without it
+flat = out + ".tspec"
+text = open(spec).read()
+assert "  virtual_stages = auto" in text
+open(flat, "w").write(text.replace("  virtual_stages = auto", ""))
+bad = 0
+for i, e in enumerate(j["ranked"]):
+    l = e["layout"]
+    inter = l["schedule"] == "interleaved"
+    keys = [o["key"] for o in j["open"] if inter or o["key"] != "parallel.virtual_stages"]
+    args = [a for k in keys for a in ("-D", f"{k}={value(k, l)}")]
+    r = subprocess.run([shardc, "build", spec if inter else flat, *args, "--emit-c", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        bad += 1
+        if bad <= 5: print(f"FAIL: rank {i + 1} ({' '.join(args)}): {r.stderr.strip().splitlines()[-2:]}")
+print(f"{len(j['ranked']) - bad} of {len(j['ranked'])} reported layouts emit their trainer")
+sys.exit(1 if bad or not j["ranked"] else 0)
+EOF
+then ok "every reported layout emits its trainer"; else bad "a reported layout does not emit its trainer"; fi
 exit $fail
