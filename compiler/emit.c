@@ -671,6 +671,16 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd, int grads)
     }
 }
 
+/* A sequence-parallel norm op's statistics in its scratch, NS rows: mean and
+ * rstd (LayerNorm) or rstd (RMSNorm). */
+static void sp_norm_stats(const CE *e, Str *o)
+{
+    if (e->m->layernorm)
+        sput(o, "    srt_t ln_mean = DV(a->scratch, NS, SRT_F32), ln_rstd = DV(a->scratch + NS * 4, NS, SRT_F32);\n");
+    else
+        sput(o, "    srt_t ln_rstd = DV(a->scratch, NS, SRT_F32);\n");
+}
+
 /* Sequence parallelism: a part's norm on this rank's tokens (the forward's,
  * or full checkpointing's replay's, grads GR_NORM), before the all-gather of
  * its output (Megatron's layout): y = norm(x) on NS tokens, the statistics
@@ -686,10 +696,7 @@ static void gen_fwd_norm_fn(const CE *e, Str *o)
           "    const int NS = N / %lld;  /* this rank's tokens */\n"
           "    srt_t x = DV(a->x, (int64_t)NS * C, WDT), y = DV(a->y, (int64_t)NS * C, WDT);  /* (B,T/tp,C) */\n",
        px, px, px, (long long)e->p->tp);
-    if (e->m->layernorm)
-        sput(o, "    srt_t ln_mean = DV(a->scratch, NS, SRT_F32), ln_rstd = DV(a->scratch + NS * 4, NS, SRT_F32);\n");
-    else
-        sput(o, "    srt_t ln_rstd = DV(a->scratch, NS, SRT_F32);\n");
+    sp_norm_stats(e, o);
     sput(o, "    if (a->part == 2) goto mlp;\n");
     norm_fwd_rows(e, o, g, "ln", "y", "x", R_NORM1_W, R_NORM1_B, "NS", "the input norm");
     sput(o, "    return;\nmlp:\n");
@@ -873,10 +880,7 @@ static void gen_bwd_norm_fn(const CE *e, Str *o)
           "    srt_t x = DV(a->x, (int64_t)NS * C, WDT), dn = DV(a->d1, (int64_t)NS * C, WDT);  /* (B,T/tp,C) */\n"
           "    srt_t dy = DV(a->dy, (int64_t)NS * C, WDT), dx = DV(a->dx, (int64_t)NS * C, WDT);  /* (B,T/tp,C) */\n",
        px, px, px, (long long)e->p->tp);
-    if (e->m->layernorm)
-        sput(o, "    srt_t ln_mean = DV(a->scratch, NS, SRT_F32), ln_rstd = DV(a->scratch + NS * 4, NS, SRT_F32);\n");
-    else
-        sput(o, "    srt_t ln_rstd = DV(a->scratch, NS, SRT_F32);\n");
+    sp_norm_stats(e, o);
     sput(o, "    if (a->part == 1) goto attn;\n");
     for (int k = 0; k < 2; k++) {
         bool mlp = k == 0;
