@@ -242,6 +242,16 @@ static bool write_out(const char *tool, const char *path, const char *text)
     return false;
 }
 
+/* Streams the trace to path (it is millions of events at scale), atomically. */
+static bool write_trace(const char *path, const Plan *pl, const Sim *sim)
+{
+    const char *tmp;
+    FILE *f = util_atomic_open(path, &tmp);
+    if (f && util_atomic_close(f, tmp, path, trace_write(f, pl, sim))) return true;
+    diag_plain("plan: cannot write %s: %s", path, strerror(errno));
+    return false;
+}
+
 /* shardc plan: the fixes, the simulation, the text report, the files. */
 static int run_plan(Job *j)
 {
@@ -267,7 +277,7 @@ static int run_plan(Job *j)
     sim_summary(stdout, pl, &sim);
     if (rank >= 0) report_rank(stdout, pl, rank);
     if (opt(j, "--json") && !write_out("plan", opt(j, "--json"), report_json(pl, &sim, rank))) return EXIT_USER;
-    if (opt(j, "--trace") && !write_out("plan", opt(j, "--trace"), trace_json(pl, &sim))) return EXIT_USER;
+    if (opt(j, "--trace") && !write_trace(opt(j, "--trace"), pl, &sim)) return EXIT_USER;
     if (opt(j, "--html") && !write_out("plan", opt(j, "--html"), html_report(pl, &sim))) return EXIT_USER;
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;
 }

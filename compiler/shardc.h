@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdio.h>
 
 /* ---- exit codes ------------------------------------------------------- */
 enum { EXIT_OK = 0, EXIT_USER = 1, EXIT_USAGE = 2, EXIT_INTERNAL = 3 };
@@ -523,6 +524,10 @@ const char *util_strerror(int e);
 const char *util_bytes(int64_t b);
 /* Writes `data` to `path` atomically (temporary file, fsync, rename). */
 bool util_write_atomic(const char *path, const char *data, size_t len);
+/* The same for a writer that streams: the temporary beside path (*tmp names
+ * it), then util_atomic_close(f, tmp, path, the writer's success). */
+FILE *util_atomic_open(const char *path, const char **tmp);
+bool util_atomic_close(FILE *f, const char *tmp, const char *path, bool ok);
 /* path made absolute (an arena string); an internal error if it does not resolve. */
 const char *util_abs_path(const char *path);
 /* ---- driver.c: the tools and the passes in order ----------------------- */

@@ -158,8 +158,9 @@ bool verify_plan(const Plan *mp, FILE *report);
 
 /* ---- trace.c, html.c: inspection ----------------------------------------- */
 
-/* Chrome trace event JSON (Perfetto, chrome://tracing). */
-char *trace_json(const Plan *mp, const Sim *sim);
+/* Chrome trace event JSON (Perfetto, chrome://tracing), streamed to f event
+ * by event; false if writing failed. */
+bool trace_write(FILE *f, const Plan *mp, const Sim *sim);
 /* One self-contained HTML page: memory bars, live-bytes curve, Gantt chart. */
 char *html_report(const Plan *mp, const Sim *sim);
 /* Bytes live in one space of rank class cls over the simulated step: a buffer

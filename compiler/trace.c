@@ -199,8 +199,27 @@ static const char *trace_class_name(const Plan *mp, int c)
     return arena_printf(&g_arena, "stage %d (ranks \xc3\x97%lld)", rc->stage, (long long)rc->count);
 }
 
+/* The trace being written: events go out one by one, each printed by cJSON
+ * and freed, so a step of millions of events never sits in memory whole. */
+typedef struct TraceOut {
+    FILE *f;
+    bool first;     /* no event written yet: no comma before the next */
+} TraceOut;
+
+/* Writes one event (and frees it). */
+static void trace_emit(TraceOut *t, cJSON *e)
+{
+    char *text = cJSON_PrintUnformatted(e);
+    cJSON_Delete(e);
+    if (!text) die("trace: out of memory printing an event");
+    if (!t->first) fputc(',', t->f);
+    fputs(text, t->f);
+    free(text);
+    t->first = false;
+}
+
 /* A metadata event ("M") naming or ordering a process or thread. */
-static void trace_meta(cJSON *evs, const char *name, int pid, int tid, const char *key, cJSON *val)
+static void trace_meta(TraceOut *t, const char *name, int pid, int tid, const char *key, cJSON *val)
 {
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "name", name);
@@ -209,7 +228,7 @@ static void trace_meta(cJSON *evs, const char *name, int pid, int tid, const cha
     if (tid >= 0) cJSON_AddNumberToObject(e, "tid", tid);
     cJSON *args = cJSON_AddObjectToObject(e, "args");
     cJSON_AddItemToObject(args, key, val);
-    cJSON_AddItemToArray(evs, e);
+    trace_emit(t, e);
 }
 
 /* The names of a list of buffers. */
@@ -231,7 +250,7 @@ static void trace_op_ns(const Plan *mp, const Sim *sim, int c, int i, int64_t *s
 }
 
 /* One op as a complete event with its args. */
-static void trace_op(cJSON *evs, const Plan *mp, const Sim *sim, int c, int i, bool critical)
+static void trace_op(TraceOut *t, const Plan *mp, const Sim *sim, int c, int i, bool critical)
 {
     const Sched *s = &mp->sched.classes[c];
     const Op *o = &s->ops[i];
@@ -261,12 +280,12 @@ static void trace_op(cJSON *evs, const Plan *mp, const Sim *sim, int c, int i, b
         cJSON_AddItemToObject(a, "writes", trace_buf_names(s, o->wr, o->nwr));
     }
     if (critical) cJSON_AddTrueToObject(a, "critical_path");
-    cJSON_AddItemToArray(evs, e);
+    trace_emit(t, e);
 }
 
 /* A flow event: "s" inside the source slice, or "f" bound to the enclosing
  * destination slice. */
-static void trace_flow_ev(cJSON *evs, const char *ph, const char *cat, const char *name, int id, int pid,
+static void trace_flow_ev(TraceOut *t, const char *ph, const char *cat, const char *name, int id, int pid,
                           int tid, int64_t ts)
 {
     cJSON *e = cJSON_CreateObject();
@@ -278,13 +297,13 @@ static void trace_flow_ev(cJSON *evs, const char *ph, const char *cat, const cha
     cJSON_AddNumberToObject(e, "tid", tid);
     cJSON_AddNumberToObject(e, "ts", trace_us(ts));
     if (ph[0] == 'f') cJSON_AddStringToObject(e, "bp", "e");
-    cJSON_AddItemToArray(evs, e);
+    trace_emit(t, e);
 }
 
 /* An arrow from the end of op (c, i) into op (dc, di): where the data or the
  * event arrives, which is the source's end clamped into the destination
  * (a receive or a wait may be posted long before its partner ends). */
-static void trace_flow(cJSON *evs, const Plan *mp, const Sim *sim, const char *cat, const char *name, int id,
+static void trace_flow(TraceOut *t, const Plan *mp, const Sim *sim, const char *cat, const char *name, int id,
                        int c, int i, int dc, int di)
 {
     int64_t s0, s1, d0, d1;
@@ -293,14 +312,14 @@ static void trace_flow(cJSON *evs, const Plan *mp, const Sim *sim, const char *c
     /* one nanosecond inside the source slice, so it binds to that slice and
      * not to the one that follows it on the stream */
     int64_t from = s1 - s0 >= 2 ? s1 - 1 : s0;
-    trace_flow_ev(evs, "s", cat, name, id, trace_pid(c), trace_tid(c, mp->sched.classes[c].ops[i].stream), from);
+    trace_flow_ev(t, "s", cat, name, id, trace_pid(c), trace_tid(c, mp->sched.classes[c].ops[i].stream), from);
     int64_t last = d1 - d0 >= 2 ? d1 - 1 : d0;     /* inside, as above */
     int64_t to = s1 < d0 ? d0 : s1 > last ? last : s1;
-    trace_flow_ev(evs, "f", cat, name, id, trace_pid(dc), trace_tid(dc, mp->sched.classes[dc].ops[di].stream), to);
+    trace_flow_ev(t, "f", cat, name, id, trace_pid(dc), trace_tid(dc, mp->sched.classes[dc].ops[di].stream), to);
 }
 
 /* A counter track of a class's live bytes in one space. */
-static void trace_counter(cJSON *evs, const Plan *mp, const Sim *sim, int c, int space, const char *name)
+static void trace_counter(TraceOut *t, const Plan *mp, const Sim *sim, int c, int space, const char *name)
 {
     int n;
     LivePoint *pt = trace_live_curve(mp, sim, c, space, &n);
@@ -316,12 +335,12 @@ static void trace_counter(cJSON *evs, const Plan *mp, const Sim *sim, int c, int
         cJSON_AddNumberToObject(e, "ts", trace_us(ts));
         cJSON_AddNumberToObject(e, "pid", trace_pid(c));
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(e, "args"), "bytes", (double)pt[i].bytes);
-        cJSON_AddItemToArray(evs, e);
+        trace_emit(t, e);
     }
 }
 
 /* An instant event at the class's device peak (the highest point of its curve). */
-static void trace_peak(cJSON *evs, const Plan *mp, const Sim *sim, int c)
+static void trace_peak(TraceOut *t, const Plan *mp, const Sim *sim, int c)
 {
     int n, at = 0;
     LivePoint *pt = trace_live_curve(mp, sim, c, SPACE_DEVICE, &n);
@@ -340,7 +359,7 @@ static void trace_peak(cJSON *evs, const Plan *mp, const Sim *sim, int c)
     cJSON_AddNumberToObject(a, "bytes", (double)pt[at].bytes);
     cJSON_AddNumberToObject(a, "arena", (double)mp->mem.classes[c].arena[SPACE_DEVICE]);
     if (pt[at].op >= 0) cJSON_AddStringToObject(a, "op", sched_op_label(s, pt[at].op));
-    cJSON_AddItemToArray(evs, e);
+    trace_emit(t, e);
 }
 
 /* The trace's "metadata": what was planned and what the simulation predicts. */
@@ -378,28 +397,28 @@ static bool **trace_critical(const Plan *mp, const Sim *sim)
     return crit;
 }
 
-/* The whole trace as JSON text (arena-allocated). */
-char *trace_json(const Plan *mp, const Sim *sim)
+/* The whole trace as JSON text written to f; false if writing failed. */
+bool trace_write(FILE *f, const Plan *mp, const Sim *sim)
 {
     if (!sim || !sim->classes) die("trace: no simulation to trace");
-    cJSON *root = cJSON_CreateObject();
-    cJSON *evs = cJSON_AddArrayToObject(root, "traceEvents");
+    TraceOut out = {f, true}, *t = &out;
+    fputs("{\"traceEvents\":[", f);
     bool **crit = trace_critical(mp, sim);
     for (int c = 0; c < mp->mem.nclasses; c++) {
         const Sched *s = &mp->sched.classes[c];
         int pid = trace_pid(c);
-        trace_meta(evs, "process_name", pid, -1, "name", cJSON_CreateString(trace_class_name(mp, c)));
-        trace_meta(evs, "process_sort_index", pid, -1, "sort_index", cJSON_CreateNumber(c));
+        trace_meta(t, "process_name", pid, -1, "name", cJSON_CreateString(trace_class_name(mp, c)));
+        trace_meta(t, "process_sort_index", pid, -1, "sort_index", cJSON_CreateNumber(c));
         bool used[NSTREAMS] = {false};
         for (int i = 0; i < s->nops; i++)
             if (s->ops[i].stream >= 0 && s->ops[i].stream < NSTREAMS) used[s->ops[i].stream] = true;
             else die("trace: op %d of rank class %d is on stream %d", i, c, s->ops[i].stream);
         for (int st = 0; st < NSTREAMS; st++) {
             if (!used[st]) continue;
-            trace_meta(evs, "thread_name", pid, trace_tid(c, st), "name", cJSON_CreateString(sched_stream_name(st)));
-            trace_meta(evs, "thread_sort_index", pid, trace_tid(c, st), "sort_index", cJSON_CreateNumber(st));
+            trace_meta(t, "thread_name", pid, trace_tid(c, st), "name", cJSON_CreateString(sched_stream_name(st)));
+            trace_meta(t, "thread_sort_index", pid, trace_tid(c, st), "sort_index", cJSON_CreateNumber(st));
         }
-        for (int i = 0; i < s->nops; i++) trace_op(evs, mp, sim, c, i, crit[c][i]);
+        for (int i = 0; i < s->nops; i++) trace_op(t, mp, sim, c, i, crit[c][i]);
     }
     /* flows: events between streams of a class, then sends to receives */
     int id = 1;
@@ -408,7 +427,7 @@ char *trace_json(const Plan *mp, const Sim *sim)
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
             if (o->kind == OP_WAIT && o->aux >= 0 && o->aux < s->nops)
-                trace_flow(evs, mp, sim, "event", "wait", id++, c, o->aux, c, i);
+                trace_flow(t, mp, sim, "event", "wait", id++, c, o->aux, c, i);
         }
     }
     Recvs r;
@@ -418,20 +437,20 @@ char *trace_json(const Plan *mp, const Sim *sim)
         for (int i = 0; i < s->nops; i++) {
             int kind = s->ops[i].kind, dc, di;
             if ((kind == OP_SEND_FWD || kind == OP_SEND_BWD) && trace_find_recv(mp, &r, c, i, &dc, &di))
-                trace_flow(evs, mp, sim, "pipeline", kind == OP_SEND_FWD ? "send_fwd" : "send_bwd", id++, c, i, dc, di);
+                trace_flow(t, mp, sim, "pipeline", kind == OP_SEND_FWD ? "send_fwd" : "send_bwd", id++, c, i, dc, di);
         }
     }
     for (int c = 0; c < mp->mem.nclasses; c++) {
-        trace_counter(evs, mp, sim, c, SPACE_DEVICE, "device live bytes");
-        trace_counter(evs, mp, sim, c, SPACE_HOST, "host live bytes");
-        trace_peak(evs, mp, sim, c);
+        trace_counter(t, mp, sim, c, SPACE_DEVICE, "device live bytes");
+        trace_counter(t, mp, sim, c, SPACE_HOST, "host live bytes");
+        trace_peak(t, mp, sim, c);
     }
-    cJSON_AddStringToObject(root, "displayTimeUnit", "ms");
-    cJSON_AddItemToObject(root, "metadata", trace_metadata(mp, sim));
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
+    /* then what cJSON would print after the array: the root's other members */
+    cJSON *meta = trace_metadata(mp, sim);
+    char *text = cJSON_PrintUnformatted(meta);
+    cJSON_Delete(meta);
     if (!text) die("trace: out of memory printing the trace");
-    char *out = arena_strdup(&g_arena, text);
+    fprintf(f, "],\"displayTimeUnit\":\"ms\",\"metadata\":%s}", text);
     free(text);
-    return out;
+    return !ferror(f);
 }

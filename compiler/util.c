@@ -99,35 +99,40 @@ const char *util_bytes(int64_t b)
     return s;
 }
 
+/* Opens a temporary file beside path for a writer that streams; *tmp names
+ * it (an arena string).  NULL with errno set when it cannot be created. */
+FILE *util_atomic_open(const char *path, const char **tmp)
+{
+    *tmp = arena_printf(&g_arena, "%s.tmp.%ld", path, (long)getpid());
+    return fopen(*tmp, "w");
+}
+
+/* Closes a file util_atomic_open gave: flush, fsync and rename over path when
+ * `ok` (the writer succeeded) and every step does; otherwise the temporary is
+ * removed, so a reader sees the old file or the new one, never a part.  errno
+ * is the first failure's. */
+bool util_atomic_close(FILE *f, const char *tmp, const char *path, bool ok)
+{
+    int e = ok ? 0 : EIO;
+    errno = 0;
+    if (fflush(f) != 0 || ferror(f)) e = e ? e : errno ? errno : EIO;
+    if (!e && fsync(fileno(f)) != 0) e = errno;
+    if (fclose(f) != 0 && !e) e = errno;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    if (!e) return true;
+    unlink(tmp);
+    errno = e;
+    return false;
+}
+
 /* Writes data to path through a temporary file in the same directory, fsync
  * and rename, so a reader sees the old file or the new one, never a part. */
 bool util_write_atomic(const char *path, const char *data, size_t len)
 {
-    char *tmp = arena_printf(&g_arena, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return false;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, data + off, len - off);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            errno = e;
-            return false;
-        }
-        off += (size_t)w;
-    }
-    int ok = fsync(fd) == 0;
-    ok = (close(fd) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        errno = e;
-        return false;
-    }
-    return true;
+    const char *tmp;
+    FILE *f = util_atomic_open(path, &tmp);
+    if (!f) return false;
+    return util_atomic_close(f, tmp, path, fwrite(data, 1, len, f) == len);
 }
 
 /* path made absolute (an arena string); an internal error if it does not resolve. */

@@ -48,5 +48,18 @@ expect "plan: host sub-group larger than the staging" 1 'but one host optimizer 
 rc=$?
 expect "build --emit-c: staging of exactly 120576 elements" 0
 grep -q "srt_nvme_read" "$T/trainer.c" || { echo "FAIL: the generated trainer reads no NVMe parameters"; fail=1; }
+# an output that cannot be written (its directory is a file): a located
+# error, exit 1, and no temporary left beside it, for the streamed trace and
+# for the JSON report
+mkdir "$T/out" && : > "$T/out/file"
+for o in --trace --json; do
+    "$SHARDC" plan "$SRC/specs/tiny-gpt.tspec" $o "$T/out/file/x.json" > /dev/null 2> "$T/err"
+    rc=$?
+    expect "plan $o into a file's path" 1 "^shardc: error: plan: cannot write $T/out/file/x.json: Not a directory"
+done
+"$SHARDC" plan "$SRC/specs/tiny-gpt.tspec" --trace "$T/out/t.json" > /dev/null 2> "$T/err"
+rc=$?
+expect "plan --trace" 0
+[ "$(ls "$T/out")" = "$(printf 'file\nt.json')" ] || { echo "FAIL: plan --trace left: $(ls "$T/out")"; fail=1; }
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

@@ -133,8 +133,13 @@ static void test_trace(const Plan *mp, const char *what)
 {
     Sim sim;
     fake_sim(mp, &sim, false);
-    char *text = trace_json(mp, &sim);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f && trace_write(f, mp, &sim));
+    if (f) fclose(f);
     cJSON *root = cJSON_Parse(text);
+    free(text);
     CHECK(root != NULL);
     if (!root) return;
     cJSON *evs = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
