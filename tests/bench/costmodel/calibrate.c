@@ -12,7 +12,7 @@
  * is ZeRO-3's).  An experiment, not a pricing: nothing is fitted here. */
 static bool zero3_rates(void)
 {
-    static const double rates[] = {60e9, 50e9, 40e9, 30e9, 25e9, 20e9};
+    static const double rates[] = {55e9, 40e9, 30e9, 25e9, 20e9};
     enum { NR = (int)(sizeof rates / sizeof rates[0]) };
     printf("ZeRO-3 rows, predicted TFLOP/s per GPU (error) with the dp ring's bus bandwidth r per GPU:\n");
     printf("%-14s %6s %5s %2s %7s %14s", "source", "params", "gpus", "mb", "paper", "as priced");

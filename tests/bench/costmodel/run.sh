@@ -14,7 +14,7 @@
 # interleaved schedule (2 model chunks per stage where the stage's layers
 # split evenly) instead of 1F1B, to show how much the assumption matters.
 # --zero3-rates prints instead every ZeRO-3 row (Table 2 and the DeepSpeed
-# 0.6.2 check rows) as priced and with the dp ring held to 60, 50, 40, 30, 25, 20
+# 0.6.2 check rows) as priced and with the dp ring held to 55, 40, 30, 25 and 20
 # GB/s per GPU: the experiment of docs/cost-model.md, "Why the ZeRO-3 rows miss".
 # Self-contained: it needs no GPU and no network; about a minute on one core.
 # Exit status 1 if the A100 calibration error is 10% or more, or a row does
