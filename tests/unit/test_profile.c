@@ -436,9 +436,31 @@ static void test_skew(void)
     }
 }
 
+/* The contention of oversubscribed ranks: the smallest of the sharing rows'
+ * ratios over their shares (as issue 18's calibration, 2 ranks 1.71x, 4 ranks
+ * 2.08x, 8 ranks 3.94x on 2 cores; here 1.5x, 2.12x, 4.4x), never below 1;
+ * 2 ranks on 2 cores still read their own row. */
+static void test_contention(void)
+{
+    const char *rows = "{\"table\":\"sharing\",\"ranks_per_node\":4,\"threads\":1,\"gemm_seconds\":0.00212,"
+                       "\"elementwise_seconds\":0.001,\"alone_gemm_seconds\":0.001,\"alone_elementwise_seconds\":0.001},\n"
+                       "{\"table\":\"sharing\",\"ranks_per_node\":8,\"threads\":1,\"gemm_seconds\":0.0044,"
+                       "\"elementwise_seconds\":0.001,\"alone_gemm_seconds\":0.001,\"alone_elementwise_seconds\":0.001},\n";
+    const Profile *pf = load(profile_text(1, rows, true));   /* the 2-rank row: 1.5x GEMMs, 1x elementwise */
+    CHECK(pf != NULL);
+    if (!pf) return;
+    CHECK_NEAR(profile_sharing(pf, 2, 1, true), 1.5, 1e-12);        /* its own row */
+    CHECK_NEAR(profile_sharing(pf, 4, 1, true), 2 * 1.06, 1e-12);   /* 1.5, 1.06 and 1.1 a share */
+    CHECK_NEAR(profile_sharing(pf, 8, 1, true), 4 * 1.06, 1e-12);
+    CHECK_NEAR(profile_sharing(pf, 8, 1, false), 4.0, 1e-12);       /* 1, 0.5, 0.25: floored at 1 */
+    CHECK_NEAR(profile_sharing(pf, 1, 2, true), 1.0, 1e-12);        /* one rank: its threads' own rates */
+    CHECK(profile_sharing(pf, 16, 1, true) >= profile_sharing(pf, 8, 1, true));
+}
+
 int main(void)
 {
     test_tables();
+    test_contention();
     test_errors();
     test_model();
     test_shared();
