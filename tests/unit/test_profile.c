@@ -2,6 +2,7 @@
  * feed (cost.c): the rates interpolated on their grids (exact at the points,
  * log-linear between, clamped outside, linear between thread counts), the
  * alpha-beta fits, the sharing factor and its floor at the cores' share, the
+ * oversubscribed ranks' contention (the smallest sharing row's), the
  * cluster keys a profile derives; bad profiles as errors at the profile's
  * line and column; and properties of the model: a slower machine never plans
  * faster, more ranks on the same cores never make a rank's compute faster,
@@ -9,7 +10,8 @@
  * skew is charged to the collectives of oversubscribed ranks only; the
  * kernels' own rows (the activations, the norm's sum of squares) price what
  * they measured, the biases and the per-tensor calls of the optimizer and
- * the norm are priced. */
+ * the norm are priced, and Llama's q, k, v and gate, up GEMMs at their own
+ * shapes. */
 #include "../bench/costmodel/calib.h"
 #include "check.h"
 #include "sim.h"
