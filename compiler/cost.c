@@ -202,6 +202,52 @@ static void layer_linears(const Partition *p, Linear g[4])
     g[3] = (Linear){PC_MLP_OUT, T, h, ffn / t};                     /* row-parallel               */
 }
 
+/* The piece of a layer whose GEMM multiplies by a tensor of this role (0: no
+ * linear's weight). */
+static int linear_piece(int role)
+{
+    switch (role) {
+    case R_QKV_W: case R_Q_W: case R_K_W: case R_V_W: return PC_QKV;
+    case R_ATTN_OUT_W: return PC_PROJ;
+    case R_FC1_W: case R_GATE_W: case R_UP_W: return PC_MLP_IN;
+    case R_FC2_W: return PC_MLP_OUT;
+    default: return 0;
+    }
+}
+
+/* The GEMMs of one layer as the CPU trainer runs them, a call per linear of
+ * the model's inventory (Llama's q, k, v and gate, up apart, GPT's fused
+ * c_attn one), out(T, N) = in(T, K) . w^T on this rank's tp slice; returns
+ * how many (at most 8). */
+static int cpu_layer_gemms(const Partition *p, Linear g[8])
+{
+    const Model *m = p->model;
+    int n = 0;
+    for (int i = m->layer_first[1]; i < m->layer_first[2] && n < 8; i++) {
+        const Tensor *x = &m->t[i];
+        int piece = linear_piece(x->role);
+        if (!piece) continue;
+        double N = (double)x->rows, K = (double)x->cols;
+        if (x->split == SPLIT_ROWS || x->split == SPLIT_QKV) N /= (double)p->tp;
+        else if (x->split == SPLIT_COLS) K /= (double)p->tp;
+        else if (x->split == SPLIT_KV) N = (double)(model_kv_rank(m) * m->hd);
+        g[n++] = (Linear){piece, (double)p->T, N, K};
+    }
+    return n;
+}
+
+/* How many more GEMM calls the CPU trainer makes for the pieces than the
+ * layer's four linears: Llama's k, v and up projections. */
+static int cpu_extra_gemms(const Partition *p, int pieces)
+{
+    Linear g[8], f[4];
+    int n = cpu_layer_gemms(p, g), extra = 0;
+    layer_linears(p, f);
+    for (int i = 0; i < n; i++) extra += (pieces & g[i].piece) != 0;
+    for (int i = 0; i < 4; i++) extra -= (pieces & f[i].piece) != 0;
+    return extra > 0 ? extra : 0;
+}
+
 /* Seconds per FLOP of the given pieces of one transformer layer's forward on
  * this rank: its linears (qkv, attention output, MLP in, MLP out) and the
  * attention core, each at its own efficiency, FLOP-weighted.  bwd: the
@@ -222,8 +268,13 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, doubl
         if (!(pieces & g[i].piece)) continue;
         double f = 2 * g[i].M * g[i].N * g[i].K;
         flops += f;
-        sec += cpu ? cpu_gemm(&r, bwd, g[i].M, g[i].N, g[i].K) / (bwd ? 2 : 1)
-                   : f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
+        if (!cpu) sec += f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
+    }
+    if (cpu) {   /* the same FLOPs, at the rates of the GEMMs the trainer calls */
+        Linear x[8];
+        int n = cpu_layer_gemms(p, x);
+        for (int i = 0; i < n; i++)
+            if (pieces & x[i].piece) sec += cpu_gemm(&r, bwd, x[i].M, x[i].N, x[i].K) / (bwd ? 2 : 1);
     }
     if (pieces & PC_CORE) {
         double fa = core_w * 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
@@ -328,7 +379,7 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     CpuRank r = cpu_rank(p);
     double t = o->flops * layer_sec_per_flop(p, pieces, bwd, op_core_weight(o));
     if (o->grads == GR_WEIGHT) return t + cpu_kernels(&r, weight_kernels(o, pieces));
-    int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0);
+    int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, pieces);
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);

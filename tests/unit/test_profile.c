@@ -2,6 +2,7 @@
  * feed (cost.c): the rates interpolated on their grids (exact at the points,
  * log-linear between, clamped outside, linear between thread counts), the
  * alpha-beta fits, the sharing factor and its floor at the cores' share, the
+ * oversubscribed ranks' contention (the smallest sharing row's), the
  * cluster keys a profile derives; bad profiles as errors at the profile's
  * line and column; and properties of the model: a slower machine never plans
  * faster, more ranks on the same cores never make a rank's compute faster,
@@ -9,7 +10,8 @@
  * skew is charged to the collectives of oversubscribed ranks only; the
  * kernels' own rows (the activations, the norm's sum of squares) price what
  * they measured, the biases and the per-tensor calls of the optimizer and
- * the norm are priced. */
+ * the norm are priced, and Llama's q, k, v and gate, up GEMMs at their own
+ * shapes. */
 #include "../bench/costmodel/calib.h"
 #include "check.h"
 #include "sim.h"
@@ -28,6 +30,10 @@ static const char *write_tmp(const char *text)
     return arena_strdup(&g_arena, g_path);
 }
 
+/* What the GEMM rows' rate follows: the output's rows m (0), its columns n
+ * (1), or neither (2: 1 GFLOP/s). */
+static int g_gemm_dim;
+
 /* The rows of a small CPU profile; `speed` divides every seconds (2: a machine
  * twice as fast), `extra` is appended to the rows, and `thread2` adds the
  * tables at 2 threads (everything twice as fast). */
@@ -42,7 +48,8 @@ static const char *profile_text(double speed, const char *extra, bool thread2)
                 for (int m = 64; m <= 512; m *= 8)
                     for (int n = 64; n <= 512; n *= 8)
                         for (int k = 64; k <= 512; k *= 8) {
-                            double f = (bwd ? 4.0 : 2.0) * m * n * k, rate = 1e9 * m / 64 * (dt ? 2 : 1);
+                            double f = (bwd ? 4.0 : 2.0) * m * n * k;
+                            double rate = 1e9 * (g_gemm_dim == 2 ? 64 : g_gemm_dim ? n : m) / 64 * (dt ? 2 : 1);
                             rows = arena_printf(&g_arena, "%s{\"table\":\"gemm\",\"dtype\":\"%s\",\"pass\":\"%s\",\"threads\":%d,"
                                                 "\"m\":%d,\"n\":%d,\"k\":%d,\"seconds\":%.17g},\n", rows, dt ? "bf16" : "fp32",
                                                 bwd ? "bwd" : "fwd", t, m, n, k, f / rate / sp);
@@ -436,9 +443,64 @@ static void test_skew(void)
     }
 }
 
+/* The contention of oversubscribed ranks: the smallest of the sharing rows'
+ * ratios over their shares (as issue 18's calibration, 2 ranks 1.71x, 4 ranks
+ * 2.08x, 8 ranks 3.94x on 2 cores; here 1.5x, 2.12x, 4.4x), never below 1;
+ * 2 ranks on 2 cores still read their own row. */
+static void test_contention(void)
+{
+    const char *rows = "{\"table\":\"sharing\",\"ranks_per_node\":4,\"threads\":1,\"gemm_seconds\":0.00212,"
+                       "\"elementwise_seconds\":0.001,\"alone_gemm_seconds\":0.001,\"alone_elementwise_seconds\":0.001},\n"
+                       "{\"table\":\"sharing\",\"ranks_per_node\":8,\"threads\":1,\"gemm_seconds\":0.0044,"
+                       "\"elementwise_seconds\":0.001,\"alone_gemm_seconds\":0.001,\"alone_elementwise_seconds\":0.001},\n";
+    const Profile *pf = load(profile_text(1, rows, true));   /* the 2-rank row: 1.5x GEMMs, 1x elementwise */
+    CHECK(pf != NULL);
+    if (!pf) return;
+    CHECK_NEAR(profile_sharing(pf, 2, 1, true), 1.5, 1e-12);        /* its own row */
+    CHECK_NEAR(profile_sharing(pf, 4, 1, true), 2 * 1.06, 1e-12);   /* 1.5, 1.06 and 1.1 a share */
+    CHECK_NEAR(profile_sharing(pf, 8, 1, true), 4 * 1.06, 1e-12);
+    CHECK_NEAR(profile_sharing(pf, 8, 1, false), 4.0, 1e-12);       /* 1, 0.5, 0.25: floored at 1 */
+    CHECK_NEAR(profile_sharing(pf, 1, 2, true), 1.0, 1e-12);        /* one rank: its threads' own rates */
+    CHECK(profile_sharing(pf, 16, 1, true) >= profile_sharing(pf, 8, 1, true));
+}
+
+/* The CPU trainer calls Llama's q, k, v and gate, up projections apart
+ * (emit.c), so the model prices each at the rate measured for its own shape:
+ * with a profile whose GEMM rate follows n, one rank's layer forward exceeds
+ * its time with a flat 1 GFLOP/s profile by exactly the seven GEMMs' difference
+ * (the fused q|k|v and gate|up GEMMs would differ by another amount). */
+static void test_llama_gemms(void)
+{
+    g_gemm_dim = 1;
+    const char *byn = write_tmp(profile_text(1, "", true));
+    g_gemm_dim = 2;
+    const char *flat = write_tmp(profile_text(1, "", true));
+    g_gemm_dim = 0;
+    const char *spec = "model llama { layers = 2  hidden = 128  heads = 4  kv_heads = 2  vocab = 256  seq_len = 64 }\n"
+                       "parallel { dp = 1 }\n precision { dtype = fp32 }\ntrain { global_batch = 16  micro_batch = 2 }\n"
+                       "cluster { nodes = 1  gpus_per_node = 1  profile = \"%s\" }\n";
+    Plan *a = cal_plan(arena_printf(&g_arena, spec, byn)), *b = cal_plan(arena_printf(&g_arena, spec, flat));
+    CHECK(a && b);
+    if (!a || !b) return;
+    double ta = 0, tb = 0;
+    step_of(a, OP_LAYER_FWD, &ta), step_of(b, OP_LAYER_FWD, &tb);
+    const Model *m = &a->model;
+    double T = (double)a->part.T, h = (double)m->h, q = (double)(m->a * m->hd), kv = (double)(m->kv * m->hd), f = (double)m->ffn;
+    const double gemm[7][2] = {{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}};   /* N, K */
+    double want = 0;
+    for (int i = 0; i < 7; i++) {
+        double n = gemm[i][0] < 64 ? 64 : gemm[i][0] > 512 ? 512 : gemm[i][0];   /* the grid's ends */
+        want += 2 * T * gemm[i][0] * gemm[i][1] * (1 / (2e9 * n / 64) - 1 / 2e9);  /* 2 threads: twice as fast */
+    }
+    CHECK(want < 0);
+    CHECK_NEAR(ta - tb, want, 1e-12);
+}
+
 int main(void)
 {
+    test_llama_gemms();
     test_tables();
+    test_contention();
     test_errors();
     test_model();
     test_shared();

@@ -17,15 +17,34 @@
 # it follow (the calibration keeps each benchmark's fastest batch: on a shared
 # machine the like-for-like figure).  ONLY=NAME,... runs some layouts.
 # The machine's other load is in the measurement: the script prints `uptime`
-# before and after; compare runs made on a quiet machine.
+# before and after; compare runs made on a quiet machine.  KEEP=DIR keeps the
+# profile, plans, logs and trainers in DIR (to re-plan the same measurements
+# with another model: REPLAN=DIR runs nothing and plans DIR's runs again with
+# BUILD_DIR's shardc and DIR's profile, then prints the same figures).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
 STEPS=${STEPS:-12}
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+if [ -n "${REPLAN:-}" ]; then
+    tmp=$(cd "$REPLAN" && pwd)
+    : > "$tmp/replan.txt"
+    while read -r name np plan pjson log; do
+        read -r _ spec _ defs < <(grep -E "^$name[[:space:]]" tests/bench/fidelity/layouts.txt)
+        # shellcheck disable=SC2086
+        set -- tests/bench/fidelity/$spec.tspec -D cluster.gpus_per_node="$np" $defs
+        "$B/shardc" plan "$@" -D "cluster.profile=\"$tmp/machine.json\"" > "$tmp/$name.replan" 2>&1 || { echo "FAIL: plan $name"; cat "$tmp/$name.replan"; exit 1; }
+        echo "$name $np $tmp/$name.replan $pjson $log" >> "$tmp/replan.txt"
+    done < "$tmp/runs.txt"
+    exec /usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/replan.txt"
+fi
+if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && tmp=$(cd "$KEEP" && pwd)
+else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT INT TERM
+fi
 cores=$(nproc)
 echo "load before: $(uptime)"
 profile=${PROFILE:-}
@@ -36,6 +55,7 @@ if [ -z "$profile" ]; then
         { tail -20 "$tmp/calibrate.log"; exit 1; }
 fi
 profile=$(cd "$(dirname "$profile")" && pwd)/$(basename "$profile")
+if [ -n "${KEEP:-}" ] && [ "$profile" != "$tmp/machine.json" ]; then cp "$profile" "$tmp/machine.json"; fi
 echo "profile: $profile"
 : > "$tmp/runs.txt"
 while read -r name spec np defs; do

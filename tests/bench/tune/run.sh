@@ -16,7 +16,8 @@
 # Launch as README says for CPU ranks: mpirun --bind-to none, OMP and OpenBLAS threads
 # = cores / ranks (at least 1), oversubscribed when ranks > cores.
 # Environment: STEPS (default 8: the step time is the median of the steps after the
-# first 3), MAX_RUNS (default 12), CASES (default "gpt:4 gpt:8 llama:4 llama:8").
+# first 3), MAX_RUNS (default 12), CASES (default "gpt:4 gpt:8 llama:4 llama:8"), KEEP=DIR
+# (keep the profile, specs and results: re-plan the measured layouts with another build).
 set -u
 cd "$(dirname "$0")/../../.."
 build=build
@@ -30,8 +31,12 @@ MAX_RUNS=${MAX_RUNS:-12}
 CASES=${CASES:-gpt:4 gpt:8 llama:4 llama:8}
 DATA=$PWD/examples/data/tinyshakespeare.txt
 cores=$(nproc)
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT INT TERM
+if [ -n "${KEEP:-}" ]; then   # KEEP=DIR: keep the profile, the specs and each case's results in DIR
+    mkdir -p "$KEEP" && T=$(cd "$KEEP" && pwd)
+else
+    T=$(mktemp -d)
+    trap 'rm -rf "$T"' EXIT INT TERM
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 echo "run.sh: $(date -u +%FT%TZ), $cores cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 profile=${PROFILE:-}
