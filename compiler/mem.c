@@ -385,31 +385,6 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
 
 /* ---- peaks ------------------------------------------------------------------------ */
 
-/* Live bytes per op of one space and (cat >= 0) one category, into d. */
-static int64_t *live_curve(const Sched *s, int space, int cat, int64_t *d)
-{
-    memset(d, 0, sizeof(int64_t) * (size_t)(s->nops + 2));
-    for (int k = 0; k < s->nbufs; k++) {
-        const Buffer *b = &s->bufs[k];
-        if (b->space != space || (cat >= 0 && b->cat != cat)) continue;
-        d[b->first] += b->bytes;
-        d[b->last + 1] -= b->bytes;
-    }
-    for (int i = 1; i <= s->nops; i++) d[i] += d[i - 1];
-    return d;
-}
-
-/* The maximum of a curve and where it is. */
-static int64_t curve_max(const int64_t *c, int n, int *at)
-{
-    int64_t best = 0;
-    int where = 0;
-    for (int i = 0; i < n; i++)
-        if (c[i] > best) best = c[i], where = i;
-    if (at) *at = where;
-    return best;
-}
-
 /* Bytes live in a space at op i. */
 int64_t mem_live_at(const ClassMem *cm, int space, int op)
 {
@@ -422,20 +397,56 @@ int64_t mem_live_at(const ClassMem *cm, int space, int op)
     return sum;
 }
 
-/* Peaks per space, the device peak's op and its breakdown by category. */
+/* Peaks per space, the device peak's op and its breakdown by category: the
+ * live bytes of every space, whole and by category, swept once over the ops
+ * (a buffer counts from its first op to its last; a maximum can only be new
+ * at an op where a buffer is born; the peak's op is the first at the peak). */
 static void peaks(ClassMem *cm)
 {
     const Sched *s = cm->sched;
     int n = s->nops > 0 ? s->nops : 1;
-    int64_t *d = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(s->nops + 2));
-    for (int sp = 0; sp < NSPACES; sp++) {
-        int at;
-        cm->peak[sp] = curve_max(live_curve(s, sp, -1, d), n, &at);
-        if (sp == SPACE_DEVICE) cm->peak_op = at;
+    /* the buffers born at each op, and those whose last op is just before it (CSR) */
+    int *born = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 2)), *gone = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 2));
+    int *bids = arena_alloc(&g_arena, sizeof(int) * (size_t)(s->nbufs + 1)), *gids = arena_alloc(&g_arena, sizeof(int) * (size_t)(s->nbufs + 1));
+    for (int k = 0; k < s->nbufs; k++) {
+        const Buffer *b = &s->bufs[k];
+        if (b->space < 0 || b->space >= NSPACES || b->first >= n) continue;
+        born[b->first + 1]++;
+        if (b->last + 1 < n) gone[b->last + 2]++;
     }
+    for (int i = 0; i <= n; i++) born[i + 1] += born[i], gone[i + 1] += gone[i];
+    for (int k = 0; k < s->nbufs; k++) {
+        const Buffer *b = &s->bufs[k];
+        if (b->space < 0 || b->space >= NSPACES || b->first >= n) continue;
+        bids[born[b->first]++] = k;
+        if (b->last + 1 < n) gids[gone[b->last + 1]++] = k;
+    }
+    /* born[i] is now where op i + 1's births start: op i's are [born[i - 1], born[i]) */
+    int64_t live[NSPACES][NCATS + 1] = {{0}}, most[NSPACES][NCATS + 1] = {{0}};   /* [NCATS]: the space's whole */
+    cm->peak_op = 0;
+    for (int i = 0, jb = 0, jg = 0; i < n; i++) {
+        for (; jg < gone[i]; jg++) {
+            const Buffer *b = &s->bufs[gids[jg]];
+            live[b->space][NCATS] -= b->bytes;
+            if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] -= b->bytes;
+        }
+        if (jb == born[i]) continue;
+        for (; jb < born[i]; jb++) {
+            const Buffer *b = &s->bufs[bids[jb]];
+            live[b->space][NCATS] += b->bytes;
+            if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] += b->bytes;
+        }
+        for (int sp = 0; sp < NSPACES; sp++)
+            for (int c = 0; c <= NCATS; c++)
+                if (live[sp][c] > most[sp][c]) {
+                    most[sp][c] = live[sp][c];
+                    if (sp == SPACE_DEVICE && c == NCATS) cm->peak_op = i;
+                }
+    }
+    for (int sp = 0; sp < NSPACES; sp++) cm->peak[sp] = most[sp][NCATS];
     for (int c = 0; c < NCATS; c++) {
-        cm->max_cat[c] = curve_max(live_curve(s, SPACE_DEVICE, c, d), n, NULL);
-        cm->host_cat[c] = curve_max(live_curve(s, SPACE_HOST, c, d), n, NULL);
+        cm->max_cat[c] = most[SPACE_DEVICE][c];
+        cm->host_cat[c] = most[SPACE_HOST][c];
         cm->at_peak[c] = 0;
     }
     cm->model_states = 0;
