@@ -116,24 +116,26 @@ static int family_chunk(const RankClass *c, const Buffer *b)
     return chunk;
 }
 
-/* Does a transient belong to family f (of class c)? */
-static bool same_family(const RankClass *c, const BufFamily *f, const Buffer *b)
+/* Does a transient of chunk `chunk` (family_chunk) belong to family f? */
+static bool same_family(const BufFamily *f, const Buffer *b, int chunk)
 {
-    return f->role == b->role && f->sub == b->sub && f->idx == b->idx && f->space == b->space &&
-           f->chunk == family_chunk(c, b);
+    return f->role == b->role && f->sub == b->sub && f->idx == b->idx && f->space == b->space && f->chunk == chunk;
 }
 
+/* A family instance as choosing its places reads it: its layer coordinate,
+ * microbatch (0 for none) and lifetime. */
+typedef struct Inst { int li, mb, first, last; } Inst;
+
 /* Would places (li % lm, mb % w) keep every two instances of the family
- * that are live at once apart?  ids: its buffers by birth. */
-static bool places_ok(const Sched *s, const RankClass *c, const int *ids, int n, int lm, int w, int *last)
+ * that are live at once apart?  in: its instances by birth. */
+static bool places_ok(const Inst *in, int n, int lm, int w, int *last)
 {
     int nplaces = lm * w;
     for (int p = 0; p < nplaces; p++) last[p] = -1;
     for (int i = 0; i < n; i++) {
-        const Buffer *b = &s->bufs[ids[i]];
-        int p = (layer_coord(c, b) % lm) * w + (b->mb < 0 ? 0 : b->mb % w);
-        if (last[p] >= b->first) return false;
-        if (b->last > last[p]) last[p] = b->last;
+        int p = (in[i].li % lm) * w + in[i].mb % w;
+        if (last[p] >= in[i].first) return false;
+        if (in[i].last > last[p]) last[p] = in[i].last;
     }
     return true;
 }
@@ -148,10 +150,15 @@ static void choose_places(const Sched *s, const RankClass *c, const int *ids, in
     int m = (int)s->part->m;
     if (nl < 1) nl = 1;
     int *last = arena_alloc(&g_arena, sizeof(int) * (size_t)(nl * (m + 1) + 1));
+    Inst *in = arena_alloc(&g_arena, sizeof(Inst) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        const Buffer *b = &s->bufs[ids[i]];
+        in[i] = (Inst){layer_coord(c, b), b->mb < 0 ? 0 : b->mb, b->first, b->last};
+    }
     int64_t best = -1;
     for (int lm = 1; lm <= nl; lm = lm < 8 || lm == nl ? lm + 1 : nl) {
         for (int w = 1; w <= m && (best < 0 || (int64_t)lm * w < best); w++) {
-            if (!places_ok(s, c, ids, n, lm, w, last)) continue;
+            if (!places_ok(in, n, lm, w, last)) continue;
             best = (int64_t)lm * w;
             f->lm = lm, f->w = w;
             break;
@@ -320,11 +327,11 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
     int f0 = cm->nfams;
     for (int i = 0; i < n; i++) {
         Buffer *b = &s->bufs[keys[i].id];
-        int f = f0;
-        while (f < cm->nfams && !same_family(c, &cm->fams[f], b)) f++;
+        int f = f0, chunk = family_chunk(c, b);
+        while (f < cm->nfams && !same_family(&cm->fams[f], b, chunk)) f++;
         if (f == cm->nfams)
             cm->fams[cm->nfams++] = (BufFamily){.role = b->role, .sub = b->sub, .idx = b->idx,
-                                                .chunk = family_chunk(c, b), .space = space, .lm = 1, .w = 1};
+                                                .chunk = chunk, .space = space, .lm = 1, .w = 1};
         BufFamily *fa = &cm->fams[f];
         fa->ninst++;
         if (align_up(b->bytes) > fa->size) fa->size = align_up(b->bytes);
