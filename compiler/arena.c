@@ -42,6 +42,8 @@ static ArenaBlock *block_new(size_t n, bool exact)
     ArenaBlock **best = NULL;   /* the smallest pooled block that fits: a big one stays for a big request */
     for (ArenaBlock **pp = &pool; *pp; pp = &(*pp)->next)
         if ((*pp)->cap >= cap && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+    /* an exact request leaves a block of much more room to the requests it suits */
+    if (best && exact && (*best)->cap - cap > cap / 4) best = NULL;
     if (best) {
         ArenaBlock *b = *best;
         *best = b->next;

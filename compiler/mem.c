@@ -142,15 +142,15 @@ static bool places_ok(const Inst *in, int n, int lm, int w, int *last)
 
 /* The fewest places (lm · w) for the family's instances: lm from 1 (every
  * layer shares) up to the class's layers, w from 1 up to the microbatches. */
-static void choose_places(const Sched *s, const RankClass *c, const int *ids, int n, BufFamily *f)
+static void choose_places(const Sched *s, const RankClass *c, const int *ids, int n, BufFamily *f, Arena *tmp)
 {
     int nl = 0;
     for (int k = 0; k < c->nchunks; k++)
         if (c->chunks[k].nlayers > nl) nl = c->chunks[k].nlayers;
     int m = (int)s->part->m;
     if (nl < 1) nl = 1;
-    int *last = arena_alloc(&g_arena, sizeof(int) * (size_t)(nl * (m + 1) + 1));
-    Inst *in = arena_alloc(&g_arena, sizeof(Inst) * (size_t)(n + 1));
+    int *last = arena_alloc(tmp, sizeof(int) * (size_t)(nl * (m + 1) + 1));
+    Inst *in = arena_alloc(tmp, sizeof(Inst) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
         const Buffer *b = &s->bufs[ids[i]];
         in[i] = (Inst){layer_coord(c, b), b->mb < 0 ? 0 : b->mb, b->first, b->last};
@@ -184,9 +184,9 @@ static bool spans_meet(const Spans *a, const Spans *b)
 }
 
 /* The lifetimes of a family's instances (ids by birth), merged where they overlap. */
-static Spans family_spans(const Sched *s, const int *ids, int n)
+static Spans family_spans(const Sched *s, const int *ids, int n, Arena *tmp)
 {
-    Spans sp = {arena_alloc(&g_arena, sizeof(int[2]) * (size_t)(n + 1)), 0};
+    Spans sp = {arena_alloc(tmp, sizeof(int[2]) * (size_t)(n + 1)), 0};
     for (int i = 0; i < n; i++) {
         const Buffer *b = &s->bufs[ids[i]];
         if (sp.n && b->first <= sp.iv[sp.n - 1][1]) {
@@ -249,7 +249,7 @@ static int by_first(const void *pa, const void *pb)
  * of the (chunk, microbatch) pairs by lifetime (as few as are ever live at
  * once: an interval graph).  The families fams[mem[0..nm)] (one per chunk;
  * their buffers ids) become fams[mem[0]] when that takes fewer bytes. */
-static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const int *ids, int n)
+static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const int *ids, int n, Arena *tmp)
 {
     const RankClass *c = cm->cls;
     int m = (int)s->part->m, nunits = c->nchunks * m, lm = 1;
@@ -259,7 +259,7 @@ static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const i
         apart += (int64_t)fa->lm * fa->w * fa->size;
         if (fa->size > size) size = fa->size;
     }
-    Unit *u = arena_alloc(&g_arena, sizeof(Unit) * (size_t)(nunits + 1));
+    Unit *u = arena_alloc(tmp, sizeof(Unit) * (size_t)(nunits + 1));
     for (int k = 0; k < nunits; k++) u[k] = (Unit){-1, -1, k / m, k % m};
     for (int i = 0; i < n; i++) {
         const Buffer *b = &s->bufs[ids[i]];
@@ -271,7 +271,7 @@ static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const i
     }
     qsort(u, (size_t)nunits, sizeof(Unit), by_first);
     int *slot = arena_alloc(&g_arena, sizeof(int) * (size_t)(nunits + 1));
-    int *busy = arena_alloc(&g_arena, sizeof(int) * (size_t)(nunits + 1));     /* per colour: its last op */
+    int *busy = arena_alloc(tmp, sizeof(int) * (size_t)(nunits + 1));     /* per colour: its last op */
     int ncolours = 0;
     for (int k = 0; k < nunits; k++) {      /* greedy by birth: optimal for intervals */
         if (u[k].first < 0) continue;
@@ -290,9 +290,9 @@ static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const i
 
 /* Each family's buffers by birth: ids[first[f - f0] .. first[f - f0 + 1]) for
  * the families f0 .. f0 + nf of the n transients keys. */
-static void family_members(const Sched *s, const Key *keys, int n, int f0, int nf, int *ids, int *first)
+static void family_members(const Sched *s, const Key *keys, int n, int f0, int nf, int *ids, int *first, Arena *tmp)
 {
-    int *fill = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1));
+    int *fill = arena_alloc(tmp, sizeof(int) * (size_t)(nf + 1));
     memset(first, 0, sizeof(int) * (size_t)(nf + 1));
     for (int i = 0; i < n; i++) first[s->bufs[keys[i].id].fam - f0 + 1]++;
     for (int f = 0; f < nf; f++) first[f + 1] += first[f];
@@ -305,11 +305,11 @@ static void family_members(const Sched *s, const Key *keys, int n, int f0, int n
  * stage merged when that is smaller), each family's block by first fit among
  * the blocks it is live with (born first, then largest first; and largest
  * first: the tighter).  Returns the arena size. */
-static int64_t layout_space(ClassMem *cm, Sched *s, int space)
+static int64_t layout_space(ClassMem *cm, Sched *s, int space, Arena *tmp)
 {
     const RankClass *c = cm->cls;
     int64_t base = 0;
-    Key *keys = arena_alloc(&g_arena, sizeof(Key) * (size_t)(s->nbufs + 1));
+    Key *keys = arena_alloc(tmp, sizeof(Key) * (size_t)(s->nbufs + 1));
     int n = 0;
     for (int k = 0; k < s->nbufs; k++) {
         Buffer *b = &s->bufs[k];
@@ -339,11 +339,11 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
     }
     int nf = cm->nfams - f0;
     if (nf == 0) return base;
-    int *ids = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1)), *first = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1));
-    family_members(s, keys, n, f0, nf, ids, first);
-    for (int f = 0; f < nf; f++) choose_places(s, c, ids + first[f], first[f + 1] - first[f], &cm->fams[f0 + f]);
+    int *ids = arena_alloc(tmp, sizeof(int) * (size_t)(n + 1)), *first = arena_alloc(tmp, sizeof(int) * (size_t)(nf + 1));
+    family_members(s, keys, n, f0, nf, ids, first, tmp);
+    for (int f = 0; f < nf; f++) choose_places(s, c, ids + first[f], first[f + 1] - first[f], &cm->fams[f0 + f], tmp);
     /* one role of several chunks: merged into one block when that is smaller */
-    int *mem = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1)), *ids2 = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1));
+    int *mem = arena_alloc(tmp, sizeof(int) * (size_t)(nf + 1)), *ids2 = arena_alloc(tmp, sizeof(int) * (size_t)(n + 1));
     for (int f = 0; f < nf && c->nchunks > 1; f++) {
         const BufFamily *fa = &cm->fams[f0 + f];
         if (!fa->ninst || fa->chunk != 0) continue;
@@ -354,24 +354,24 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
         }
         for (int j = 0; j < nm; j++)
             for (int i = first[mem[j] - f0]; i < first[mem[j] - f0 + 1]; i++) ids2[k++] = ids[i];
-        if (nm > 1) merge_chunks(cm, s, mem, nm, ids2, k);
+        if (nm > 1) merge_chunks(cm, s, mem, nm, ids2, k, tmp);
     }
-    family_members(s, keys, n, f0, nf, ids, first);
-    int64_t *bytes = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nf);
-    Spans *spans = arena_alloc(&g_arena, sizeof(Spans) * (size_t)nf);
+    family_members(s, keys, n, f0, nf, ids, first, tmp);
+    int64_t *bytes = arena_alloc(tmp, sizeof(int64_t) * (size_t)nf);
+    Spans *spans = arena_alloc(tmp, sizeof(Spans) * (size_t)nf);
     for (int f = 0; f < nf; f++) {
         const BufFamily *fa = &cm->fams[f0 + f];
         bytes[f] = fa->ninst ? (int64_t)fa->lm * fa->w * fa->size : 0;
-        spans[f] = family_spans(s, ids + first[f], first[f + 1] - first[f]);
+        spans[f] = family_spans(s, ids + first[f], first[f + 1] - first[f], tmp);
     }
-    bool *meet = arena_alloc(&g_arena, sizeof(bool) * (size_t)nf * (size_t)nf);
+    bool *meet = arena_alloc(tmp, sizeof(bool) * (size_t)nf * (size_t)nf);
     for (int f = 0; f < nf; f++)
         for (int g = f + 1; g < nf; g++) meet[(size_t)f * nf + g] = meet[(size_t)g * nf + f] = spans_meet(&spans[f], &spans[g]);
-    int *order = arena_alloc(&g_arena, sizeof(int) * (size_t)nf);
+    int *order = arena_alloc(tmp, sizeof(int) * (size_t)nf);
     int64_t *off[2];
     int64_t top[2];
     for (int t = 0; t < 2; t++) {   /* 0: born first (the families are in birth order), then larger; 1: larger first */
-        off[t] = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nf);
+        off[t] = arena_alloc(tmp, sizeof(int64_t) * (size_t)nf);
         for (int f = 0; f < nf; f++) order[f] = f;
         for (int i = 1; t == 1 && i < nf; i++)
             for (int j = i; j > 0 && bytes[order[j]] > bytes[order[j - 1]]; j--) {
@@ -408,13 +408,13 @@ int64_t mem_live_at(const ClassMem *cm, int space, int op)
  * live bytes of every space, whole and by category, swept once over the ops
  * (a buffer counts from its first op to its last; a maximum can only be new
  * at an op where a buffer is born; the peak's op is the first at the peak). */
-static void peaks(ClassMem *cm)
+static void peaks(ClassMem *cm, Arena *tmp)
 {
     const Sched *s = cm->sched;
     int n = s->nops > 0 ? s->nops : 1;
     /* the buffers born at each op, and those whose last op is just before it (CSR) */
-    int *born = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 2)), *gone = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 2));
-    int *bids = arena_alloc(&g_arena, sizeof(int) * (size_t)(s->nbufs + 1)), *gids = arena_alloc(&g_arena, sizeof(int) * (size_t)(s->nbufs + 1));
+    int *born = arena_alloc(tmp, sizeof(int) * (size_t)(n + 2)), *gone = arena_alloc(tmp, sizeof(int) * (size_t)(n + 2));
+    int *bids = arena_alloc(tmp, sizeof(int) * (size_t)(s->nbufs + 1)), *gids = arena_alloc(tmp, sizeof(int) * (size_t)(s->nbufs + 1));
     for (int k = 0; k < s->nbufs; k++) {
         const Buffer *b = &s->bufs[k];
         if (b->space < 0 || b->space >= NSPACES || b->first >= n) continue;
@@ -472,8 +472,10 @@ void mem_layout(ClassMem *cm, Sched *s, int64_t reserve)
     lifetimes(s);
     cm->fams = arena_alloc(&g_arena, sizeof(BufFamily) * (size_t)(s->nbufs + 1));
     cm->nfams = 0;
-    for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = layout_space(cm, s, sp);
-    peaks(cm);
+    Arena tmp = {0};    /* the layout's scratch: back to the pool for the next class when done */
+    for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = layout_space(cm, s, sp, &tmp);
+    peaks(cm, &tmp);
+    arena_free(&tmp);
     cm->reserve = reserve;
     cm->device_total = cm->arena[SPACE_DEVICE] + reserve;
     cm->ratio = cm->peak[SPACE_DEVICE] > 0 ? (double)cm->arena[SPACE_DEVICE] / (double)cm->peak[SPACE_DEVICE] : 1.0;
