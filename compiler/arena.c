@@ -21,19 +21,29 @@ Arena g_arena;
 static ArenaBlock *pool;
 static size_t pool_bytes;
 enum { POOL_MAX_MB = 384 };
+/* Requests of this many bytes or more that do not fit the current block get
+   a block of their own (below) instead of abandoning the current block's room. */
+enum { BIG = 256 << 10 };
+enum { BLOCK_MIN = 4 << 20 };   /* bytes of a block of small requests */
 
-/* A block with room for n bytes, all zero: from the pool, its used prefix
+/* A block with room for n bytes (exact: the pages n needs; else at least
+   BLOCK_MIN, which only a block that big serves), all zero: from the pool, its used prefix
    cleared (the bytes past `used` were never written), or straight from the
    kernel, whose pages come zeroed.  Small pages: huge ones (MADV_HUGEPAGE) saved
    TLB misses on a warm machine, but each had the kernel compact memory or fault
    in a page it had handed back, and on a busy one the 1008B row's plan took
    1.0-1.4 s, once 4.8 s, against 0.87-0.89 s.  Out of memory is not a user
    error: the compiler cannot go on. */
-static ArenaBlock *block_new(size_t n)
+static ArenaBlock *block_new(size_t n, bool exact)
 {
+    size_t size = sizeof(ArenaBlock) + n;
+    size = size < BLOCK_MIN && !exact ? BLOCK_MIN : (size + 4095) & ~(size_t)4095;
+    size_t cap = size - sizeof(ArenaBlock);
     ArenaBlock **best = NULL;   /* the smallest pooled block that fits: a big one stays for a big request */
     for (ArenaBlock **pp = &pool; *pp; pp = &(*pp)->next)
-        if ((*pp)->cap >= n && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+        if ((*pp)->cap >= cap && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+    /* an exact request leaves a block of much more room to the requests it suits */
+    if (best && exact && (*best)->cap - cap > cap / 4) best = NULL;
     if (best) {
         ArenaBlock *b = *best;
         *best = b->next;
@@ -42,12 +52,10 @@ static ArenaBlock *block_new(size_t n)
         b->used = 0;
         return b;
     }
-    size_t min = (size_t)4 << 20, size = sizeof(ArenaBlock) + n;
-    size = size < min ? min : (size + 4095) & ~(size_t)4095;
     ArenaBlock *b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (b == MAP_FAILED) die("out of memory (%zu bytes)", size);
     b->used = 0;
-    b->cap = size - sizeof *b;
+    b->cap = cap;
     return b;
 }
 
@@ -58,8 +66,18 @@ void *arena_alloc(Arena *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     ArenaBlock *b = a->head;
+    if (b && b->cap - b->used < n && n >= BIG) {
+        /* a big request gets a block behind the current one, which keeps its
+           room for the small ones after it */
+        ArenaBlock *big = block_new(n, true);
+        big->next = b->next;
+        b->next = big;
+        a->total += big->cap;
+        big->used = n;
+        return big->data;
+    }
     if (!b || b->cap - b->used < n) {
-        b = block_new(n);
+        b = block_new(n, false);
         b->next = a->head;
         a->head = b;
         a->total += b->cap;

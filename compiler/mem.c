@@ -116,42 +116,49 @@ static int family_chunk(const RankClass *c, const Buffer *b)
     return chunk;
 }
 
-/* Does a transient belong to family f (of class c)? */
-static bool same_family(const RankClass *c, const BufFamily *f, const Buffer *b)
+/* Does a transient of chunk `chunk` (family_chunk) belong to family f? */
+static bool same_family(const BufFamily *f, const Buffer *b, int chunk)
 {
-    return f->role == b->role && f->sub == b->sub && f->idx == b->idx && f->space == b->space &&
-           f->chunk == family_chunk(c, b);
+    return f->role == b->role && f->sub == b->sub && f->idx == b->idx && f->space == b->space && f->chunk == chunk;
 }
 
+/* A family instance as choosing its places reads it: its layer coordinate,
+ * microbatch (0 for none) and lifetime. */
+typedef struct Inst { int li, mb, first, last; } Inst;
+
 /* Would places (li % lm, mb % w) keep every two instances of the family
- * that are live at once apart?  ids: its buffers by birth. */
-static bool places_ok(const Sched *s, const RankClass *c, const int *ids, int n, int lm, int w, int *last)
+ * that are live at once apart?  in: its instances by birth. */
+static bool places_ok(const Inst *in, int n, int lm, int w, int *last)
 {
     int nplaces = lm * w;
     for (int p = 0; p < nplaces; p++) last[p] = -1;
     for (int i = 0; i < n; i++) {
-        const Buffer *b = &s->bufs[ids[i]];
-        int p = (layer_coord(c, b) % lm) * w + (b->mb < 0 ? 0 : b->mb % w);
-        if (last[p] >= b->first) return false;
-        if (b->last > last[p]) last[p] = b->last;
+        int p = (in[i].li % lm) * w + in[i].mb % w;
+        if (last[p] >= in[i].first) return false;
+        if (in[i].last > last[p]) last[p] = in[i].last;
     }
     return true;
 }
 
 /* The fewest places (lm · w) for the family's instances: lm from 1 (every
  * layer shares) up to the class's layers, w from 1 up to the microbatches. */
-static void choose_places(const Sched *s, const RankClass *c, const int *ids, int n, BufFamily *f)
+static void choose_places(const Sched *s, const RankClass *c, const int *ids, int n, BufFamily *f, Arena *tmp)
 {
     int nl = 0;
     for (int k = 0; k < c->nchunks; k++)
         if (c->chunks[k].nlayers > nl) nl = c->chunks[k].nlayers;
     int m = (int)s->part->m;
     if (nl < 1) nl = 1;
-    int *last = arena_alloc(&g_arena, sizeof(int) * (size_t)(nl * (m + 1) + 1));
+    int *last = arena_alloc(tmp, sizeof(int) * (size_t)(nl * (m + 1) + 1));
+    Inst *in = arena_alloc(tmp, sizeof(Inst) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        const Buffer *b = &s->bufs[ids[i]];
+        in[i] = (Inst){layer_coord(c, b), b->mb < 0 ? 0 : b->mb, b->first, b->last};
+    }
     int64_t best = -1;
     for (int lm = 1; lm <= nl; lm = lm < 8 || lm == nl ? lm + 1 : nl) {
         for (int w = 1; w <= m && (best < 0 || (int64_t)lm * w < best); w++) {
-            if (!places_ok(s, c, ids, n, lm, w, last)) continue;
+            if (!places_ok(in, n, lm, w, last)) continue;
             best = (int64_t)lm * w;
             f->lm = lm, f->w = w;
             break;
@@ -177,9 +184,9 @@ static bool spans_meet(const Spans *a, const Spans *b)
 }
 
 /* The lifetimes of a family's instances (ids by birth), merged where they overlap. */
-static Spans family_spans(const Sched *s, const int *ids, int n)
+static Spans family_spans(const Sched *s, const int *ids, int n, Arena *tmp)
 {
-    Spans sp = {arena_alloc(&g_arena, sizeof(int[2]) * (size_t)(n + 1)), 0};
+    Spans sp = {arena_alloc(tmp, sizeof(int[2]) * (size_t)(n + 1)), 0};
     for (int i = 0; i < n; i++) {
         const Buffer *b = &s->bufs[ids[i]];
         if (sp.n && b->first <= sp.iv[sp.n - 1][1]) {
@@ -242,7 +249,7 @@ static int by_first(const void *pa, const void *pb)
  * of the (chunk, microbatch) pairs by lifetime (as few as are ever live at
  * once: an interval graph).  The families fams[mem[0..nm)] (one per chunk;
  * their buffers ids) become fams[mem[0]] when that takes fewer bytes. */
-static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const int *ids, int n)
+static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const int *ids, int n, Arena *tmp)
 {
     const RankClass *c = cm->cls;
     int m = (int)s->part->m, nunits = c->nchunks * m, lm = 1;
@@ -252,7 +259,7 @@ static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const i
         apart += (int64_t)fa->lm * fa->w * fa->size;
         if (fa->size > size) size = fa->size;
     }
-    Unit *u = arena_alloc(&g_arena, sizeof(Unit) * (size_t)(nunits + 1));
+    Unit *u = arena_alloc(tmp, sizeof(Unit) * (size_t)(nunits + 1));
     for (int k = 0; k < nunits; k++) u[k] = (Unit){-1, -1, k / m, k % m};
     for (int i = 0; i < n; i++) {
         const Buffer *b = &s->bufs[ids[i]];
@@ -264,7 +271,7 @@ static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const i
     }
     qsort(u, (size_t)nunits, sizeof(Unit), by_first);
     int *slot = arena_alloc(&g_arena, sizeof(int) * (size_t)(nunits + 1));
-    int *busy = arena_alloc(&g_arena, sizeof(int) * (size_t)(nunits + 1));     /* per colour: its last op */
+    int *busy = arena_alloc(tmp, sizeof(int) * (size_t)(nunits + 1));     /* per colour: its last op */
     int ncolours = 0;
     for (int k = 0; k < nunits; k++) {      /* greedy by birth: optimal for intervals */
         if (u[k].first < 0) continue;
@@ -283,9 +290,9 @@ static void merge_chunks(ClassMem *cm, Sched *s, const int *mem, int nm, const i
 
 /* Each family's buffers by birth: ids[first[f - f0] .. first[f - f0 + 1]) for
  * the families f0 .. f0 + nf of the n transients keys. */
-static void family_members(const Sched *s, const Key *keys, int n, int f0, int nf, int *ids, int *first)
+static void family_members(const Sched *s, const Key *keys, int n, int f0, int nf, int *ids, int *first, Arena *tmp)
 {
-    int *fill = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1));
+    int *fill = arena_alloc(tmp, sizeof(int) * (size_t)(nf + 1));
     memset(first, 0, sizeof(int) * (size_t)(nf + 1));
     for (int i = 0; i < n; i++) first[s->bufs[keys[i].id].fam - f0 + 1]++;
     for (int f = 0; f < nf; f++) first[f + 1] += first[f];
@@ -298,11 +305,11 @@ static void family_members(const Sched *s, const Key *keys, int n, int f0, int n
  * stage merged when that is smaller), each family's block by first fit among
  * the blocks it is live with (born first, then largest first; and largest
  * first: the tighter).  Returns the arena size. */
-static int64_t layout_space(ClassMem *cm, Sched *s, int space)
+static int64_t layout_space(ClassMem *cm, Sched *s, int space, Arena *tmp)
 {
     const RankClass *c = cm->cls;
     int64_t base = 0;
-    Key *keys = arena_alloc(&g_arena, sizeof(Key) * (size_t)(s->nbufs + 1));
+    Key *keys = arena_alloc(tmp, sizeof(Key) * (size_t)(s->nbufs + 1));
     int n = 0;
     for (int k = 0; k < s->nbufs; k++) {
         Buffer *b = &s->bufs[k];
@@ -320,11 +327,11 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
     int f0 = cm->nfams;
     for (int i = 0; i < n; i++) {
         Buffer *b = &s->bufs[keys[i].id];
-        int f = f0;
-        while (f < cm->nfams && !same_family(c, &cm->fams[f], b)) f++;
+        int f = f0, chunk = family_chunk(c, b);
+        while (f < cm->nfams && !same_family(&cm->fams[f], b, chunk)) f++;
         if (f == cm->nfams)
             cm->fams[cm->nfams++] = (BufFamily){.role = b->role, .sub = b->sub, .idx = b->idx,
-                                                .chunk = family_chunk(c, b), .space = space, .lm = 1, .w = 1};
+                                                .chunk = chunk, .space = space, .lm = 1, .w = 1};
         BufFamily *fa = &cm->fams[f];
         fa->ninst++;
         if (align_up(b->bytes) > fa->size) fa->size = align_up(b->bytes);
@@ -332,11 +339,11 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
     }
     int nf = cm->nfams - f0;
     if (nf == 0) return base;
-    int *ids = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1)), *first = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1));
-    family_members(s, keys, n, f0, nf, ids, first);
-    for (int f = 0; f < nf; f++) choose_places(s, c, ids + first[f], first[f + 1] - first[f], &cm->fams[f0 + f]);
+    int *ids = arena_alloc(tmp, sizeof(int) * (size_t)(n + 1)), *first = arena_alloc(tmp, sizeof(int) * (size_t)(nf + 1));
+    family_members(s, keys, n, f0, nf, ids, first, tmp);
+    for (int f = 0; f < nf; f++) choose_places(s, c, ids + first[f], first[f + 1] - first[f], &cm->fams[f0 + f], tmp);
     /* one role of several chunks: merged into one block when that is smaller */
-    int *mem = arena_alloc(&g_arena, sizeof(int) * (size_t)(nf + 1)), *ids2 = arena_alloc(&g_arena, sizeof(int) * (size_t)(n + 1));
+    int *mem = arena_alloc(tmp, sizeof(int) * (size_t)(nf + 1)), *ids2 = arena_alloc(tmp, sizeof(int) * (size_t)(n + 1));
     for (int f = 0; f < nf && c->nchunks > 1; f++) {
         const BufFamily *fa = &cm->fams[f0 + f];
         if (!fa->ninst || fa->chunk != 0) continue;
@@ -347,24 +354,24 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
         }
         for (int j = 0; j < nm; j++)
             for (int i = first[mem[j] - f0]; i < first[mem[j] - f0 + 1]; i++) ids2[k++] = ids[i];
-        if (nm > 1) merge_chunks(cm, s, mem, nm, ids2, k);
+        if (nm > 1) merge_chunks(cm, s, mem, nm, ids2, k, tmp);
     }
-    family_members(s, keys, n, f0, nf, ids, first);
-    int64_t *bytes = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nf);
-    Spans *spans = arena_alloc(&g_arena, sizeof(Spans) * (size_t)nf);
+    family_members(s, keys, n, f0, nf, ids, first, tmp);
+    int64_t *bytes = arena_alloc(tmp, sizeof(int64_t) * (size_t)nf);
+    Spans *spans = arena_alloc(tmp, sizeof(Spans) * (size_t)nf);
     for (int f = 0; f < nf; f++) {
         const BufFamily *fa = &cm->fams[f0 + f];
         bytes[f] = fa->ninst ? (int64_t)fa->lm * fa->w * fa->size : 0;
-        spans[f] = family_spans(s, ids + first[f], first[f + 1] - first[f]);
+        spans[f] = family_spans(s, ids + first[f], first[f + 1] - first[f], tmp);
     }
-    bool *meet = arena_alloc(&g_arena, sizeof(bool) * (size_t)nf * (size_t)nf);
+    bool *meet = arena_alloc(tmp, sizeof(bool) * (size_t)nf * (size_t)nf);
     for (int f = 0; f < nf; f++)
         for (int g = f + 1; g < nf; g++) meet[(size_t)f * nf + g] = meet[(size_t)g * nf + f] = spans_meet(&spans[f], &spans[g]);
-    int *order = arena_alloc(&g_arena, sizeof(int) * (size_t)nf);
+    int *order = arena_alloc(tmp, sizeof(int) * (size_t)nf);
     int64_t *off[2];
     int64_t top[2];
     for (int t = 0; t < 2; t++) {   /* 0: born first (the families are in birth order), then larger; 1: larger first */
-        off[t] = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)nf);
+        off[t] = arena_alloc(tmp, sizeof(int64_t) * (size_t)nf);
         for (int f = 0; f < nf; f++) order[f] = f;
         for (int i = 1; t == 1 && i < nf; i++)
             for (int j = i; j > 0 && bytes[order[j]] > bytes[order[j - 1]]; j--) {
@@ -385,31 +392,6 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space)
 
 /* ---- peaks ------------------------------------------------------------------------ */
 
-/* Live bytes per op of one space and (cat >= 0) one category, into d. */
-static int64_t *live_curve(const Sched *s, int space, int cat, int64_t *d)
-{
-    memset(d, 0, sizeof(int64_t) * (size_t)(s->nops + 2));
-    for (int k = 0; k < s->nbufs; k++) {
-        const Buffer *b = &s->bufs[k];
-        if (b->space != space || (cat >= 0 && b->cat != cat)) continue;
-        d[b->first] += b->bytes;
-        d[b->last + 1] -= b->bytes;
-    }
-    for (int i = 1; i <= s->nops; i++) d[i] += d[i - 1];
-    return d;
-}
-
-/* The maximum of a curve and where it is. */
-static int64_t curve_max(const int64_t *c, int n, int *at)
-{
-    int64_t best = 0;
-    int where = 0;
-    for (int i = 0; i < n; i++)
-        if (c[i] > best) best = c[i], where = i;
-    if (at) *at = where;
-    return best;
-}
-
 /* Bytes live in a space at op i. */
 int64_t mem_live_at(const ClassMem *cm, int space, int op)
 {
@@ -422,20 +404,56 @@ int64_t mem_live_at(const ClassMem *cm, int space, int op)
     return sum;
 }
 
-/* Peaks per space, the device peak's op and its breakdown by category. */
-static void peaks(ClassMem *cm)
+/* Peaks per space, the device peak's op and its breakdown by category: the
+ * live bytes of every space, whole and by category, swept once over the ops
+ * (a buffer counts from its first op to its last; a maximum can only be new
+ * at an op where a buffer is born; the peak's op is the first at the peak). */
+static void peaks(ClassMem *cm, Arena *tmp)
 {
     const Sched *s = cm->sched;
     int n = s->nops > 0 ? s->nops : 1;
-    int64_t *d = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(s->nops + 2));
-    for (int sp = 0; sp < NSPACES; sp++) {
-        int at;
-        cm->peak[sp] = curve_max(live_curve(s, sp, -1, d), n, &at);
-        if (sp == SPACE_DEVICE) cm->peak_op = at;
+    /* the buffers born at each op, and those whose last op is just before it (CSR) */
+    int *born = arena_alloc(tmp, sizeof(int) * (size_t)(n + 2)), *gone = arena_alloc(tmp, sizeof(int) * (size_t)(n + 2));
+    int *bids = arena_alloc(tmp, sizeof(int) * (size_t)(s->nbufs + 1)), *gids = arena_alloc(tmp, sizeof(int) * (size_t)(s->nbufs + 1));
+    for (int k = 0; k < s->nbufs; k++) {
+        const Buffer *b = &s->bufs[k];
+        if (b->space < 0 || b->space >= NSPACES || b->first >= n) continue;
+        born[b->first + 1]++;
+        if (b->last + 1 < n) gone[b->last + 2]++;
     }
+    for (int i = 0; i <= n; i++) born[i + 1] += born[i], gone[i + 1] += gone[i];
+    for (int k = 0; k < s->nbufs; k++) {
+        const Buffer *b = &s->bufs[k];
+        if (b->space < 0 || b->space >= NSPACES || b->first >= n) continue;
+        bids[born[b->first]++] = k;
+        if (b->last + 1 < n) gids[gone[b->last + 1]++] = k;
+    }
+    /* born[i] is now where op i + 1's births start: op i's are [born[i - 1], born[i]) */
+    int64_t live[NSPACES][NCATS + 1] = {{0}}, most[NSPACES][NCATS + 1] = {{0}};   /* [NCATS]: the space's whole */
+    cm->peak_op = 0;
+    for (int i = 0, jb = 0, jg = 0; i < n; i++) {
+        for (; jg < gone[i]; jg++) {
+            const Buffer *b = &s->bufs[gids[jg]];
+            live[b->space][NCATS] -= b->bytes;
+            if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] -= b->bytes;
+        }
+        if (jb == born[i]) continue;
+        for (; jb < born[i]; jb++) {
+            const Buffer *b = &s->bufs[bids[jb]];
+            live[b->space][NCATS] += b->bytes;
+            if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] += b->bytes;
+        }
+        for (int sp = 0; sp < NSPACES; sp++)
+            for (int c = 0; c <= NCATS; c++)
+                if (live[sp][c] > most[sp][c]) {
+                    most[sp][c] = live[sp][c];
+                    if (sp == SPACE_DEVICE && c == NCATS) cm->peak_op = i;
+                }
+    }
+    for (int sp = 0; sp < NSPACES; sp++) cm->peak[sp] = most[sp][NCATS];
     for (int c = 0; c < NCATS; c++) {
-        cm->max_cat[c] = curve_max(live_curve(s, SPACE_DEVICE, c, d), n, NULL);
-        cm->host_cat[c] = curve_max(live_curve(s, SPACE_HOST, c, d), n, NULL);
+        cm->max_cat[c] = most[SPACE_DEVICE][c];
+        cm->host_cat[c] = most[SPACE_HOST][c];
         cm->at_peak[c] = 0;
     }
     cm->model_states = 0;
@@ -454,8 +472,10 @@ void mem_layout(ClassMem *cm, Sched *s, int64_t reserve)
     lifetimes(s);
     cm->fams = arena_alloc(&g_arena, sizeof(BufFamily) * (size_t)(s->nbufs + 1));
     cm->nfams = 0;
-    for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = layout_space(cm, s, sp);
-    peaks(cm);
+    Arena tmp = {0};    /* the layout's scratch: back to the pool for the next class when done */
+    for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = layout_space(cm, s, sp, &tmp);
+    peaks(cm, &tmp);
+    arena_free(&tmp);
     cm->reserve = reserve;
     cm->device_total = cm->arena[SPACE_DEVICE] + reserve;
     cm->ratio = cm->peak[SPACE_DEVICE] > 0 ? (double)cm->arena[SPACE_DEVICE] / (double)cm->peak[SPACE_DEVICE] : 1.0;

@@ -92,6 +92,7 @@ typedef struct Bld {
     /* point-to-point transfers (pp > 1), in their global order */
     Msg *msgs;
     int nmsgs, msg_i;
+    const struct Timeline *tl;  /* every stage's units in time (pp > 1): unit_timeline */
     double *unit_start, *unit_end;      /* per unit of this stage's order, in the timeline */
     SendWait *swait;            /* sends the compute stream has yet to wait for */
     int nswait;
@@ -470,10 +471,16 @@ static double unit_cost(const Partition *p, int64_t mc, bool bwd)
 
 /* Every stage's units in order, each as soon as its stage is free and its
  * input exists: when each unit starts and ends (start[st][i], ends[st][i]),
- * and where each unit sits (pos[st][(bwd·v + chunk)·m + mb]). */
-static void unit_timeline(const Partition *p, double **start, double **ends, int **pos)
+ * and where each unit sits (pos[st][(bwd·v + chunk)·m + mb]).  The same for
+ * every stage's class: built once per schedule (sched_build). */
+typedef struct Timeline { double **start, **ends; int **pos; } Timeline;
+
+static void unit_timeline(const Partition *p, Timeline *tl)
 {
     int pp = (int)p->pp, v = (int)p->v, m = (int)p->m, nu = 2 * v * m;
+    double **start = tl->start = arena_alloc(&g_arena, sizeof(double *) * (size_t)pp);
+    double **ends = tl->ends = arena_alloc(&g_arena, sizeof(double *) * (size_t)pp);
+    int **pos = tl->pos = arena_alloc(&g_arena, sizeof(int *) * (size_t)pp);
     PipeUnit **ord = arena_alloc(&g_arena, sizeof(PipeUnit *) * (size_t)pp);
     int *next = arena_alloc(&g_arena, sizeof(int) * (size_t)pp);
     double *clock = arena_alloc(&g_arena, sizeof(double) * (size_t)pp);
@@ -531,10 +538,8 @@ static void build_p2p(Bld *b, const PipeUnit *order, int n)
     b->msgs = arena_alloc(&g_arena, sizeof(Msg) * (size_t)(2 * n + 1));
     for (int i = 0; i < n; i++) b->unit_start[i] = i, b->unit_end[i] = i + 1;
     if (pp == 1) return;
-    double **start = arena_alloc(&g_arena, sizeof(double *) * (size_t)pp);
-    double **ends = arena_alloc(&g_arena, sizeof(double *) * (size_t)pp);
-    int **pos = arena_alloc(&g_arena, sizeof(int *) * (size_t)pp);
-    unit_timeline(p, start, ends, pos);
+    double **start = b->tl->start, **ends = b->tl->ends;
+    int **pos = b->tl->pos;
     for (int i = 0; i < n; i++) {
         const PipeUnit *u = &order[i];
         int mc = u->chunk * pp + st;
@@ -2134,11 +2139,11 @@ static void weight_shares(const Model *m, double mlp, double w[2])
 }
 
 /* Builds the ops and buffers of one training step of rank class c. */
-static void sched_class(const Partition *p, const RankClass *c, Sched *s)
+static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, Sched *s)
 {
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
-    Bld b = {.s = s, .p = p, .c = c, .spec = p->spec, .m = p->model};
+    Bld b = {.s = s, .p = p, .c = c, .spec = p->spec, .m = p->model, .tl = tl};
     b.pol = p->spec->checkpointing.activations;
     b.every = p->spec->checkpointing.every > 0 ? (int)p->spec->checkpointing.every : 1;
     b.overlap = p->spec->zero.overlap_comm;
@@ -2186,7 +2191,9 @@ void sched_build(const Partition *p, Schedule *out)
 {
     out->nclasses = p->nclasses;
     out->classes = arena_alloc(&g_arena, sizeof(Sched) * (size_t)(p->nclasses + 1));
-    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &out->classes[i]);
+    Timeline tl = {0};
+    if (p->pp > 1) unit_timeline(p, &tl);
+    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, &out->classes[i]);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */

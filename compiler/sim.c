@@ -45,6 +45,7 @@ typedef struct Ctx {
     int *cls_of;                /* [N]                                          */
     unsigned char *kind, *stream; /* [N]: each op's OpKind and Stream, packed: the
                                    passes below scan these, not the ops themselves */
+    unsigned char *group;       /* [N]: the CommGroup it communicates in (cost_group) */
     double *dur, *ready;        /* [N]: duration; time its dependencies allow   */
     SimOp *t;                   /* [N]: start and end                           */
     unsigned char *state;       /* [N]: PENDING, ARRIVED (at a rendezvous), DONE */
@@ -97,6 +98,7 @@ static void build_ops(Ctx *x)
     x->cls_of = arena_alloc(&g_arena, sizeof(int) * n);
     x->kind = arena_alloc(&g_arena, n);
     x->stream = arena_alloc(&g_arena, n);
+    x->group = arena_alloc(&g_arena, n);
     x->dur = arena_alloc(&g_arena, sizeof(double) * n);
     x->ready = arena_alloc(&g_arena, sizeof(double) * n);
     x->t = arena_alloc(&g_arena, sizeof(SimOp) * n);
@@ -122,6 +124,7 @@ static void build_ops(Ctx *x)
             x->cls_of[g] = c;
             x->kind[g] = (unsigned char)s->ops[i].kind;
             x->stream[g] = (unsigned char)s->ops[i].stream;
+            x->group[g] = (unsigned char)cost_group(s, i);
             x->dur[g] = cost_op_time(x->mp, s, i);
             x->cause[g] = x->rcause[g] = x->partner[g] = x->sync[g] = x->wait_head[g] = -1;
             x->st_first[c * NSTREAMS + s->ops[i].stream + 1]++;
@@ -444,6 +447,15 @@ static int span_cmp(const void *pa, const void *pb)
     return a->a < b->a ? -1 : a->a > b->a;
 }
 
+/* Whether intervals are in order of start already (a group's ops mostly run
+ * on one stream, one after another): merging them needs no sort then. */
+static bool spans_sorted(const Span2 *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        if (v[i].a < v[i - 1].a) return false;
+    return true;
+}
+
 /* Length of the intersection of two sorted lists of disjoint intervals. */
 static double overlap(const Span2 *u, int nu, const Span2 *v, int nv)
 {
@@ -519,15 +531,23 @@ static void class_metrics(const Ctx *x, int c, double step, int last, SimClass *
     }
     if (step > prev) idle[ni++] = (Span2){prev, step};
     if (step > prev) sc->bubble += pipeline_share(x, c, -1, last, prev, step);
-    /* exposed: a group's ops running while the compute stream idles */
-    Span2 *busy = malloc(sizeof(Span2) * (size_t)(s->nops + 1));
+    /* exposed: a group's ops running while the compute stream idles; each
+     * group's spans gathered in one pass over the ops (counted first) */
+    int nb[NGROUPS + 1] = {0};
+    for (int g = b; g < b + s->nops; g++)
+        if (x->t[g].end > x->t[g].start) nb[x->group[g] + 1]++;
+    for (int grp = 0; grp < NGROUPS; grp++) nb[grp + 1] += nb[grp];
+    Span2 *busy = malloc(sizeof(Span2) * (size_t)(nb[NGROUPS] + 1));
+    int at[NGROUPS];
+    memcpy(at, nb, sizeof at);
+    for (int g = b; g < b + s->nops; g++)
+        if (x->t[g].end > x->t[g].start) busy[at[x->group[g]]++] = (Span2){x->t[g].start, x->t[g].end};
     for (int grp = GRP_NONE + 1; grp < NGROUPS; grp++) {
-        int nb = 0;
-        for (int i = 0; i < s->nops; i++)
-            if (cost_group(s, i) == grp && x->t[b + i].end > x->t[b + i].start) busy[nb++] = (Span2){x->t[b + i].start, x->t[b + i].end};
-        qsort(busy, (size_t)nb, sizeof *busy, span_cmp);
-        nb = merge_spans(busy, nb);
-        sc->exposed[grp] = overlap(idle, ni, busy, nb);
+        Span2 *v = busy + nb[grp];
+        int n = nb[grp + 1] - nb[grp];
+        if (!spans_sorted(v, n)) qsort(v, (size_t)n, sizeof *v, span_cmp);
+        n = merge_spans(v, n);
+        sc->exposed[grp] = overlap(idle, ni, v, n);
     }
     free(busy);
     free(idle);

@@ -11,6 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 shardc=${1:-$root/build/shardc}
 [ -x /usr/bin/time ] || { echo "scale.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 77; }
+# the argument is the binary, not the build directory: a wrong one used to print rows of 0.00 s
+[ -f "$shardc" ] && [ -x "$shardc" ] || { echo "scale.sh: $shardc is not the shardc binary (usage: $0 [build/shardc])" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -30,7 +32,10 @@ SPEC
 
 # measure SPEC: "seconds MB" of one plan
 measure() {
-  /usr/bin/time -f '%e %M' -o "$tmp/time" "$shardc" plan "$@" >/dev/null
+  if ! /usr/bin/time -f '%e %M' -o "$tmp/time" "$shardc" plan "$@" >/dev/null; then
+    echo "scale.sh: $shardc plan $* failed" >&2
+    exit 1      # the row's $(...) fails, and with it the script (set -e)
+  fi
   awk '{ printf "%6.2f s %6.0f MB", $1, $2 / 1024 }' "$tmp/time"
 }
 
