@@ -235,7 +235,7 @@ static void carve_bwd(const Partition *p, bool sp, Carve *cv)
     const Model *m = p->model;
     int64_t tp = p->tp, T = p->T, h = m->h, ff = m->ffn / tp, w = p->wbytes;
     int64_t qkv = m->h / tp + 2 * model_kv_rank(m) * m->hd;
-    bool dgelu = !m->gated && p->spec->model.activation != ACT_EXTERN;
+    bool dgelu = m->dgelu;
     /* tp_comm_overlap: each part's weight GEMMs run in a second op after its
      * last step (4, 9), reading dY of the MLP's input linears and of qkv */
     int wlast = p->wsplit ? 1 : 0;

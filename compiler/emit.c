@@ -231,16 +231,26 @@ static void gen_gemms(Str *o)
     sput(o, "};\n\n");
 }
 
+/* Calls written so far with a parameter gradient operand (PG: the part
+ * table's gradient places), so that gen_bwd_fn can check each split data op's
+ * code against what its schedule declares (part_data_grads). */
+static int em_grad_calls;
+
 /* Writes `srt_OP(c, STREAM, args...);` (indented, with a comment), checking OP
- * and the number of arguments against the SRT_OPS list. */
+ * and the number of arguments against the SRT_OPS list; counts em_grad_calls. */
 static void rt_call(Str *s, const char *ind, int op, const char *stream, const char *comment, ...)
 {
     const RtOp *r = &rt_ops[op];
     va_list ap;
     va_start(ap, comment);
     int n = 0;
+    bool grad = false;
     sf(s, "%ssrt_%s(c, %s", ind, r->name, stream);
-    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) sf(s, ", %s", a);
+    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) {
+        sf(s, ", %s", a);
+        grad |= strstr(a, "PG(") != NULL;
+    }
+    em_grad_calls += grad;
     va_end(ap);
     if (n != r->arity) die("emit: srt_%s takes %d arguments after the stream, %d emitted", r->name, r->arity, n);
     sput(s, ");");
@@ -826,7 +836,7 @@ static void proj_bwd(Str *o, Opnd pbg, int grads)
  * the weight and bias gradients; split, those in the weight op at step 4. */
 static void mlp_out_bwd(const CE *e, Str *o, Opnd fbg, int grads)
 {
-    bool dgelu = !e->m->gated && !e->ext, w = grads == GR_WEIGHT;
+    bool dgelu = e->m->dgelu, w = grads == GR_WEIGHT;
     Opnd di = dgelu ? NO_OPND : opnd("dact"), dw = opnd("PG(FC2_W, (int64_t)C * FF)"), db = fbg;
     bwd_opnds(grads, &di, &dw, &db);
     if (di.on == ABSENT && dw.on == ABSENT) return;
@@ -842,7 +852,7 @@ static void mlp_in_bwd(const CE *e, Str *o, int grads)
 {
     const Model *m = e->m;
     const Group *g = &e->layer[0];
-    bool dgelu = !m->gated && !e->ext, w = grads == GR_WEIGHT;
+    bool dgelu = m->dgelu, w = grads == GR_WEIGHT;
     const char *st = w ? "4" : "3", *wg = w ? "'s weight gradient" : "";
     if (m->gated) {
         static const struct { int w, b; const char *dout, *name, *note; } pr[2] = {
@@ -897,6 +907,18 @@ static void gen_bwd_norm_fn(const CE *e, Str *o)
     sput(o, "}\n\n");
 }
 
+/* Split (wsplit): whether the code of part sub's data op writes weight
+ * gradients (writes: a call of its path has a PG operand) must be what the
+ * schedule declares of it (part_data_grads): an undeclared write is invisible
+ * to the verifier and to the bucket's zeroing and reduction (a ZeRO-2 bucket
+ * zeroed after GPT's data op added c_fc's bias gradient under SP lost it). */
+static void data_grads_check(const CE *e, int sub, bool writes)
+{
+    if (writes == part_data_grads(e->p, sub)) return;
+    die("emit: the split %s data op's code writes %sweight gradients, its schedule says it writes %s "
+        "(part_data_grads)", sub == SUB_MLP ? "MLP" : "attention", writes ? "" : "no ", writes ? "none" : "some");
+}
+
 /* The layer's backward; its numbered steps are the lifetimes carve_bwd packs.
  * With tp_comm_overlap (wsplit) each part runs as two calls: a->grads
  * GR_DATA, the input gradient the tp collective then reduces, and GR_WEIGHT,
@@ -935,7 +957,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
               "    srt_t dx2 = %sDV(a->d1, (int64_t)N * C, WDT);  /* (B,T,C) the MLP part's partial, then reduced */\n", nod1);
     else
         sf(o, "    srt_t dx2 = %s;  /* (B,T,C) */\n", piece(bs, AP_DX2, 0, "(int64_t)N * C", "WDT"));
-    if (m->gated || e->ext)   /* GELU's backward fuses it away (matmul_bwd_dgelu) */
+    if (!m->dgelu)   /* GELU's backward fuses it away (matmul_bwd_dgelu) */
         sf(o, "    srt_t dact = %s;  /* (B,T,FF) */\n", piece(bs, AP_DACT, 0, "(int64_t)N * FF", "WDT"));
     if (m->gated)
         sf(o, "    srt_t dgate = %s, dup = %s;  /* (B,T,FF) */\n", piece(bs, AP_DGATE, 0, "(int64_t)N * FF", "WDT"),
@@ -959,6 +981,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     if (tp) fbg = on_tp0(fbg), pbg = on_tp0(pbg);   /* a row-parallel bias sees its whole gradient on every rank */
     if (tp) sput(o, "    if (a->part == 1) goto attn;\n");
     if (ws) sf(o, "    if (a->grads == %d) goto mlp_wgrad;  /* the MLP's weight gradients */\n", GR_WEIGHT);
+    int before = em_grad_calls;     /* the MLP part's data path from here to its return */
     if (sp) {   /* the residual joins on this rank's tokens, after the reduce-scatter (the norm op) */
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
@@ -971,7 +994,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     }
     /* GELU: the down projection's data gradient fused with gelu' (and c_fc's
      * bias gradient) in one op; a user-defined activation or SwiGLU: dact */
-    bool dgelu = !m->gated && !e->ext;
+    bool dgelu = m->dgelu;
     if (!dgelu) rt_call(o, I, RT_zero, "SRT_COMPUTE", "1", "dact", NULL);
     mlp_out_bwd(e, o, fbg, gd);
     if (dgelu) {
@@ -993,6 +1016,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     if (tp)
         sf(o, "    return;  /* the %s over tp completes %s */\n", sp ? "reduce-scatter" : "all-reduce",
            sp ? "this rank's tokens of dln2 (dx2)" : "dx2");
+    if (ws) data_grads_check(e, SUB_MLP, em_grad_calls > before);
     if (ws) {
         sput(o, "mlp_wgrad:\n");
         mlp_out_bwd(e, o, fbg, GR_WEIGHT);
@@ -1001,6 +1025,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     }
     if (tp) sput(o, "attn:\n");
     if (ws) sf(o, "    if (a->grads == %d) goto attn_wgrad;  /* the attention's weight gradients */\n", GR_WEIGHT);
+    before = em_grad_calls;         /* the attention part's data path from here to its return */
     if (sp) {   /* the residual joins on this rank's tokens, after the reduce-scatter (the norm op) */
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
@@ -1025,6 +1050,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     qkv_proj(e, o, g, true, gd);
     if (!sp) norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
     if (ws) {
+        data_grads_check(e, SUB_ATTN, em_grad_calls > before);
         sf(o, "    return;  /* the %s over tp completes %s */\nattn_wgrad:\n", sp ? "reduce-scatter" : "all-reduce",
            sp ? "this rank's tokens of dln1 (dx)" : "dx");
         proj_bwd(o, pbg, GR_WEIGHT);

@@ -1244,8 +1244,7 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
         die("lower: a layer's backward needs %lld bytes of scratch, the plan gives it %lld", (long long)e->bscr.total,
             (long long)e->s->bufs[scr].bytes);
     zero_buckets(e, o, zeroed, label);
-    /* under SP the split data op writes no gradients: its weight op and the part's norm op do */
-    check_group(e, &e->layer[op_slot(e, o)], o, true, !(lower_sp(e) && o->grads == GR_DATA));
+    check_group(e, &e->layer[op_slot(e, o)], o, true, o->grads != GR_DATA || part_data_grads(e->p, o->sub));
     Arg args[MAX_ARGS];
     int n = 0;
     args[n++] = arow(op_slot(e, o)), args[n++] = aint(o->mb, IT_MB);

@@ -180,6 +180,7 @@ static void model_shape(const Spec *s, Model *m)
     int64_t q = 128 * m->tp;
     m->Vpad = (m->V + q - 1) / q * q;
     m->gated = s->model.activation == ACT_SWIGLU;
+    m->dgelu = !m->gated && s->model.activation != ACT_EXTERN;
     m->layernorm = m->family == FAM_GPT;
     m->learned_pos = m->family == FAM_GPT;
     m->bias = s->model.bias;

@@ -515,15 +515,25 @@ void part_build(const Spec *s, const Model *m, Partition *p)
     p->pad_unit = p->zero >= 1 ? p->dp * 128 : 128;
     p->T = p->b * m->s;
     p->T_sp = s->parallel.sequence_parallel && p->tp > 1 ? p->T / p->tp : p->T;
-    /* ZeRO-2 with sequence parallelism keeps each part's backward whole: its
-     * split trained wrong gradients (tests/e2e/train_tp_overlap, found
-     * 2026-12-02 when tune's candidates were built) and is not yet mended */
-    p->wsplit = p->tp > 1 && s->parallel.tp_comm_overlap == TPO_WGRAD && !(p->zero == 2 && p->T_sp < p->T);
+    p->wsplit = p->tp > 1 && s->parallel.tp_comm_overlap == TPO_WGRAD;
     plan_chunks(s, m, p);
     p->nclasses = (int)p->pp;
     p->classes = arena_alloc(&g_arena, sizeof(RankClass) * (size_t)p->pp);
     for (int st = 0; st < p->pp; st++) plan_class(s, p, &p->classes[st], st);
     act_plan(s, p);
+}
+
+/* Whether the data op of a split backward part writes weight gradients.
+ * Without sequence parallelism it runs the part's norm backward, so the
+ * norm's weights' gradients; under it the norm has an op of its own
+ * (GR_NORM) and the data op's one gradient is the MLP part's c_fc bias,
+ * which GELU's fused backward (matmul_bwd_dgelu) adds with dfc1.  The
+ * schedule declares the write (the bucket is zeroed before its first writer
+ * and its reduction ordered after its last); the lowering checks it. */
+bool part_data_grads(const Partition *p, int sub)
+{
+    if (p->T_sp == p->T) return true;
+    return sub == SUB_MLP && p->model->dgelu && p->model->bias;
 }
 
 /* ---- ownership ------------------------------------------------------------------ */

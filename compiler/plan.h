@@ -65,6 +65,9 @@ typedef struct Model {
     int64_t V, Vpad, s, ffn;    /* vocab (logical / padded to 128·tp), seq, MLP    */
     int64_t tp;                 /* the tp the padding was computed for             */
     bool gated;                 /* SwiGLU: gate and up projections                 */
+    bool dgelu;                 /* GELU's backward fused into the down projection's data
+                                   GEMM (matmul_bwd_dgelu), which adds c_fc's bias
+                                   gradient with dfc1 (not SwiGLU, not an extern op) */
     bool layernorm;             /* LayerNorm (mean + rstd) vs RMSNorm (rstd)       */
     bool bias, tied, learned_pos;
     const char *layer_prefix;   /* a layer tensor's name: this, its layer, ".", its local name */
@@ -286,6 +289,9 @@ typedef struct Partition {
 bool part_check(const Spec *s, bool report);
 /* Builds the partition plan (call part_check first). */
 void part_build(const Spec *s, const Model *m, Partition *p);
+/* Whether the data op of a split backward part (wsplit, OpGrads GR_DATA) of
+ * part sub (OpSub) writes weight gradients. */
+bool part_data_grads(const Partition *p, int sub);
 /* Whether the spec's NVMe parameter staging (offload.params buffer_count x
  * buffer_size) holds what passes through it on every rank: the largest
  * fetch unit's shard and a host optimizer sub-group (after part_build). */

@@ -1293,8 +1293,9 @@ static double fl_weight(const Bld *b, int sub) { return b->wshare[sub == SUB_MLP
 
 /* A backward compute part (or the whole backward); split (tp_comm_overlap):
  * its data op, the input gradient only, leaving in its scratch what the
- * weight op reads (*scr).  Under SP the split data op writes no weight
- * gradients: the part's norm op does the norm's (sp_part_bwd). */
+ * weight op reads (*scr).  Under SP the part's norm op writes the norm's
+ * weight gradients (sp_part_bwd) and the split data op only what
+ * part_data_grads says (GELU's fused c_fc bias gradient). */
 static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const BwdIO *io, int *scr)
 {
     int o = part_op(b, OP_LAYER_BWD, sub, L, mb, chunk, b->wsplit ? fl - fl_weight(b, sub) : fl);
@@ -1303,7 +1304,7 @@ static int bwd_part(Bld *b, int sub, int L, int mb, int chunk, double fl, const 
     op_rd(b, o, io->x);
     op_rd(b, o, io->attn);
     *scr = op_scratch(b, o, b->p->act.bwd_scratch);
-    if (!(b->sp && b->wsplit)) grads_write(b, o, L);
+    if (!b->wsplit || part_data_grads(b->p, sub)) grads_write(b, o, L);
     return o;
 }
 
