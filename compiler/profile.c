@@ -644,6 +644,12 @@ const ProfFit *profile_coll(const Profile *pf, int op, bool inter, int64_t w, in
     return &best->fit;
 }
 
+/* A sharing row's slowdown: all its ranks at once over rank 0 alone. */
+static double share_ratio(const ProfShare *s, bool gemm)
+{
+    return gemm ? s->gemm_s / s->alone_gemm_s : s->ew_s / s->alone_ew_s;
+}
+
 /* The contention of ranks that run at once: over every sharing row, its
  * ratio (all at once over rank 0 alone) over the share its ranks' threads
  * took of the cores (at least 1), the smallest, never below 1.  Each row
@@ -657,7 +663,7 @@ static double contention(const Profile *pf, bool gemm)
     for (int i = 0; i < pf->nshare; i++) {
         const ProfShare *s = &pf->share[i];
         double used = (double)s->ranks_per_node * s->threads / (double)pf->cores;
-        double r = (gemm ? s->gemm_s / s->alone_gemm_s : s->ew_s / s->alone_ew_s) / (used > 1 ? used : 1);
+        double r = share_ratio(s, gemm) / (used > 1 ? used : 1);
         if (r == r && (c == 0 || r < c)) c = r;
     }
     return c > 1 ? c : 1;
@@ -677,7 +683,7 @@ double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm)
     double f = 1;
     for (int i = 0; i < pf->nshare; i++) {
         const ProfShare *s = &pf->share[i];
-        if (s->ranks_per_node == w && s->threads == threads) f = gemm ? s->gemm_s / s->alone_gemm_s : s->ew_s / s->alone_ew_s;
+        if (s->ranks_per_node == w && s->threads == threads) f = share_ratio(s, gemm);
     }
     return f > 1 ? f : 1;
 }

@@ -291,16 +291,25 @@ static void test_split_order(void)
 
 /* ---- (f) sequence parallelism: a weight op before its regather's wait --------------------- */
 
+/* tp 2 with sequence parallelism, two microbatches, checked to verify
+ * before a case mutates it (NULL if it does not plan). */
+static Plan *sp_plan(void)
+{
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    const char *rep;
+    if (mp) CHECK(pt_verify(mp, &rep));
+    return mp;
+}
+
 /* The split backward's data op runs while the part's input is regathered;
  * its weight op reads the gathered input: dropping the compute stream's wait
  * for the regather (or moving the weight op above it) must be caught. */
 static void test_sp_regather_wait(void)
 {
-    Plan *mp = pt_planv("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2", NULL);
-    CHECK(mp != NULL);
+    Plan *mp = sp_plan();
     if (!mp) return;
     const char *rep;
-    CHECK(pt_verify(mp, &rep));
     Sched *s = &mp->sched.classes[0];
     int w = -1;                 /* a compute wait for a regather, the weight op right after it */
     for (int i = 0; i + 1 < s->nops && w < 0; i++) {
@@ -330,11 +339,9 @@ static void test_sp_regather_wait(void)
  * wait for the norm op must be caught (the gather would send a stale shard). */
 static void test_sp_norm_gather_wait(void)
 {
-    Plan *mp = pt_planv("parallel.tp=2", "parallel.sequence_parallel=on", "parallel.microbatches=2", NULL);
-    CHECK(mp != NULL);
+    Plan *mp = sp_plan();
     if (!mp) return;
     const char *rep;
-    CHECK(pt_verify(mp, &rep));
     Sched *s = &mp->sched.classes[0];
     int w = -1;                 /* tp-comm's wait for a forward norm op */
     for (int i = 0; i < s->nops && w < 0; i++) {
