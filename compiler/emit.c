@@ -170,13 +170,15 @@ static void report_fn(FILE *f, const void *mp) { report_text(f, mp); }
 typedef enum Dim { D_N, D_C, D_QKV, D_QD, D_KVD, D_FF, D_VP, NDIMS } Dim;
 static const char *const dim_c[NDIMS] = {"N", "C", "QKV", "QD", "KVD", "FF", "VP"};
 
-/* An optional operand of a call: its text, and on which ranks it is there. */
+/* An optional operand of a call: its text, on which ranks it is there, and
+ * whether the call writes a parameter gradient through it (a PG place of the
+ * part table: the layer's calls are checked against their schedule by it). */
 typedef enum Presence { ABSENT, ON_ALL, ON_SOME } Presence;
-typedef struct Opnd { const char *c; Presence on; } Opnd;
-static const Opnd NO_OPND = {"NONE", ABSENT};
+typedef struct Opnd { const char *c; Presence on; bool grad; } Opnd;
+static const Opnd NO_OPND = {"NONE", ABSENT, false};
 
 /* An operand every rank has. */
-static Opnd opnd(const char *c) { return (Opnd){c, ON_ALL}; }
+static Opnd opnd(const char *c) { return (Opnd){c, ON_ALL, false}; }
 
 /* The GEMM shapes the program's code calls (srt_program.gemms): every
  * srt_matmul_* call is written by mm_fwd, mm_gelu_fwd, mm_bwd or
@@ -231,26 +233,27 @@ static void gen_gemms(Str *o)
     sput(o, "};\n\n");
 }
 
-/* Calls written so far with a parameter gradient operand (PG: the part
- * table's gradient places), so that gen_bwd_fn can check each split data op's
- * code against what its schedule declares (part_data_grads). */
+/* Calls written so far with a parameter gradient operand (an Opnd whose grad
+ * is set and which some rank has), so that gen_bwd_fn can check each split
+ * data op's code against what its schedule declares (part_data_grads). */
 static int em_grad_calls;
 
+/* Counts a call whose gradient operands are a and b (NO_OPND where it has fewer). */
+static void grad_call(Opnd a, Opnd b)
+{
+    em_grad_calls += (a.grad && a.on != ABSENT) || (b.grad && b.on != ABSENT);
+}
+
 /* Writes `srt_OP(c, STREAM, args...);` (indented, with a comment), checking OP
- * and the number of arguments against the SRT_OPS list; counts em_grad_calls. */
+ * and the number of arguments against the SRT_OPS list. */
 static void rt_call(Str *s, const char *ind, int op, const char *stream, const char *comment, ...)
 {
     const RtOp *r = &rt_ops[op];
     va_list ap;
     va_start(ap, comment);
     int n = 0;
-    bool grad = false;
     sf(s, "%ssrt_%s(c, %s", ind, r->name, stream);
-    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) {
-        sf(s, ", %s", a);
-        grad |= strstr(a, "PG(") != NULL;
-    }
-    em_grad_calls += grad;
+    for (const char *a = va_arg(ap, const char *); a; a = va_arg(ap, const char *), n++) sf(s, ", %s", a);
     va_end(ap);
     if (n != r->arity) die("emit: srt_%s takes %d arguments after the stream, %d emitted", r->name, r->arity, n);
     sput(s, ");");
@@ -282,6 +285,7 @@ static void mm_bwd(Str *s, const char *ind, const char *comment, Opnd dinp, Opnd
 {
     rt_call(s, ind, RT_matmul_bwd, "SRT_COMPUTE", comment, dinp.c, dw.c, dbias.c, dout, inp, w, dim_c[N], dim_c[C],
             dim_c[OC], NULL);
+    grad_call(dw, dbias);
     if (dinp.on != ABSENT) gemm_note(SRT_GEMM_BWD_DATA, N, C, OC, false);
     if (dw.on != ABSENT) gemm_note(SRT_GEMM_BWD_WEIGHT, N, C, OC, false);
 }
@@ -292,6 +296,7 @@ static void mm_bwd_dgelu(Str *s, const char *ind, const char *comment, const cha
 {
     rt_call(s, ind, RT_matmul_bwd_dgelu, "SRT_COMPUTE", comment, dpre, dbias.c, dout, w, pre, dim_c[N], dim_c[C],
             dim_c[OC], NULL);
+    grad_call(dbias, NO_OPND);
     gemm_bias(SRT_GEMM_BWD_DGELU, N, C, OC, dbias.on);
 }
 
@@ -517,13 +522,19 @@ static void gen_class_tables(CE *e, Str *o)
 static Opnd opt_w(const Group *g, int role, Dim n, bool grad)
 {
     if (g->ct[role] < 0) return NO_OPND;
-    return opnd(arena_printf(&g_arena, "%s(%s, %s)", grad ? "PG" : "PW", role_c[role], dim_c[n]));
+    return (Opnd){arena_printf(&g_arena, "%s(%s, %s)", grad ? "PG" : "PW", role_c[role], dim_c[n]), ON_ALL, grad};
+}
+
+/* The gradient place of parameter role, n elements (a C expression). */
+static Opnd pgrad(int role, const char *n)
+{
+    return (Opnd){arena_printf(&g_arena, "PG(%s, %s)", role_c[role], n), ON_ALL, true};
 }
 
 /* tp > 1: an operand only tp rank 0 has (a row-parallel bias or its gradient). */
 static Opnd on_tp0(Opnd x)
 {
-    return x.on == ABSENT ? x : (Opnd){arena_printf(&g_arena, "tp0 ? %s : NONE", x.c), ON_SOME};
+    return x.on == ABSENT ? x : (Opnd){arena_printf(&g_arena, "tp0 ? %s : NONE", x.c), ON_SOME, x.grad};
 }
 
 /* Declares a norm's statistics from a carved piece: layernorm mean + rstd, or rmsnorm rstd. */
@@ -562,13 +573,15 @@ static void norm_fwd(const CE *e, Str *o, const Group *g, const char *v, const c
 static void norm_bwd_rows(const CE *e, Str *o, const Group *g, const char *v, const char *din, const char *dout,
                           const char *in, int w, int b, const char *rows, const char *comment)
 {
-    const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]), *gw = arena_printf(&g_arena, "PG(%s, C)", role_c[w]);
+    const char *pw = arena_printf(&g_arena, "PW(%s, C)", role_c[w]);
+    Opnd gw = pgrad(w, "C"), gb = e->m->layernorm ? opt_w(g, b, D_C, true) : NO_OPND;
     if (e->m->layernorm)
-        rt_call(o, "    ", RT_layernorm_bwd, "SRT_COMPUTE", comment, din, gw, opt_w(g, b, D_C, true).c, dout, in, pw,
+        rt_call(o, "    ", RT_layernorm_bwd, "SRT_COMPUTE", comment, din, gw.c, gb.c, dout, in, pw,
                 arena_printf(&g_arena, "%s_mean", v), arena_printf(&g_arena, "%s_rstd", v), rows, "C", NULL);
     else
-        rt_call(o, "    ", RT_rmsnorm_bwd, "SRT_COMPUTE", comment, din, gw, dout, in, pw,
+        rt_call(o, "    ", RT_rmsnorm_bwd, "SRT_COMPUTE", comment, din, gw.c, dout, in, pw,
                 arena_printf(&g_arena, "%s_rstd", v), rows, "C", NULL);
+    grad_call(gw, gb);
 }
 
 /* A norm's backward over the microbatch's N tokens. */
@@ -652,7 +665,7 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd, int grads)
 {
     const char *I = "    ", *st = grads == GR_WEIGHT ? "9" : "8";
     if (e->m->family == FAM_GPT) {
-        Opnd di = opnd("dln1"), dw = opnd("PG(QKV_W, (int64_t)QKV * C)"), db = opt_w(g, R_QKV_B, D_QKV, true);
+        Opnd di = opnd("dln1"), dw = pgrad(R_QKV_W, "(int64_t)QKV * C"), db = opt_w(g, R_QKV_B, D_QKV, true);
         bwd_opnds(grads, &di, &dw, &db);
         if (!bwd)
             mm_fwd(o, I, "attn.c_attn: (B,T,C) -> (B,T,QKV)", "qkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)",
@@ -668,7 +681,7 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd, int grads)
     for (int i = 0; i < 3; i++) {
         const char *dim = dim_c[pr[i].dim];
         const char *w = arena_printf(&g_arena, "%s(%s, (int64_t)%s * C)", "PW", role_c[pr[i].w], dim);
-        Opnd di = opnd("dln1"), dw = opnd(arena_printf(&g_arena, "PG(%s, (int64_t)%s * C)", role_c[pr[i].w], dim));
+        Opnd di = opnd("dln1"), dw = pgrad(pr[i].w, arena_printf(&g_arena, "(int64_t)%s * C", dim));
         Opnd db = opt_w(g, pr[i].b, pr[i].dim, true);
         bwd_opnds(grads, &di, &dw, &db);
         if (!bwd)
@@ -825,7 +838,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
  * gradients; split, those in the weight op at step 9. */
 static void proj_bwd(Str *o, Opnd pbg, int grads)
 {
-    Opnd di = opnd("datt"), dw = opnd("PG(PROJ_W, (int64_t)C * QD)"), db = pbg;
+    Opnd di = opnd("datt"), dw = pgrad(R_ATTN_OUT_W, "(int64_t)C * QD"), db = pbg;
     bwd_opnds(grads, &di, &dw, &db);
     mm_bwd(o, "    ", grads == GR_WEIGHT ? "9: attention output projection's weight gradient" : "6: attention output projection",
            di, dw, db, "dx2", "att", "PW(PROJ_W, (int64_t)C * QD)", D_N, D_QD, D_C);
@@ -837,7 +850,7 @@ static void proj_bwd(Str *o, Opnd pbg, int grads)
 static void mlp_out_bwd(const CE *e, Str *o, Opnd fbg, int grads)
 {
     bool dgelu = e->m->dgelu, w = grads == GR_WEIGHT;
-    Opnd di = dgelu ? NO_OPND : opnd("dact"), dw = opnd("PG(FC2_W, (int64_t)C * FF)"), db = fbg;
+    Opnd di = dgelu ? NO_OPND : opnd("dact"), dw = pgrad(R_FC2_W, "(int64_t)C * FF"), db = fbg;
     bwd_opnds(grads, &di, &dw, &db);
     if (di.on == ABSENT && dw.on == ABSENT) return;
     mm_bwd(o, "    ", w ? "4: MLP down projection's weight gradient"
@@ -858,7 +871,7 @@ static void mlp_in_bwd(const CE *e, Str *o, int grads)
         static const struct { int w, b; const char *dout, *name, *note; } pr[2] = {
             {R_UP_W, R_UP_B, "dup", "up_proj", ""}, {R_GATE_W, R_GATE_B, "dgate", "gate_proj", " (dln2 +=)"}};
         for (int i = 0; i < 2; i++) {
-            Opnd di = opnd("dln2"), dw = opnd(arena_printf(&g_arena, "PG(%s, (int64_t)FF * C)", role_c[pr[i].w]));
+            Opnd di = opnd("dln2"), dw = pgrad(pr[i].w, "(int64_t)FF * C");
             Opnd db = opt_w(g, pr[i].b, D_FF, true);
             bwd_opnds(grads, &di, &dw, &db);
             mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.%s%s", st, pr[i].name, w ? wg : pr[i].note), di, dw, db,
@@ -866,7 +879,7 @@ static void mlp_in_bwd(const CE *e, Str *o, int grads)
         }
         return;
     }
-    Opnd di = opnd("dln2"), dw = opnd("PG(FC1_W, (int64_t)FF * C)"), db = dgelu ? NO_OPND : opt_w(g, R_FC1_B, D_FF, true);
+    Opnd di = opnd("dln2"), dw = pgrad(R_FC1_W, "(int64_t)FF * C"), db = dgelu ? NO_OPND : opt_w(g, R_FC1_B, D_FF, true);
     bwd_opnds(grads, &di, &dw, &db);
     mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.c_fc%s%s", st, wg, dgelu ? " (its bias gradient came with dfc1)" : ""),
            di, dw, db, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
