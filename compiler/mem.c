@@ -34,23 +34,11 @@ const char *mem_space_name(int space)
 
 /* ---- lifetimes ---------------------------------------------------------------- */
 
-/* Extends buffer id's lifetime to op i. */
-static void touch(Buffer *b, int i)
-{
-    if (b->first < 0 || i < b->first) b->first = i;
-    if (i > b->last) b->last = i;
-}
-
-/* Lifetimes: from the first op touching a buffer to the last; the model
- * states live for the whole step (and across steps). */
+/* Lifetimes: from the first op touching a buffer to the last (the schedule
+ * numbered those once its list was final: sched_events); the model states
+ * live for the whole step (and across steps). */
 static void lifetimes(Sched *s)
 {
-    for (int k = 0; k < s->nbufs; k++) s->bufs[k].first = s->bufs[k].last = -1;
-    for (int i = 0; i < s->nops; i++) {
-        const Op *o = &s->ops[i];
-        for (int k = 0; k < o->nrd; k++) touch(&s->bufs[o->rd[k]], i);
-        for (int k = 0; k < o->nwr; k++) touch(&s->bufs[o->wr[k]], i);
-    }
     for (int k = 0; k < s->nbufs; k++) {
         Buffer *b = &s->bufs[k];
         if (b->persistent) {

@@ -495,7 +495,7 @@ typedef struct Buffer {
     int space;                  /* BufSpace                                        */
     int64_t bytes;
     bool persistent;            /* lives across steps (params, grads, optimizer)  */
-    int first, last;            /* lifetime in op indices (filled by mem_)         */
+    int first, last;            /* lifetime in op indices (sched_: its uses; mem_: model states the whole step) */
     int64_t offset;             /* in its arena or NVMe file (filled by mem_)      */
     int fam;                    /* its BufFamily (filled by mem_; -1: persistent)  */
     int nparts;                 /* > 0: accessed by part (ZeRO 0-1's flat gradients, one

@@ -1852,7 +1852,7 @@ typedef struct Ev {
     int *map, *rmap;            /* old index -> new, new index of a real op -> old */
     Ins *ins;                   /* the waits to insert, in order */
     int nins, capins;
-    int *last;                  /* per buffer: its last op in the old list (mem.c's lifetime) */
+    int *first, *last;          /* per buffer: its first and last op in the old list (its lifetime) */
     int *ret_first, *ret;       /* CSR: the buffers whose lifetime ends at each old op */
     int (*clk)[NSTREAMS];       /* per new op: the clock of its stream after it */
     int capclk;
@@ -1885,12 +1885,17 @@ static void *ev_alloc(size_t bytes)
 static void ev_init(Ev *e, Sched *s)
 {
     int nb = s->nbufs, n = e->nold;
+    e->first = ev_alloc(sizeof(int) * (size_t)(nb + 1));
     e->last = ev_alloc(sizeof(int) * (size_t)(nb + 1));
+    ev_clear(e->first, (size_t)nb);
     ev_clear(e->last, (size_t)nb);
     for (int i = 0; i < n; i++) {
         const Op *o = &e->old[i];
-        for (int k = 0; k < o->nrd; k++) e->last[o->rd[k]] = i;
-        for (int k = 0; k < o->nwr; k++) e->last[o->wr[k]] = i;
+        for (int j = 0; j < o->nrd + o->nwr; j++) {
+            int k = j < o->nrd ? o->rd[j] : o->wr[j - o->nrd];
+            if (e->first[k] < 0) e->first[k] = i;
+            e->last[k] = i;
+        }
     }
     e->ret_first = ev_alloc(sizeof(int) * (size_t)(n + 2));
     e->ret = ev_alloc(sizeof(int) * (size_t)(nb + 1));
@@ -1921,7 +1926,7 @@ static void ev_init(Ev *e, Sched *s)
 /* Frees the pass's scratch. */
 static void ev_free(Ev *e)
 {
-    free(e->last), free(e->ret_first), free(e->ret), free(e->acc_at), free(e->acc);
+    free(e->first), free(e->last), free(e->ret_first), free(e->ret), free(e->acc_at), free(e->acc);
     free(e->lastuse), free(e->birth), free(e->seen), free(e->clk), free(e->rmap), free(e->map), free(e->ins);
 }
 
@@ -2096,6 +2101,13 @@ static void ev_expand(Ev *e)
     }
     free(s->ops);
     s->ops = ops, s->nops = s->capops = e->nnew;
+    /* each buffer's lifetime in the final list (a wait touches no buffer):
+     * mem.c's, found here once rather than by another scan of the ops */
+    for (int k = 0; k < s->nbufs; k++) {
+        Buffer *b = &s->bufs[k];
+        b->first = e->first[k] >= 0 ? e->map[e->first[k]] : -1;
+        b->last = e->last[k] >= 0 ? e->map[e->last[k]] : -1;
+    }
 }
 
 /* Adds the OP_WAITs every cross-stream dependency of the list still lacks,
