@@ -2087,7 +2087,8 @@ static void ev_op(Ev *e, int j)
 static void ev_expand(Ev *e)
 {
     Sched *s = e->s;
-    Op *ops = arena_alloc(&g_arena, sizeof(Op) * (size_t)(e->nnew + 1));
+    Op *ops = arena_alloc_raw(&g_arena, sizeof(Op) * (size_t)(e->nnew + 1));     /* each op written below */
+    memset(&ops[e->nnew], 0, sizeof *ops);
     for (int j = 0, k = 0; j < e->nold; j++) {
         int to = e->map[j];
         for (; k < e->nins && e->ins[k].at < to; k++) {
