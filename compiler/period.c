@@ -141,7 +141,7 @@ static bool sample(const Spec *s, int64_t m, Plan *pl, bool verify, Sample *out)
     g_arena = (Arena){0};
     if (!stays) {
         pl = arena_alloc(&g_arena, sizeof *pl);
-        ok = plan_build(with_microbatches(s, m), pl, false);
+        ok = plan_figures(with_microbatches(s, m), pl);
     }
     Sim sim;
     ok = ok && !sim_simulate(pl, NULL, &sim);

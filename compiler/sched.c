@@ -69,6 +69,7 @@ typedef struct Bld {
     bool tpx, sp;               /* tp > 1 (layers split around collectives); sequence parallel */
     double mlp_share;           /* the MLP's share of a layer's FLOPs */
     bool wsplit;                /* tp_comm_overlap: each part's backward split into data and weight ops */
+    bool unnamed;               /* Schedule.unnamed: activations not named */
     double wshare[2];           /* the weight GEMMs' share of a layer backward's FLOPs: attention, MLP */
     /* persistent buffers (-1: none) */
     int params, params_shard, persist, grads, grads_shard, grads_full;
@@ -864,8 +865,8 @@ static int act_buf(Bld *b, int role, int sub, int L, int mb, const char *what, i
 {
     BufKey k = key_at(role, L, mb, -1);
     k.sub = sub;
-    return buf_new(b, k, arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what), CAT_ACTIVATIONS, SPACE_DEVICE,
-                   bytes, false);
+    const char *name = b->unnamed ? "act (unnamed)" : arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what);
+    return buf_new(b, k, name, CAT_ACTIVATIONS, SPACE_DEVICE, bytes, false);
 }
 
 /* What a layer's forward (or its full recompute) reads and keeps. */
@@ -2153,7 +2154,7 @@ static void weight_shares(const Model *m, double mlp, double w[2])
 }
 
 /* Builds the ops and buffers of one training step of rank class c. */
-static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, Sched *s)
+static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, bool unnamed, Sched *s)
 {
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
@@ -2166,6 +2167,7 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     b.sp = b.tpx && p->T_sp < p->T;
     b.mlp_share = mlp_share(p->model);
     b.wsplit = p->wsplit;
+    b.unnamed = unnamed;
     weight_shares(p->model, b.mlp_share, b.wshare);
     build_keys(&b);
     build_layers(&b);
@@ -2207,7 +2209,7 @@ void sched_build(const Partition *p, Schedule *out)
     out->classes = arena_alloc(&g_arena, sizeof(Sched) * (size_t)(p->nclasses + 1));
     Timeline tl = {0};
     if (p->pp > 1) unit_timeline(p, &tl);
-    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, &out->classes[i]);
+    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, out->unnamed, &out->classes[i]);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */
