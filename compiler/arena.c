@@ -27,14 +27,15 @@ enum { BIG = 256 << 10 };
 enum { BLOCK_MIN = 4 << 20 };   /* bytes of a block of small requests */
 
 /* A block with room for n bytes (exact: the pages n needs; else at least
-   BLOCK_MIN, which only a block that big serves), all zero: from the pool, its used prefix
+   BLOCK_MIN, which only a block that big serves), all zero (but for the first n
+   bytes when !clear): from the pool, its used prefix
    cleared (the bytes past `used` were never written), or straight from the
    kernel, whose pages come zeroed.  Small pages: huge ones (MADV_HUGEPAGE) saved
    TLB misses on a warm machine, but each had the kernel compact memory or fault
    in a page it had handed back, and on a busy one the 1008B row's plan took
    1.0-1.4 s, once 4.8 s, against 0.87-0.89 s.  Out of memory is not a user
    error: the compiler cannot go on. */
-static ArenaBlock *block_new(size_t n, bool exact)
+static ArenaBlock *block_new(size_t n, bool exact, bool clear)
 {
     size_t size = sizeof(ArenaBlock) + n;
     size = size < BLOCK_MIN && !exact ? BLOCK_MIN : (size + 4095) & ~(size_t)4095;
@@ -48,7 +49,9 @@ static ArenaBlock *block_new(size_t n, bool exact)
         ArenaBlock *b = *best;
         *best = b->next;
         pool_bytes -= b->cap + sizeof *b;
-        memset(b->data, 0, b->used);
+        /* !clear: the caller writes its n bytes itself; only those past them are cleared */
+        size_t keep = clear ? 0 : ((n + 15) & ~(size_t)15);
+        if (b->used > keep) memset(b->data + keep, 0, b->used - keep);
         b->used = 0;
         return b;
     }
@@ -59,17 +62,17 @@ static ArenaBlock *block_new(size_t n, bool exact)
     return b;
 }
 
-/* Returns n zeroed bytes aligned to 16, from the current block or a new one.
-   Every block's bytes past `used` are zero, so no allocation has to clear its
-   bytes. */
-void *arena_alloc(Arena *a, size_t n)
+/* n bytes aligned to 16, from the current block or a new one; zeroed unless
+   !clear (a big request the caller writes in full).  Every block's bytes past
+   `used` are zero, so no allocation has to clear its bytes. */
+static void *alloc(Arena *a, size_t n, bool clear)
 {
     n = (n + 15) & ~(size_t)15;
     ArenaBlock *b = a->head;
     if (b && b->cap - b->used < n && n >= BIG) {
         /* a big request gets a block behind the current one, which keeps its
            room for the small ones after it */
-        ArenaBlock *big = block_new(n, true);
+        ArenaBlock *big = block_new(n, true, clear);
         big->next = b->next;
         b->next = big;
         a->total += big->cap;
@@ -77,7 +80,7 @@ void *arena_alloc(Arena *a, size_t n)
         return big->data;
     }
     if (!b || b->cap - b->used < n) {
-        b = block_new(n, false);
+        b = block_new(n, false, true);
         b->next = a->head;
         a->head = b;
         a->total += b->cap;
@@ -86,6 +89,14 @@ void *arena_alloc(Arena *a, size_t n)
     b->used += n;
     return p;
 }
+
+/* Returns n zeroed bytes aligned to 16. */
+void *arena_alloc(Arena *a, size_t n) { return alloc(a, n, true); }
+
+/* Returns n bytes aligned to 16 that the caller writes in full before reading
+   them (a schedule's op list, some hundred MB at scale): a block reused from
+   the pool is not cleared for them. */
+void *arena_alloc_raw(Arena *a, size_t n) { return alloc(a, n, false); }
 
 /* Copies n bytes of s into the arena and terminates them. */
 char *arena_strndup(Arena *a, const char *s, size_t n)

@@ -34,23 +34,11 @@ const char *mem_space_name(int space)
 
 /* ---- lifetimes ---------------------------------------------------------------- */
 
-/* Extends buffer id's lifetime to op i. */
-static void touch(Buffer *b, int i)
-{
-    if (b->first < 0 || i < b->first) b->first = i;
-    if (i > b->last) b->last = i;
-}
-
-/* Lifetimes: from the first op touching a buffer to the last; the model
- * states live for the whole step (and across steps). */
+/* Lifetimes: from the first op touching a buffer to the last (the schedule
+ * numbered those once its list was final: sched_events); the model states
+ * live for the whole step (and across steps). */
 static void lifetimes(Sched *s)
 {
-    for (int k = 0; k < s->nbufs; k++) s->bufs[k].first = s->bufs[k].last = -1;
-    for (int i = 0; i < s->nops; i++) {
-        const Op *o = &s->ops[i];
-        for (int k = 0; k < o->nrd; k++) touch(&s->bufs[o->rd[k]], i);
-        for (int k = 0; k < o->nwr; k++) touch(&s->bufs[o->wr[k]], i);
-    }
     for (int k = 0; k < s->nbufs; k++) {
         Buffer *b = &s->bufs[k];
         if (b->persistent) {
@@ -300,6 +288,35 @@ static void family_members(const Sched *s, const Key *keys, int n, int f0, int n
     for (int i = 0; i < n; i++) ids[fill[s->bufs[keys[i].id].fam - f0]++] = keys[i].id;
 }
 
+/* Sorts n keys of transients (a: the birth, an op of nops) as by_key does:
+ * by counting births, then each op's few births by the rest (a schedule's
+ * buffers are born a few per op: qsort's comparisons were most of the sort). */
+static void sort_by_birth(Key *keys, int n, int nops, Arena *tmp)
+{
+    int *at = arena_alloc(tmp, sizeof(int) * (size_t)(nops + 2));
+    Key *out = arena_alloc(tmp, sizeof(Key) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        if (keys[i].a < 0 || keys[i].a >= nops) die("mem: a buffer born at op %lld of %d", (long long)keys[i].a, nops);
+        at[keys[i].a + 1]++;
+    }
+    for (int k = 0; k < nops; k++) at[k + 1] += at[k];
+    for (int i = 0; i < n; i++) out[at[keys[i].a]++] = keys[i];
+    /* at[k] is now the end of op k's births */
+    for (int k = 0, lo = 0; k < nops; lo = at[k++]) {
+        int hi = at[k];
+        if (hi - lo > 32) {
+            qsort(out + lo, (size_t)(hi - lo), sizeof(Key), by_key);
+            continue;
+        }
+        for (int i = lo + 1; i < hi; i++)
+            for (int j = i; j > lo && by_key(&out[j], &out[j - 1]) < 0; j--) {
+                Key x = out[j];
+                out[j] = out[j - 1], out[j - 1] = x;
+            }
+    }
+    memcpy(keys, out, sizeof(Key) * (size_t)n);
+}
+
 /* Lays out one space: the persistent buffers at the bottom in order, then
  * the transients by family (arithmetic places; the chunks of an interleaved
  * stage merged when that is smaller), each family's block by first fit among
@@ -322,7 +339,7 @@ static int64_t layout_space(ClassMem *cm, Sched *s, int space, Arena *tmp)
             keys[n++] = (Key){b->first, -b->bytes, b->last, k};
         }
     }
-    qsort(keys, (size_t)n, sizeof(Key), by_key);
+    sort_by_birth(keys, n, s->nops, tmp);
     /* the families, in the order their first buffer is born */
     int f0 = cm->nfams;
     for (int i = 0; i < n; i++) {

@@ -129,8 +129,8 @@ static void keep(Arena *a, const Plan *pl, const Sim *sim, Sample *out)
 }
 
 /* Plans and simulates s with m microbatches and keeps its figures in
- * g_arena.  pl NULL: the plan and its simulation live in a scratch arena,
- * freed after; else the plan is built in pl, in g_arena (it stays: the step's
+ * g_arena.  pl NULL: the plan (plan_figures: its activations unnamed) and its
+ * simulation live in a scratch arena, freed after; else the plan is built in pl, in g_arena (it stays: the step's
  * report shows it), and verified if asked; its simulation is scratch.  False when a
  * step fails. */
 static bool sample(const Spec *s, int64_t m, Plan *pl, bool verify, Sample *out)
@@ -141,7 +141,7 @@ static bool sample(const Spec *s, int64_t m, Plan *pl, bool verify, Sample *out)
     g_arena = (Arena){0};
     if (!stays) {
         pl = arena_alloc(&g_arena, sizeof *pl);
-        ok = plan_build(with_microbatches(s, m), pl, false);
+        ok = plan_figures(with_microbatches(s, m), pl);
     }
     Sim sim;
     ok = ok && !sim_simulate(pl, NULL, &sim);

@@ -7,8 +7,9 @@
 
 #include <string.h>
 
-/* Model -> partition -> schedule -> memory plan. */
-bool plan_build(const Spec *s, Plan *pl, bool report)
+/* Model -> partition -> schedule -> memory plan; named: the schedule's
+ * buffers named for people. */
+static bool build(const Spec *s, Plan *pl, bool report, bool named)
 {
     memset(pl, 0, sizeof *pl);
     pl->spec = s;
@@ -16,10 +17,17 @@ bool plan_build(const Spec *s, Plan *pl, bool report)
     model_build(s, &pl->model);
     part_build(s, &pl->model, &pl->part);
     if (!part_check_staging(s, &pl->part, report)) return false;
+    pl->sched.unnamed = !named;
     sched_build(&pl->part, &pl->sched);
     mem_plan(&pl->part, &pl->sched, &pl->mem);
     return true;
 }
+
+bool plan_build(const Spec *s, Plan *pl, bool report) { return build(s, pl, report, true); }
+
+/* Formatting half a million activation names was an eighth of the 1008B
+ * row's instructions; its scratch plans are read for figures only. */
+bool plan_figures(const Spec *s, Plan *pl) { return build(s, pl, false, false); }
 
 /* Class c's ops in the whole step. */
 int plan_step_ops(const Plan *pl, int c)

@@ -495,7 +495,7 @@ typedef struct Buffer {
     int space;                  /* BufSpace                                        */
     int64_t bytes;
     bool persistent;            /* lives across steps (params, grads, optimizer)  */
-    int first, last;            /* lifetime in op indices (filled by mem_)         */
+    int first, last;            /* lifetime in op indices (sched_: its uses; mem_: model states the whole step) */
     int64_t offset;             /* in its arena or NVMe file (filled by mem_)      */
     int fam;                    /* its BufFamily (filled by mem_; -1: persistent)  */
     int nparts;                 /* > 0: accessed by part (ZeRO 0-1's flat gradients, one
@@ -517,6 +517,8 @@ typedef struct Sched {
 typedef struct Schedule {
     Sched *classes;
     int nclasses;
+    bool unnamed;               /* figures only (plan_figures): the activations' names,
+                                   for people, are not formatted */
 } Schedule;
 
 /* One forward or backward of a model chunk for one microbatch. */
@@ -637,6 +639,9 @@ typedef struct Plan {
  * plan.  pl must stay where it is (the passes' outputs point into it).
  * Returns false (with diagnostics when report) if the spec cannot be planned. */
 bool plan_build(const Spec *s, Plan *pl, bool report);
+/* The same, silent, for a plan whose figures alone are read (period.c's
+ * scratch plans): the activation buffers go unnamed. */
+bool plan_figures(const Spec *s, Plan *pl);
 /* Class c's op count in the whole step and the index of its op at the device
  * peak (period_plan's plan holds fewer microbatches than the step). */
 int plan_step_ops(const Plan *pl, int c);

@@ -69,6 +69,7 @@ typedef struct Bld {
     bool tpx, sp;               /* tp > 1 (layers split around collectives); sequence parallel */
     double mlp_share;           /* the MLP's share of a layer's FLOPs */
     bool wsplit;                /* tp_comm_overlap: each part's backward split into data and weight ops */
+    bool unnamed;               /* Schedule.unnamed: activations not named */
     double wshare[2];           /* the weight GEMMs' share of a layer backward's FLOPs: attention, MLP */
     /* persistent buffers (-1: none) */
     int params, params_shard, persist, grads, grads_shard, grads_full;
@@ -864,8 +865,8 @@ static int act_buf(Bld *b, int role, int sub, int L, int mb, const char *what, i
 {
     BufKey k = key_at(role, L, mb, -1);
     k.sub = sub;
-    return buf_new(b, k, arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what), CAT_ACTIVATIONS, SPACE_DEVICE,
-                   bytes, false);
+    const char *name = b->unnamed ? "act (unnamed)" : arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what);
+    return buf_new(b, k, name, CAT_ACTIVATIONS, SPACE_DEVICE, bytes, false);
 }
 
 /* What a layer's forward (or its full recompute) reads and keeps. */
@@ -1852,7 +1853,7 @@ typedef struct Ev {
     int *map, *rmap;            /* old index -> new, new index of a real op -> old */
     Ins *ins;                   /* the waits to insert, in order */
     int nins, capins;
-    int *last;                  /* per buffer: its last op in the old list (mem.c's lifetime) */
+    int *first, *last;          /* per buffer: its first and last op in the old list (its lifetime) */
     int *ret_first, *ret;       /* CSR: the buffers whose lifetime ends at each old op */
     int (*clk)[NSTREAMS];       /* per new op: the clock of its stream after it */
     int capclk;
@@ -1885,12 +1886,17 @@ static void *ev_alloc(size_t bytes)
 static void ev_init(Ev *e, Sched *s)
 {
     int nb = s->nbufs, n = e->nold;
+    e->first = ev_alloc(sizeof(int) * (size_t)(nb + 1));
     e->last = ev_alloc(sizeof(int) * (size_t)(nb + 1));
+    ev_clear(e->first, (size_t)nb);
     ev_clear(e->last, (size_t)nb);
     for (int i = 0; i < n; i++) {
         const Op *o = &e->old[i];
-        for (int k = 0; k < o->nrd; k++) e->last[o->rd[k]] = i;
-        for (int k = 0; k < o->nwr; k++) e->last[o->wr[k]] = i;
+        for (int j = 0; j < o->nrd + o->nwr; j++) {
+            int k = j < o->nrd ? o->rd[j] : o->wr[j - o->nrd];
+            if (e->first[k] < 0) e->first[k] = i;
+            e->last[k] = i;
+        }
     }
     e->ret_first = ev_alloc(sizeof(int) * (size_t)(n + 2));
     e->ret = ev_alloc(sizeof(int) * (size_t)(nb + 1));
@@ -1921,7 +1927,7 @@ static void ev_init(Ev *e, Sched *s)
 /* Frees the pass's scratch. */
 static void ev_free(Ev *e)
 {
-    free(e->last), free(e->ret_first), free(e->ret), free(e->acc_at), free(e->acc);
+    free(e->first), free(e->last), free(e->ret_first), free(e->ret), free(e->acc_at), free(e->acc);
     free(e->lastuse), free(e->birth), free(e->seen), free(e->clk), free(e->rmap), free(e->map), free(e->ins);
 }
 
@@ -2082,7 +2088,8 @@ static void ev_op(Ev *e, int j)
 static void ev_expand(Ev *e)
 {
     Sched *s = e->s;
-    Op *ops = arena_alloc(&g_arena, sizeof(Op) * (size_t)(e->nnew + 1));
+    Op *ops = arena_alloc_raw(&g_arena, sizeof(Op) * (size_t)(e->nnew + 1));     /* each op written below */
+    memset(&ops[e->nnew], 0, sizeof *ops);
     for (int j = 0, k = 0; j < e->nold; j++) {
         int to = e->map[j];
         for (; k < e->nins && e->ins[k].at < to; k++) {
@@ -2096,6 +2103,13 @@ static void ev_expand(Ev *e)
     }
     free(s->ops);
     s->ops = ops, s->nops = s->capops = e->nnew;
+    /* each buffer's lifetime in the final list (a wait touches no buffer):
+     * mem.c's, found here once rather than by another scan of the ops */
+    for (int k = 0; k < s->nbufs; k++) {
+        Buffer *b = &s->bufs[k];
+        b->first = e->first[k] >= 0 ? e->map[e->first[k]] : -1;
+        b->last = e->last[k] >= 0 ? e->map[e->last[k]] : -1;
+    }
 }
 
 /* Adds the OP_WAITs every cross-stream dependency of the list still lacks,
@@ -2140,7 +2154,7 @@ static void weight_shares(const Model *m, double mlp, double w[2])
 }
 
 /* Builds the ops and buffers of one training step of rank class c. */
-static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, Sched *s)
+static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, bool unnamed, Sched *s)
 {
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
@@ -2153,6 +2167,7 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     b.sp = b.tpx && p->T_sp < p->T;
     b.mlp_share = mlp_share(p->model);
     b.wsplit = p->wsplit;
+    b.unnamed = unnamed;
     weight_shares(p->model, b.mlp_share, b.wshare);
     build_keys(&b);
     build_layers(&b);
@@ -2194,7 +2209,7 @@ void sched_build(const Partition *p, Schedule *out)
     out->classes = arena_alloc(&g_arena, sizeof(Sched) * (size_t)(p->nclasses + 1));
     Timeline tl = {0};
     if (p->pp > 1) unit_timeline(p, &tl);
-    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, &out->classes[i]);
+    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, out->unnamed, &out->classes[i]);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */

@@ -21,6 +21,7 @@ typedef struct ArenaBlock ArenaBlock;
 typedef struct Arena { ArenaBlock *head; size_t total; } Arena;
 
 void *arena_alloc(Arena *a, size_t n);           /* zeroed, 16-byte aligned */
+void *arena_alloc_raw(Arena *a, size_t n);       /* the same, not zeroed: the caller writes all n */
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_strdup(Arena *a, const char *s);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

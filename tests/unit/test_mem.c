@@ -96,10 +96,37 @@ static void test_megatron_table(void)
 }
 
 /* Checks one plan: no overlap, arena >= lower bound, within 10% of it. */
+/* Every buffer's lifetime is what a scan of the final op list gives (the
+ * schedule numbers it once, sched_events): from the first op touching a
+ * transient to the last; a model state the whole step. */
+static void check_lifetimes(const Sched *s, const char *what, int c)
+{
+    int *first = malloc(sizeof(int) * (size_t)(s->nbufs + 1)), *last = malloc(sizeof(int) * (size_t)(s->nbufs + 1));
+    for (int k = 0; k < s->nbufs; k++) first[k] = last[k] = -1;
+    for (int i = 0; i < s->nops; i++)
+        for (int j = 0; j < s->ops[i].nrd + s->ops[i].nwr; j++) {
+            int k = j < s->ops[i].nrd ? s->ops[i].rd[j] : s->ops[i].wr[j - s->ops[i].nrd];
+            if (first[k] < 0) first[k] = i;
+            last[k] = i;
+        }
+    for (int k = 0; k < s->nbufs; k++) {
+        const Buffer *b = &s->bufs[k];
+        int f = b->persistent ? 0 : first[k], l = b->persistent ? (s->nops > 0 ? s->nops - 1 : 0) : last[k];
+        if (b->first != f || b->last != l) {
+            fprintf(stderr, "%s: class %d: %s lives [%d, %d], its uses say [%d, %d]\n", what, c, b->name, b->first,
+                    b->last, f, l);
+            failures++;
+            break;
+        }
+    }
+    free(first), free(last);
+}
+
 static void check_plan(const Plan *mp, const char *what)
 {
     for (int i = 0; i < mp->mem.nclasses; i++) {
         const ClassMem *cm = &mp->mem.classes[i];
+        check_lifetimes(cm->sched, what, i);
         if (!mem_check_overlap(cm)) {
             fprintf(stderr, "%s: class %d: live buffers overlap\n", what, i);
             failures++;
