@@ -344,6 +344,11 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
             int ti = thread_index(pf, (int)num(r, row, i, name, "threads", false));
             double s = num(r, row, i, name, "seconds", false);
             p.key = (tb == TB_GEMM ? 0 : 1) * 1000 + rate_key(dt, ps, ti);
+            if (tb == TB_GEMM && cJSON_GetObjectItemCaseSensitive(row, "cache") &&
+                choice(r, row, i, name, "cache", "cold|warm") == 1) {
+                p.key = 5000 + rate_key(dt, ps, ti);   /* the warm grid */
+                pf->has_warm = true;
+            }
             if (tb == TB_GEMM) {
                 p.x[0] = num(r, row, i, name, "m", false), p.x[1] = num(r, row, i, name, "n", false);
                 p.x[2] = num(r, row, i, name, "k", false);
@@ -438,6 +443,14 @@ static bool build_tables(Reader *r, Profile *pf, const Pt *p, int n)
                 char what[96];
                 snprintf(what, sizeof what, "gemm %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                 if (!grid_build(r, &pf->gemm[k], p, n, k, 3, what)) return false;
+                snprintf(what, sizeof what, "warm gemm %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
+                if (pf->has_warm && !grid_build(r, &pf->gemm_warm[k], p, n, 5000 + k, 3, what)) return false;
+                if (pf->has_warm && pf->gemm_warm[k].n[0] == 0) {
+                    prof_error(r, key_at(r, "rows"), "shardc calibrate measures every one; a hand-made profile must too",
+                               "%s: no rows (a profile with warm GEMM rows needs them at every dtype, pass and thread count)",
+                               what);
+                    return false;
+                }
                 snprintf(what, sizeof what, "attention %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                 if (!grid_build(r, &pf->attn[k], p, n, 1000 + k, 2, what)) return false;
             }
@@ -526,6 +539,8 @@ const Profile *profile_load(const char *path, Loc spec_loc)
     pf->device = arena_strdup(&g_arena, cJSON_IsString(dev) ? dev->valuestring : "");
     pf->cores = (int)num(&r, doc, 1 << 30, "the profile's", "cores", false);
     pf->nodes = (int)num(&r, doc, 1 << 30, "the profile's", "nodes", false);
+    if (cJSON_GetObjectItemCaseSensitive(doc, "llc_bytes"))   /* optional: older profiles lack it */
+        pf->llc_bytes = num(&r, doc, 1 << 30, "the profile's", "llc_bytes", false);
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(doc, "grid");
     pf->grid = arena_strdup(&g_arena, cJSON_IsString(q) ? q->valuestring : "full");
     locate_rows(&r, cJSON_GetArraySize(rows));

@@ -390,6 +390,12 @@ typedef struct Profile {
     /* by (thread index · 2 + dtype) · 2 + pass (fp32 0, bf16 1; fwd 0, bwd 1):
      * FLOP/s (gemm, attention), bytes/s (ew, pass 0) */
     ProfGrid gemm[PROFILE_MAX_THREADS * 4], attn[PROFILE_MAX_THREADS * 4], ew[PROFILE_MAX_THREADS * 4];
+    /* the GEMM rows with "cache": "warm" (operands cycling through a few MB
+     * of the last-level cache, not memory), keyed as gemm; has_warm false in
+     * a profile without them (written before they were measured) */
+    ProfGrid gemm_warm[PROFILE_MAX_THREADS * 4];
+    bool has_warm;
+    double llc_bytes;           /* the node's last-level cache; 0: not recorded */
     double launch[PROFILE_MAX_THREADS];       /* seconds of an op's fixed cost */
     double opt_rate[PROFILE_MAX_THREADS];     /* AdamW elements/s              */
     /* [PROFILE_GELU, _SWIGLU][key as above]: output elements/s of the
