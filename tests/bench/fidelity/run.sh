@@ -6,10 +6,11 @@
 # optimizer offload, bf16), with a profile calibrated on this machine in the same
 # run (PROFILE=FILE uses a given one instead; QUICK=1 calibrates with --quick).
 # Each layout is built with the profile, planned (`shardc plan`: the predicted
-# step; `--json`: the planned arenas) and trained STEPS steps (12) under mpirun as
-# the README launches trainers (--bind-to none, cores / ranks threads each, MPI
-# yielding while it waits); fidelity.py takes the median step time of the steps
-# after the first two from the trainer's JSONL log, and the arenas every rank
+# step; `--json`: the planned arenas), then trained STEPS steps (20) under mpirun
+# as the README launches trainers (--bind-to none, cores / ranks threads each,
+# MPI yielding while it waits), REPEATS times (3) round robin; fidelity.py takes
+# the median step time of the steps after the first two of every repeat from the
+# trainers' JSONL logs, each repeat's spread, and the arenas every rank
 # allocated from its last record, and prints per layout the prediction, the
 # measurement, the error and planned against allocated arena bytes, then the
 # mean |error| and the Spearman rank correlation (targets: <= 10 %, >= 0.9, and
@@ -20,18 +21,24 @@
 # before and after; compare runs made on a quiet machine.  KEEP=DIR keeps the
 # profile, plans, logs and trainers in DIR (to re-plan the same measurements
 # with another model: REPLAN=DIR runs nothing and plans DIR's runs again with
-# BUILD_DIR's shardc and DIR's profile, then prints the same figures).
+# BUILD_DIR's shardc and DIR's profile, or PROFILE's, then prints the same
+# figures; COLD_GEMMS=1 with REPLAN drops the profile's warm GEMM rows, so
+# every GEMM is priced cold: the warm rule's effect on the same steps).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
 STEPS=${STEPS:-20}
-REPEATS=${REPEATS:-3}
+REPEATS=${REPEATS:-3}   # rounds over the layouts (fidelity.py: the median over all, and the spread)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 if [ -n "${REPLAN:-}" ]; then
     tmp=$(cd "$REPLAN" && pwd)
     rprof=${PROFILE:-$tmp/machine.json}
     rprof=$(cd "$(dirname "$rprof")" && pwd)/$(basename "$rprof")
+    if [ -n "${COLD_GEMMS:-}" ]; then   # the profile less its warm GEMM rows: every GEMM priced cold
+        /usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["rows"] = [r for r in p["rows"] if r.get("cache") != "warm"]; json.dump(p, open(sys.argv[2], "w"))' "$rprof" "$tmp/machine-cold.json"
+        rprof=$tmp/machine-cold.json
+    fi
     : > "$tmp/replan.txt"
     while read -r name np plan pjson log; do
         read -r _ spec _ defs < <(grep -E "^$name[[:space:]]" tests/bench/fidelity/layouts.txt)
