@@ -111,6 +111,33 @@ static const char *cpu_model(void)
     return m;
 }
 
+/* The bytes of this machine's last-level cache, the largest one that cpu0's
+ * sysfs lists (/sys/devices/system/cpu/cpu0/cache/indexN/size, "32768K");
+ * 0 when none is listed.  The cost model prices a small model's GEMMs warm
+ * when the node's working set fits it (docs/cost-model.md, "warm GEMMs"). */
+static double llc_bytes(void)
+{
+    double best = 0;
+    for (int i = 0; i < 8; i++) {
+        size_t len;
+        char *t = util_read_file(arena_printf(&g_arena, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i), &len, 4096);
+        if (!t) continue;
+        char *end;
+        double v = strtod(t, &end);
+        v *= *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+        if (v > best) best = v;
+    }
+    return best;
+}
+
+/* The one-minute load average (/proc/loadavg); -1 when it cannot be read. */
+static double load_avg(void)
+{
+    size_t len;
+    char *t = util_read_file("/proc/loadavg", &len, 4096);
+    return t ? strtod(t, NULL) : -1;
+}
+
 /* ---- the driver --------------------------------------------------------------------------- */
 
 /* shardc calibrate: the phases, the merge, the atomic write, the check. */
@@ -143,6 +170,7 @@ int calibrate_run(const CalibOpts *opts)
     const char *nvme = o.nvme_dir ? arena_printf(&g_arena, " --nvme-dir %s", sh_quote(o.nvme_dir)) : "";
     int threads[2] = {1, cores}, nthr = cores > 1 ? 2 : 1;
     Progress pg = {0, nthr + o.nranks + (o.nodes > 1 ? 1 : 0), isatty(2) && !getenv("NO_COLOR")};
+    double load0 = load_avg();
     cJSON *rows = cJSON_CreateArray();
     bool ok = true;
     /* compute, once per thread count */
@@ -192,8 +220,20 @@ int calibrate_run(const CalibOpts *opts)
     cJSON_AddStringToObject(doc, "date", date);
     cJSON_AddStringToObject(doc, "shardc", SHARDC_VERSION);
     cJSON_AddNumberToObject(doc, "cores", cores);
+    double llc = cuda ? 0 : llc_bytes();
+    if (llc > 0) cJSON_AddNumberToObject(doc, "llc_bytes", llc);
     cJSON_AddNumberToObject(doc, "nodes", (double)o.nodes);
     cJSON_AddStringToObject(doc, "grid", grid_name[o.grid]);
+    /* the machine's other load when the calibration began (its own ranks
+     * raise the average by the end): on a machine busier than its cores the
+     * rows with several threads or ranks measure that load too */
+    if (load0 >= 0) {
+        cJSON_AddNumberToObject(doc, "load_average", load0);
+        if (load0 > cores)
+            fprintf(stderr, "shardc calibrate: warning: the load average was %.2f on %d cores when it began: the rows "
+                            "with several threads or ranks measure the other jobs too (calibrate a quiet machine)\n",
+                    load0, cores);
+    }
     cJSON_AddItemToObject(doc, "rows", rows);
     char *text = cJSON_Print(doc);
     cJSON_Delete(doc);

@@ -344,6 +344,11 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
             int ti = thread_index(pf, (int)num(r, row, i, name, "threads", false));
             double s = num(r, row, i, name, "seconds", false);
             p.key = (tb == TB_GEMM ? 0 : 1) * 1000 + rate_key(dt, ps, ti);
+            if (tb == TB_GEMM && cJSON_GetObjectItemCaseSensitive(row, "cache") &&
+                choice(r, row, i, name, "cache", "cold|warm") == 1) {
+                p.key = 5000 + rate_key(dt, ps, ti);   /* the warm grid */
+                pf->has_warm = true;
+            }
             if (tb == TB_GEMM) {
                 p.x[0] = num(r, row, i, name, "m", false), p.x[1] = num(r, row, i, name, "n", false);
                 p.x[2] = num(r, row, i, name, "k", false);
@@ -438,6 +443,14 @@ static bool build_tables(Reader *r, Profile *pf, const Pt *p, int n)
                 char what[96];
                 snprintf(what, sizeof what, "gemm %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                 if (!grid_build(r, &pf->gemm[k], p, n, k, 3, what)) return false;
+                snprintf(what, sizeof what, "warm gemm %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
+                if (pf->has_warm && !grid_build(r, &pf->gemm_warm[k], p, n, 5000 + k, 3, what)) return false;
+                if (pf->has_warm && pf->gemm_warm[k].n[0] == 0) {
+                    prof_error(r, key_at(r, "rows"), "shardc calibrate measures every one; a hand-made profile must too",
+                               "%s: no rows (a profile with warm GEMM rows needs them at every dtype, pass and thread count)",
+                               what);
+                    return false;
+                }
                 snprintf(what, sizeof what, "attention %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                 if (!grid_build(r, &pf->attn[k], p, n, 1000 + k, 2, what)) return false;
             }
@@ -526,6 +539,8 @@ const Profile *profile_load(const char *path, Loc spec_loc)
     pf->device = arena_strdup(&g_arena, cJSON_IsString(dev) ? dev->valuestring : "");
     pf->cores = (int)num(&r, doc, 1 << 30, "the profile's", "cores", false);
     pf->nodes = (int)num(&r, doc, 1 << 30, "the profile's", "nodes", false);
+    if (cJSON_GetObjectItemCaseSensitive(doc, "llc_bytes"))   /* optional: older profiles lack it */
+        pf->llc_bytes = num(&r, doc, 1 << 30, "the profile's", "llc_bytes", false);
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(doc, "grid");
     pf->grid = arena_strdup(&g_arena, cJSON_IsString(q) ? q->valuestring : "full");
     locate_rows(&r, cJSON_GetArraySize(rows));
@@ -562,7 +577,8 @@ static double rate_at(const Profile *pf, int ti, const void *ud)
 {
     const RateQ *q = ud;
     int k = rate_key(q->dt, q->pass, ti);
-    const ProfGrid *g = q->table == 0 ? &pf->gemm[k] : q->table == 1 ? &pf->attn[k] : &pf->ew[rate_key(q->dt, 0, ti)];
+    const ProfGrid *g = q->table == 0 ? &pf->gemm[k] : q->table == 1 ? &pf->attn[k] : q->table == 3 ? &pf->gemm_warm[k]
+                                                                                   : &pf->ew[rate_key(q->dt, 0, ti)];
     return grid_eval(g, q->x);
 }
 
@@ -573,6 +589,20 @@ double profile_gemm_rate(const Profile *pf, int dtype, bool bwd, double threads,
 {
     RateQ q = {0, dt_of(dtype), bwd, {m, n, k}};
     return over_threads(pf, threads, rate_at, &q);
+}
+
+double profile_gemm_warm_rate(const Profile *pf, int dtype, bool bwd, double threads, double m, double n, double k)
+{
+    double cold = profile_gemm_rate(pf, dtype, bwd, threads, m, n, k);
+    if (!pf->has_warm) return cold;
+    RateQ q = {3, dt_of(dtype), bwd, {m, n, k}};
+    return fmax(cold, over_threads(pf, threads, rate_at, &q));   /* a warm row slower than cold is noise */
+}
+
+double profile_warm_fraction(const Profile *pf, double node_bytes)
+{
+    if (!pf->has_warm || !(pf->llc_bytes > 0)) return 0;
+    return node_bytes <= pf->llc_bytes ? 1 : pf->llc_bytes / node_bytes;
 }
 
 double profile_attn_rate(const Profile *pf, int dtype, bool bwd, double threads, double seq, double head_dim)

@@ -34,7 +34,11 @@
  * fastest batch: on a machine shared with other work a batch only ever gets
  * slower (descheduled, its caches evicted), so the minimum is the machine's
  * own speed where a median would price the others' load; collectives run the same batches on every rank (rank 0
- * chooses the count).  Rank 0 prints "[k/n] what: result" per benchmark on
+ * chooses the count).  The compute tables and the collectives run in passes
+ * (3, each benchmark 2 batches a pass; 2 --quick): every table, then every
+ * table again, the fastest batch over all passes kept, so that a slow phase
+ * of the machine seconds long falls on one pass of many benchmarks rather
+ * than on every batch of a few.  Rank 0 prints "[k/n] what: result" per benchmark on
  * stdout and writes the measurements, one JSON object per row with its
  * seconds, to --out (shardc calibrate merges the phases into a profile).
  */
@@ -56,6 +60,9 @@ typedef struct Run {
     int64_t ranks_per_node;     /* comm: ranks on one node (W when not given)      */
     int rank, world;
     int done, total;            /* benchmarks printed so far, and planned          */
+    int pass;                   /* the pass over the tables (Sizes.passes)         */
+    int slot;                   /* the next benchmark's slot in this pass; -1: not
+                                   in a pass (bench times it once, Sizes.batches)  */
     cJSON *rows;                /* the measurements                                */
 } Run;
 
@@ -71,16 +78,18 @@ typedef struct Sizes {
     int new, ncopy, nnvme, ncoll;
     int64_t tokens, opt_n, act_n;
     double target, window;      /* seconds: a timed batch; the sharing test   */
-    int batches;
+    int batches;                /* timed batches of a benchmark run once         */
+    int passes, pass_batches;   /* the tables run `passes` times, each benchmark
+                                   `pass_batches` batches a pass (bench)         */
 } Sizes;
 static const Sizes FULL = {{32, 128, 512, 2048}, 4, {64, 256, 1024}, 3, {16, 64, 128}, 3,
                            {12 << 10, 192 << 10, 3 << 20, 48 << 20}, {64 << 10, 1 << 20, 16 << 20, 64 << 20},
                            {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
-                           1024, 1 << 20, 1 << 18, 10e-3, 300e-3, 5};
+                           1024, 1 << 20, 1 << 18, 10e-3, 300e-3, 5, 3, 2};
 static const Sizes QUICK = {{64, 512}, 2, {64, 256}, 2, {32, 64}, 2, {48 << 10, 12 << 20}, {64 << 10, 8 << 20},
-                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 1 << 16, 2e-3, 50e-3, 3};
+                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 1 << 16, 2e-3, 50e-3, 3, 2, 2};
 static const Sizes SMOKE = {{64}, 1, {32}, 1, {16}, 1, {48 << 10}, {64 << 10}, {1 << 20}, {4 << 10}, 1, 1, 1, 1,
-                            64, 1 << 12, 1 << 10, 0, 0, 1};
+                            64, 1 << 12, 1 << 10, 0, 0, 1, 1, 1};
 static const Sizes *Z = &FULL;
 
 /* Monotonic seconds. */
@@ -104,16 +113,27 @@ static _Noreturn void usage(const char *msg)
 
 typedef void (*bench_fn)(srt_ctx *c, void *ud);
 
+/* A benchmark's state across the passes over the tables: its batch length
+ * (calls, chosen in the first pass) and its fastest batch so far. */
+enum { MAX_SLOTS = 4096 };
+static struct { int k; double best; } g_slot[MAX_SLOTS];
+
 /* Seconds of one call of fn: batches of k calls, k chosen (by rank 0 for a
- * collective) so that a batch takes about `target`; the fastest batch / k. */
+ * collective) so that a batch takes about `target`; the fastest batch / k.
+ * Inside a pass over the tables (R.slot >= 0) each benchmark runs
+ * pass_batches batches a pass and returns its fastest over the passes so
+ * far: the passes run every table before any again, so that a slow phase of
+ * a shared machine (another job's burst, seconds long) falls on one pass of
+ * many benchmarks, where timing a benchmark's batches back to back let it
+ * fall on every batch of a few. */
 static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
 {
     double target = Z->target;
-    int nb = Z->batches;
+    int slot = R.slot >= 0 && R.slot < MAX_SLOTS ? R.slot++ : -1, nb = slot >= 0 ? Z->pass_batches : Z->batches;
     fn(c, ud);   /* warm-up: first-touch, plans, communicators' buffers */
     srt_stream_sync(c, SRT_COMPUTE);
-    int k = 1;
-    for (;;) {
+    int k = slot >= 0 && R.pass > 0 ? g_slot[slot].k : 1;
+    for (; !(slot >= 0 && R.pass > 0);) {
         if (collective) MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         for (int i = 0; i < k; i++) fn(c, ud);
@@ -125,17 +145,27 @@ static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
         if (!grow) break;
         k *= grow;
     }
-    double best = 0;
+    double best = slot >= 0 && R.pass > 0 ? g_slot[slot].best : 0;
     for (int j = 0; j < nb; j++) {
         if (collective) MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         for (int i = 0; i < k; i++) fn(c, ud);
         srt_stream_sync(c, SRT_COMPUTE);
         double t = (now() - t0) / k;
-        if (j == 0 || t < best) best = t;
+        if (best == 0 || t < best) best = t;
     }
+    if (slot >= 0) g_slot[slot].k = k, g_slot[slot].best = best;
     return best;
 }
+
+/* Starts pass p over the tables (the benchmarks' slots from the first). */
+static void pass_start(int p)
+{
+    R.pass = p, R.slot = 0;
+}
+
+/* Whether this is the last pass (its rows are recorded). */
+static bool last_pass(void) { return R.slot < 0 || R.pass == Z->passes - 1; }
 
 /* Seconds of one call of fn when every rank runs it at once (all) or rank 0
  * alone while the others wait in a barrier, as MPI's waiting ranks do: a
@@ -173,7 +203,11 @@ static double bench_shared(srt_ctx *c, bench_fn fn, void *ud, bool all)
 static void record(cJSON *row, const char *what, const char *result)
 {
     R.done++;
-    if (R.rank != 0) {
+    if (R.rank != 0 || !last_pass()) {
+        if (R.rank == 0) {   /* an earlier pass: progress only */
+            printf("[%d/%d] pass %d/%d %s: %s\n", R.done, R.total, R.pass + 1, Z->passes, what, result);
+            fflush(stdout);
+        }
         cJSON_Delete(row);
         return;
     }
@@ -252,23 +286,36 @@ static void declare_gemm(int kind, int N, int C, int OC, srt_dtype dt)
  * cache that a repeated call on the same bytes would keep warm. */
 enum { COLD_BYTES = 48 << 20 };
 
-/* The offset of call i's copy of a set of `set` bytes (the arena holds
- * COLD_BYTES + the set, at the least). */
-static int64_t cold_copy(int64_t *i, int64_t set)
+/* The bytes the warm GEMM rows' operands cycle through: more than a core's
+ * L2 (512 KB here), less than its share of the last-level cache with 8
+ * ranks on a node (32 MB here): the operands of a small model's GEMMs, which
+ * a trainer touches again after a few megabytes of other work, come from the
+ * last-level cache, not from memory (docs/cost-model.md, "warm GEMMs").
+ * The warm grid is the GEMM grid's dimensions up to WARM_MAX_DIM, whose
+ * operands fit there. */
+enum { WARM_BYTES = 4 << 20, WARM_MAX_DIM = 512 };
+
+/* The offset of call i's copy of a set of `set` bytes cycling through `span`
+ * bytes (COLD_BYTES or WARM_BYTES; the arena holds COLD_BYTES + the set, at
+ * the least). */
+static int64_t cycle_copy(int64_t *i, int64_t set, int64_t span)
 {
-    int64_t copies = set < COLD_BYTES ? COLD_BYTES / set : 1, at = (*i % copies) * ((set + 4095) & ~(int64_t)4095);
+    int64_t copies = set < span ? span / set : 1, at = (*i % copies) * ((set + 4095) & ~(int64_t)4095);
     ++*i;
     return at;
 }
 
-typedef struct Gemm { srt_dtype dt; bool bwd; int m, n, k; int64_t call; } Gemm;
+static int64_t cold_copy(int64_t *i, int64_t set) { return cycle_copy(i, set, COLD_BYTES); }
+
+/* warm: the operands cycle through WARM_BYTES instead of COLD_BYTES. */
+typedef struct Gemm { srt_dtype dt; bool bwd; int m, n, k; int64_t call; bool warm; } Gemm;
 
 static void gemm_run(srt_ctx *c, void *ud)
 {
     Gemm *g = ud;
     int64_t w = ops_dtype_size(g->dt), mk = (int64_t)g->m * g->k, nk = (int64_t)g->n * g->k;
     int64_t mn = (int64_t)g->m * g->n;
-    int64_t a = cold_copy(&g->call, (2 * mk + 2 * nk + mn) * w), b = a + mk * w, o = b + nk * w, d = o + mn * w,
+    int64_t a = cycle_copy(&g->call, (2 * mk + 2 * nk + mn) * w, g->warm ? WARM_BYTES : COLD_BYTES), b = a + mk * w, o = b + nk * w, d = o + mn * w,
             dw = d + mk * w;
     srt_t inp = srt_dview(c, a, mk, g->dt), wt = srt_dview(c, b, nk, g->dt), out = srt_dview(c, o, mn, g->dt);
     srt_t none = {NULL, 0, g->dt};
@@ -295,9 +342,11 @@ static void bench_gemm(srt_ctx *c, Gemm *g)
     cJSON_AddNumberToObject(r, "m", g->m);
     cJSON_AddNumberToObject(r, "n", g->n);
     cJSON_AddNumberToObject(r, "k", g->k);
+    if (g->warm) cJSON_AddStringToObject(r, "cache", "warm");   /* absent: cold */
     cJSON_AddNumberToObject(r, "seconds", s);
     char what[128], res[64];
-    snprintf(what, sizeof what, "gemm %s %s %dx%dx%d", dt_name(g->dt), g->bwd ? "bwd" : "fwd", g->m, g->n, g->k);
+    snprintf(what, sizeof what, "gemm %s %s %dx%dx%d%s", dt_name(g->dt), g->bwd ? "bwd" : "fwd", g->m, g->n, g->k,
+             g->warm ? " warm" : "");
     snprintf(res, sizeof res, "%.2f GFLOP/s", (g->bwd ? 4.0 : 2.0) * g->m * g->n * g->k / s * 1e-9);
     record(r, what, res);
 }
@@ -473,7 +522,7 @@ static void record_bytes(const char *table, const char *op, int64_t bytes, doubl
 }
 
 /* The reference shapes of the sharing test (compute and comm phases alike). */
-static Gemm SHARE_GEMM = {SRT_F32, false, 256, 256, 256, 0};
+static Gemm SHARE_GEMM = {SRT_F32, false, 256, 256, 256, 0, false};
 static const Ew SHARE_EW = {SRT_F32, 1 << 18};
 
 /* compute: every single-process benchmark. */
@@ -491,7 +540,9 @@ static void run_compute(void)
     if (arena < cb[ncb - 1]) arena = cb[ncb - 1];
     int64_t host = cb[ncb - 1] > nb[nnb - 1] ? cb[ncb - 1] : nb[nnb - 1];
     if (host < opt_n * 4) host = opt_n * 4;
-    R.total = 2 * 2 * ngd * ngd * ngd + 2 * 2 * nas * nah + 2 * neb + 2 * 2 * 2 + 1 + 1 + 1 + 2 * ncb + 2 * nnb;
+    int nwd = 0;   /* the warm grid: the GEMM grid's dimensions up to WARM_MAX_DIM */
+    while (nwd < ngd && gd[nwd] <= WARM_MAX_DIM) nwd++;
+    R.total = (2 * 2 * ngd * ngd * ngd + 2 * 2 * nwd * nwd * nwd + 2 * 2 * nas * nah + 2 * neb + 2 * 2 * 2 + 1 + 1 + 1 + 2 * ncb + 2 * nnb) * Z->passes;
     /* the CUDA backend plans its GEMMs at start-up: declare the grid */
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < ngd; i++)
@@ -504,67 +555,79 @@ static void run_compute(void)
                 }
     srt_ctx *c = make_ctx(1, 1, 1, 0, arena, host, nb[nnb - 1], dmax, tokens);
     srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, arena, SRT_U8));
-    for (int d = 0; d < 2; d++)
-        for (int bwd = 0; bwd < 2; bwd++)
-            for (int i = 0; i < ngd; i++)
-                for (int j = 0; j < ngd; j++)
-                    for (int l = 0; l < ngd; l++) {
-                        Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0};
-                        bench_gemm(c, &g);
+    for (int p = 0; p < Z->passes; p++) {   /* every table, then every table again */
+        pass_start(p);
+        for (int d = 0; d < 2; d++)
+            for (int bwd = 0; bwd < 2; bwd++)
+                for (int i = 0; i < ngd; i++)
+                    for (int j = 0; j < ngd; j++)
+                        for (int l = 0; l < ngd; l++) {
+                            Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0, false};
+                            bench_gemm(c, &g);
+                        }
+        for (int d = 0; d < 2; d++)
+            for (int bwd = 0; bwd < 2; bwd++)
+                for (int i = 0; i < nwd; i++)
+                    for (int j = 0; j < nwd; j++)
+                        for (int l = 0; l < nwd; l++) {
+                            Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0, true};
+                            bench_gemm(c, &g);
+                        }
+        for (int d = 0; d < 2; d++)
+            for (int bwd = 0; bwd < 2; bwd++)
+                for (int i = 0; i < nas; i++)
+                    for (int j = 0; j < nah; j++) {
+                        Attn a = {d ? SRT_BF16 : SRT_F32, bwd, (int)(tokens / as[i] > 0 ? tokens / as[i] : 1), as[i], 4, ah[j], 0};
+                        bench_attn(c, &a);
                     }
-    for (int d = 0; d < 2; d++)
-        for (int bwd = 0; bwd < 2; bwd++)
-            for (int i = 0; i < nas; i++)
-                for (int j = 0; j < nah; j++) {
-                    Attn a = {d ? SRT_BF16 : SRT_F32, bwd, (int)(tokens / as[i] > 0 ? tokens / as[i] : 1), as[i], 4, ah[j], 0};
-                    bench_attn(c, &a);
-                }
-    for (int d = 0; d < 2; d++)
-        for (int i = 0; i < neb; i++) {
-            srt_dtype dt = d ? SRT_BF16 : SRT_F32;
-            Ew e = {dt, eb[i] / 3 / ops_dtype_size(dt)};
-            bench_ew(c, &e, "elementwise");
-        }
-    for (int d = 0; d < 2; d++)
-        for (int op = ACT_GELU; op <= ACT_SWIGLU; op++)
-            for (int bwd = 0; bwd < 2; bwd++) {
-                Act a = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->act_n / ACT_H * ACT_H, 0};
-                bench_act(c, &a);
+        for (int d = 0; d < 2; d++)
+            for (int i = 0; i < neb; i++) {
+                srt_dtype dt = d ? SRT_BF16 : SRT_F32;
+                Ew e = {dt, eb[i] / 3 / ops_dtype_size(dt)};
+                bench_ew(c, &e, "elementwise");
             }
-    Ew tiny = {SRT_F32, 16};
-    double s = bench(c, ew_run, &tiny, false);
-    cJSON *r = row_of("launch");
-    cJSON_AddNumberToObject(r, "threads", threads());
-    cJSON_AddNumberToObject(r, "seconds", s);
-    char res[64];
-    snprintf(res, sizeof res, "%.2f us", s * 1e6);
-    record(r, "an op's fixed cost (add of 16 elements)", res);
-    Opt o = {opt_n};
-    s = bench(c, opt_run, &o, false);
-    r = row_of("optimizer");
-    cJSON_AddNumberToObject(r, "threads", threads());
-    cJSON_AddNumberToObject(r, "elements", (double)o.n);
-    cJSON_AddNumberToObject(r, "seconds", s);
-    snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
-    record(r, "optimizer AdamW fp32", res);
-    sumsq_fill(c, o.n);
-    s = bench(c, sumsq_run, &o, false);
-    r = row_of("sumsq");
-    cJSON_AddNumberToObject(r, "threads", threads());
-    cJSON_AddNumberToObject(r, "elements", (double)o.n);
-    cJSON_AddNumberToObject(r, "seconds", s);
-    snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
-    record(r, "gradient norm's sum of squares fp32", res);
-    for (int dir = 0; dir < 2; dir++)
-        for (int i = 0; i < ncb; i++) {
-            Copy k = {cb[i], dir == 1};
-            record_bytes("copy", dir ? "d2h" : "h2d", cb[i], bench(c, copy_run, &k, false));
-        }
-    for (int w = 1; w >= 0; w--)
-        for (int i = 0; i < nnb; i++) {
-            Nvme k = {nb[i], w == 1};
-            record_bytes("nvme", w ? "write" : "read", nb[i], bench(c, nvme_run, &k, false));
-        }
+        for (int d = 0; d < 2; d++)
+            for (int op = ACT_GELU; op <= ACT_SWIGLU; op++)
+                for (int bwd = 0; bwd < 2; bwd++) {
+                    Act a = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->act_n / ACT_H * ACT_H, 0};
+                    bench_act(c, &a);
+                }
+        Ew tiny = {SRT_F32, 16};
+        double s = bench(c, ew_run, &tiny, false);
+        cJSON *r = row_of("launch");
+        cJSON_AddNumberToObject(r, "threads", threads());
+        cJSON_AddNumberToObject(r, "seconds", s);
+        char res[64];
+        snprintf(res, sizeof res, "%.2f us", s * 1e6);
+        record(r, "an op's fixed cost (add of 16 elements)", res);
+        Opt o = {opt_n};
+        s = bench(c, opt_run, &o, false);
+        r = row_of("optimizer");
+        cJSON_AddNumberToObject(r, "threads", threads());
+        cJSON_AddNumberToObject(r, "elements", (double)o.n);
+        cJSON_AddNumberToObject(r, "seconds", s);
+        snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
+        record(r, "optimizer AdamW fp32", res);
+        sumsq_fill(c, o.n);
+        s = bench(c, sumsq_run, &o, false);
+        r = row_of("sumsq");
+        cJSON_AddNumberToObject(r, "threads", threads());
+        cJSON_AddNumberToObject(r, "elements", (double)o.n);
+        cJSON_AddNumberToObject(r, "seconds", s);
+        snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
+        record(r, "gradient norm's sum of squares fp32", res);
+        for (int dir = 0; dir < 2; dir++)
+            for (int i = 0; i < ncb; i++) {
+                Copy k = {cb[i], dir == 1};
+                record_bytes("copy", dir ? "d2h" : "h2d", cb[i], bench(c, copy_run, &k, false));
+            }
+        for (int w = 1; w >= 0; w--)
+            for (int i = 0; i < nnb; i++) {
+                Nvme k = {nb[i], w == 1};
+                record_bytes("nvme", w ? "write" : "read", nb[i], bench(c, nvme_run, &k, false));
+            }
+    }
+    R.slot = -1;
     ctx_destroy(c);
 }
 
@@ -683,26 +746,31 @@ static void run_comm(void)
     int64_t W = R.world, L = R.ranks_per_node, nodes = W / L, arena = 2 * sz[ns - 1] + 4096;
     int ngroups = 0;
     for (int64_t n = 2; n <= L; n++) ngroups += L % n == 0;
-    R.total = ngroups * 3 * ns + (L % 2 == 0 ? ns : 0) + (nodes > 1 ? 3 * ns + ns : 0) + 1 + 2 + (W % 2 == 0 ? 2 : 0);
-    for (int64_t n = 2; n <= L; n++) {
-        if (L % n) continue;
-        srt_ctx *c = make_ctx(n, W / n, 1, 0, arena, 4096, 0, 64, 64);
-        for (int op = C_ALL_REDUCE; op <= C_REDUCE_SCATTER; op++) bench_coll(c, op, SRT_TP, n, "intra", sz, ns);
-        ctx_destroy(c);
+    R.total = (ngroups * 3 * ns + (L % 2 == 0 ? ns : 0) + (nodes > 1 ? 3 * ns + ns : 0)) * Z->passes + 1 + 2 +
+              (W % 2 == 0 ? 2 : 0);
+    for (int p = 0; p < Z->passes; p++) {   /* every collective, then every one again */
+        pass_start(p);
+        for (int64_t n = 2; n <= L; n++) {
+            if (L % n) continue;
+            srt_ctx *c = make_ctx(n, W / n, 1, 0, arena, 4096, 0, 64, 64);
+            for (int op = C_ALL_REDUCE; op <= C_REDUCE_SCATTER; op++) bench_coll(c, op, SRT_TP, n, "intra", sz, ns);
+            ctx_destroy(c);
+        }
+        if (L % 2 == 0) {   /* pairs of neighbours on a node: pp 2 inside the rank order's tp, pp, dp */
+            srt_ctx *c = make_ctx(1, W / 2, 2, 1, arena, 4096, 0, 64, 64);
+            bench_coll(c, C_SENDRECV, SRT_PP, 2, "intra", sz, ns);
+            ctx_destroy(c);
+        }
+        if (nodes > 1) {   /* one member per node: dp (or pp) across the nodes, tp inside */
+            srt_ctx *c = make_ctx(L, nodes, 1, 0, arena, 4096, 0, 64, 64);
+            for (int op = C_ALL_REDUCE; op <= C_REDUCE_SCATTER; op++) bench_coll(c, op, SRT_DP, nodes, "inter", sz, ns);
+            ctx_destroy(c);
+            c = make_ctx(L, 1, nodes, 0, arena, 4096, 0, 64, 64);
+            bench_coll(c, C_SENDRECV, SRT_PP, 2, "inter", sz, ns);
+            ctx_destroy(c);
+        }
     }
-    if (L % 2 == 0) {   /* pairs of neighbours on a node: pp 2 inside the rank order's tp, pp, dp */
-        srt_ctx *c = make_ctx(1, W / 2, 2, 1, arena, 4096, 0, 64, 64);
-        bench_coll(c, C_SENDRECV, SRT_PP, 2, "intra", sz, ns);
-        ctx_destroy(c);
-    }
-    if (nodes > 1) {   /* one member per node: dp (or pp) across the nodes, tp inside */
-        srt_ctx *c = make_ctx(L, nodes, 1, 0, arena, 4096, 0, 64, 64);
-        for (int op = C_ALL_REDUCE; op <= C_REDUCE_SCATTER; op++) bench_coll(c, op, SRT_DP, nodes, "inter", sz, ns);
-        ctx_destroy(c);
-        c = make_ctx(L, 1, nodes, 0, arena, 4096, 0, 64, 64);
-        bench_coll(c, C_SENDRECV, SRT_PP, 2, "inter", sz, ns);
-        ctx_destroy(c);
-    }
+    R.slot = -1;
     /* every rank runs the reference kernels at once */
     srt_ctx *c = make_ctx(1, W, 1, 0, COLD_BYTES + 5 * 256 * 256 * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
     double ag = bench_shared(c, gemm_run, &SHARE_GEMM, false), ae = bench_shared(c, ew_run, (void *)&SHARE_EW, false);
@@ -776,6 +844,7 @@ int main(int argc, char **argv)
         return 2;
     }
     R.rows = cJSON_CreateArray();
+    R.slot = -1;   /* not in a pass until run_compute or run_comm starts one */
     if (comm) run_comm();
     else run_compute();
     bool ok = R.rank != 0 || write_rows();

@@ -25,7 +25,9 @@ bad() { echo "FAIL: $*"; fail=1; }
 if ! "$SHARDC" calibrate --quick --ranks 2 -o "$T/machine.json" > "$T/cal.out" 2> "$T/cal.err"; then
     bad "shardc calibrate --quick failed:"; tail -20 "$T/cal.err"
 else
-    grep -q '^\[phase 1/3\] \[1/[0-9]*\] gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no progress line per benchmark"
+    grep -q '^\[phase 1/3\] \[1/[0-9]*\] pass 1/2 gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no progress line per benchmark"
+    grep -q '^\[phase 1/3\] \[[0-9]*/[0-9]*\] gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no last pass's line"
+    grep -q '^\[phase 3/3\] \[[0-9]*/[0-9]*\] pass 1/2 all_reduce intra' "$T/cal.err" || bad "the collectives ran in one pass"
     grep -q 'sharing, 2 ranks at once against one alone' "$T/cal.err" || bad "no sharing test"
     grep -q 'activation gelu fp32 fwd [0-9]* elements: .* ns/element$' "$T/cal.err" || bad "no activation benchmark"
     grep -q "gradient norm's sum of squares fp32: .* M elements/s$" "$T/cal.err" || bad "no sum-of-squares benchmark"
@@ -49,7 +51,18 @@ if p["shardc_profile"] != 1 or p["backend"] != "cpu" or p["grid"] != "quick" or 
    not {("all_reduce", w) for w in {r["ranks_per_node"] for r in p["rows"] if r["table"] == "sharing"}} <= skew or \
    not all(r["seconds"] >= 0 and r["compute_seconds"] > 0 for r in p["rows"] if r["table"] == "skew"):
     sys.exit("FAIL: the profile lacks tables or ops: %s %s %s" % (sorted(tables), sorted(ops), sorted(skew)))
-print("ok: the profile has every table and collective (%d rows)" % len(p["rows"]))
+# warm GEMM rows at every dtype, pass and thread count, never for a dimension over 512; the cache's size
+warm = [r for r in p["rows"] if r["table"] == "gemm" and r.get("cache") == "warm"]
+if {(r["dtype"], r["pass"], r["threads"]) for r in warm} != {(d, s, t) for d in ("fp32", "bf16") for s in ("fwd", "bwd") for t in threads} or \
+   max(max(r["m"], r["n"], r["k"]) for r in warm) > 512 or not p.get("llc_bytes", 1) > 0:
+    sys.exit("FAIL: the warm GEMM rows are not one grid per (dtype, pass) and thread count: %d rows" % len(warm))
+# the passes over the tables record each benchmark once, from the last pass (the copy and
+# NVMe rows, which name no thread count, come once from each compute phase)
+keys = [tuple(sorted((k, v) for k, v in r.items() if not k.endswith("seconds"))) for r in p["rows"]
+        if r["table"] not in ("skew", "copy", "nvme")]
+if len(keys) != len(set(keys)):
+    sys.exit("FAIL: a benchmark has several rows (the passes recorded it more than once)")
+print("ok: the profile has every table and collective (%d rows, one per benchmark)" % len(p["rows"]))
 PY
     spec=(specs/tiny-gpt.tspec -D cluster.gpus_per_node=2 -D parallel.dp=2 -D "cluster.profile=\"$T/machine.json\"")
     "$SHARDC" check "${spec[@]}" > "$T/check.txt" 2>&1 || bad "check with the profile: $(cat "$T/check.txt")"

@@ -1,11 +1,15 @@
 """fidelity.py RUNS — the table of tests/bench/fidelity/run.sh.
 
-RUNS has a line per layout: NAME RANKS PLAN.txt PLAN.json LOG.jsonl.  Per layout:
-the predicted step (`shardc plan`'s "step ... s predicted"), the measured median
-step_ms of the steps after the first two (all of them when there are fewer than
-three), the error (predicted - measured) / measured, and the arena bytes the plan
-gives each rank class (device_bytes.arena, host_bytes.total) against what each
-rank allocated (the log's last record, "allocated").  Then the mean |error| and
+RUNS has a line per layout: NAME RANKS PLAN.txt PLAN.json LOG.jsonl[,LOG.jsonl...]
+(one log per repeat of the layout's run).  Per layout: the predicted step
+(`shardc plan`'s "step ... s predicted"), the measured step: the median step_ms
+over the steps after the first two (all of them when there are fewer than
+three) of every repeat pooled, the error (predicted - measured) / measured, the
+spread (the largest repeat's median less the smallest, over the measured step:
+how far two runs of the same layout disagree, the noise of that row), the
+smallest repeat's median and its error, and the arena bytes the plan gives
+each rank class (device_bytes.arena, host_bytes.total) against what each rank
+allocated in every repeat (the log's last record, "allocated").  Then the mean |error| and
 Spearman's rank correlation of the predictions with the measurements (ranks of
 ties averaged).  The fastest of those steps is printed too, and the same two
 figures against it: `shardc calibrate` keeps each benchmark's fastest batch (the
@@ -45,41 +49,68 @@ def spearman(a, b):
     return cov / (va * vb) if va > 0 and vb > 0 else float("nan")
 
 
+def kept(log):
+    """The step seconds of one run's log after its first two steps (all when
+    there are fewer than three), and its last "allocated" record."""
+    recs = [json.loads(l) for l in open(log)]
+    steps = [r["step_ms"] / 1e3 for r in recs if "step_ms" in r]
+    return (steps[2:] if len(steps) > 2 else steps), [r["allocated"] for r in recs if "allocated" in r][-1]
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def main():
     rows, bad = [], 0
-    print("%-18s %5s %11s %11s %8s %11s %8s  %s" % ("layout", "ranks", "predicted", "measured", "error", "fastest",
-                                                   "error", "arena bytes: planned / allocated (per stage)"))
+    print("%-18s %5s %11s %11s %8s %7s %11s %8s %11s %8s  %s" % (
+        "layout", "ranks", "predicted", "measured", "error", "spread", "min-rep", "error", "fastest", "error",
+        "arena bytes: planned / allocated (per stage)"))
     for line in open(sys.argv[1]):
-        name, np, plan_txt, plan_json, log = line.split()
+        name, np, plan_txt, plan_json, logs = line.split()
         m = re.search(r"^step\s+([0-9.eE+-]+) s predicted", open(plan_txt).read(), re.M)
         pred = float(m.group(1))
-        recs = [json.loads(l) for l in open(log)]
-        steps = [r for r in recs if "step_ms" in r]
-        times = sorted(r["step_ms"] / 1e3 for r in (steps[2:] if len(steps) > 2 else steps))
-        meas = times[len(times) // 2]
-        alloc = [r["allocated"] for r in recs if "allocated" in r][-1]
+        reps = [kept(log) for log in logs.split(",")]
+        times = [t for r in reps for t in r[0]]
+        meas = median(times)                      # every kept step of every repeat
+        rep_meds = [median(r[0]) for r in reps]   # each repeat's own median
+        spread = (max(rep_meds) - min(rep_meds)) / meas
+        minrep = min(rep_meds)
         plan = json.load(open(plan_json))
         arenas, same = [], True
         for c in plan["rank_classes"]:
             st = c["stage"]
             want = (c["device_bytes"]["arena"], c["host_bytes"]["total"])
-            got = {(d, h) for s, d, h in zip(alloc["stage"], alloc["device_arena"], alloc["host_arena"]) if s == st}
-            ok = got == {want}
+            ok = True
+            for _, alloc in reps:
+                got = {(d, h) for s, d, h in zip(alloc["stage"], alloc["device_arena"], alloc["host_arena"]) if s == st}
+                ok &= got == {want}
             same &= ok
             arenas.append("%d: %d+%d %s %s" % (st, want[0], want[1], "==" if ok else "!=",
                                                  ",".join("%d+%d" % g for g in sorted(got)) or "none"))
         bad += not same
-        err = (pred - meas) / meas
-        fast = times[0]
-        rows.append((name, pred, meas, err, fast, (pred - fast) / fast))
-        print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%% %8.1f ms %+7.1f%%  %s" % (name, np, pred * 1e3, meas * 1e3, 100 * err,
-                                                                         fast * 1e3, 100 * rows[-1][5], "; ".join(arenas)))
-    mean = sum(abs(r[3]) for r in rows) / len(rows)
+        fast = min(times)
+        rows.append((name, pred, meas, (pred - meas) / meas, fast, (pred - fast) / fast, minrep, (pred - minrep) / minrep,
+                     spread))
+        print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%% %6.1f%% %8.1f ms %+7.1f%% %8.1f ms %+7.1f%%  %s" % (
+            name, np, pred * 1e3, meas * 1e3, 100 * rows[-1][3], 100 * spread, minrep * 1e3, 100 * rows[-1][7],
+            fast * 1e3, 100 * rows[-1][5], "; ".join(arenas)))
+    n = len(rows)
+    mean = sum(abs(r[3]) for r in rows) / n
     rho = spearman([r[1] for r in rows], [r[2] for r in rows])
-    print("%d layouts: mean |predicted - measured| / measured = %.1f%% (target <= 10%%); Spearman %.3f (target >= 0.9); "
-          "arenas %s" % (len(rows), 100 * mean, rho, "equal to the plan for every layout" if not bad else "DIFFER for %d layouts" % bad))
+    nrep = len(open(sys.argv[1]).readline().split()[4].split(","))
+    print("%d layouts, %d repeat%s each: mean |predicted - measured| / measured = %.1f%% (target <= 10%%); Spearman %.3f "
+          "(target >= 0.9); arenas %s" % (n, nrep, "s" if nrep > 1 else "", 100 * mean, rho,
+                                          "equal to the plan for every layout" if not bad else "DIFFER for %d layouts" % bad))
+    if nrep > 1:
+        print("repeat-to-repeat spread of the median step (max - min over measured): mean %.1f%%, largest %.1f%% (%s)" % (
+            100 * sum(r[8] for r in rows) / n, 100 * max(r[8] for r in rows), max(rows, key=lambda r: r[8])[0]))
+        print("against the fastest repeat's median: mean |error| %.1f%%; Spearman %.3f" % (
+            100 * sum(abs(r[7]) for r in rows) / n, spearman([r[1] for r in rows], [r[6] for r in rows])))
     print("against the fastest step: mean |predicted - fastest| / fastest = %.1f%%; Spearman %.3f" %
-          (100 * sum(abs(r[5]) for r in rows) / len(rows), spearman([r[1] for r in rows], [r[4] for r in rows])))
+          (100 * sum(abs(r[5]) for r in rows) / n, spearman([r[1] for r in rows], [r[4] for r in rows])))
     return 1 if bad else 0
 
 

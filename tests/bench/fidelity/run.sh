@@ -6,10 +6,11 @@
 # optimizer offload, bf16), with a profile calibrated on this machine in the same
 # run (PROFILE=FILE uses a given one instead; QUICK=1 calibrates with --quick).
 # Each layout is built with the profile, planned (`shardc plan`: the predicted
-# step; `--json`: the planned arenas) and trained STEPS steps (12) under mpirun as
-# the README launches trainers (--bind-to none, cores / ranks threads each, MPI
-# yielding while it waits); fidelity.py takes the median step time of the steps
-# after the first two from the trainer's JSONL log, and the arenas every rank
+# step; `--json`: the planned arenas), then trained STEPS steps (20) under mpirun
+# as the README launches trainers (--bind-to none, cores / ranks threads each,
+# MPI yielding while it waits), REPEATS times (3) round robin; fidelity.py takes
+# the median step time of the steps after the first two of every repeat from the
+# trainers' JSONL logs, each repeat's spread, and the arenas every rank
 # allocated from its last record, and prints per layout the prediction, the
 # measurement, the error and planned against allocated arena bytes, then the
 # mean |error| and the Spearman rank correlation (targets: <= 10 %, >= 0.9, and
@@ -20,21 +21,30 @@
 # before and after; compare runs made on a quiet machine.  KEEP=DIR keeps the
 # profile, plans, logs and trainers in DIR (to re-plan the same measurements
 # with another model: REPLAN=DIR runs nothing and plans DIR's runs again with
-# BUILD_DIR's shardc and DIR's profile, then prints the same figures).
+# BUILD_DIR's shardc and DIR's profile, or PROFILE's, then prints the same
+# figures; COLD_GEMMS=1 with REPLAN drops the profile's warm GEMM rows, so
+# every GEMM is priced cold: the warm rule's effect on the same steps).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
-STEPS=${STEPS:-12}
+STEPS=${STEPS:-20}
+REPEATS=${REPEATS:-3}   # rounds over the layouts (fidelity.py: the median over all, and the spread)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 if [ -n "${REPLAN:-}" ]; then
     tmp=$(cd "$REPLAN" && pwd)
+    rprof=${PROFILE:-$tmp/machine.json}
+    rprof=$(cd "$(dirname "$rprof")" && pwd)/$(basename "$rprof")
+    if [ -n "${COLD_GEMMS:-}" ]; then   # the profile less its warm GEMM rows: every GEMM priced cold
+        /usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["rows"] = [r for r in p["rows"] if r.get("cache") != "warm"]; json.dump(p, open(sys.argv[2], "w"))' "$rprof" "$tmp/machine-cold.json"
+        rprof=$tmp/machine-cold.json
+    fi
     : > "$tmp/replan.txt"
     while read -r name np plan pjson log; do
         read -r _ spec _ defs < <(grep -E "^$name[[:space:]]" tests/bench/fidelity/layouts.txt)
         # shellcheck disable=SC2086
         set -- tests/bench/fidelity/$spec.tspec -D cluster.gpus_per_node="$np" $defs
-        "$B/shardc" plan "$@" -D "cluster.profile=\"$tmp/machine.json\"" > "$tmp/$name.replan" 2>&1 || { echo "FAIL: plan $name"; cat "$tmp/$name.replan"; exit 1; }
+        "$B/shardc" plan "$@" -D "cluster.profile=\"$rprof\"" > "$tmp/$name.replan" 2>&1 || { echo "FAIL: plan $name"; cat "$tmp/$name.replan"; exit 1; }
         echo "$name $np $tmp/$name.replan $pjson $log" >> "$tmp/replan.txt"
     done < "$tmp/runs.txt"
     exec /usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/replan.txt"
@@ -57,7 +67,10 @@ fi
 profile=$(cd "$(dirname "$profile")" && pwd)/$(basename "$profile")
 if [ -n "${KEEP:-}" ] && [ "$profile" != "$tmp/machine.json" ]; then cp "$profile" "$tmp/machine.json"; fi
 echo "profile: $profile"
-: > "$tmp/runs.txt"
+# Build and plan every layout first, then train them REPEATS times round robin
+# (all layouts, then all again): a slow phase of the machine then falls on
+# several layouts' repeats instead of on one layout's every step.
+: > "$tmp/layouts.run"
 while read -r name spec np defs; do
     case "$name" in ''|'#'*) continue ;; esac
     if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
@@ -65,14 +78,24 @@ while read -r name spec np defs; do
     set -- tests/bench/fidelity/$spec.tspec -D cluster.gpus_per_node="$np" -D "cluster.profile=\"$profile\"" $defs
     "$B/shardc" build "$@" -o "$tmp/$name" > "$tmp/$name.build" 2>&1 || { echo "FAIL: build $name"; cat "$tmp/$name.build"; exit 1; }
     "$B/shardc" plan "$@" --json "$tmp/$name.plan.json" > "$tmp/$name.plan" 2>&1 || { echo "FAIL: plan $name"; cat "$tmp/$name.plan"; exit 1; }
-    t=$((cores / np > 0 ? cores / np : 1))
-    if ! OMP_NUM_THREADS=$t timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$tmp/$name" \
-           --data examples/data/tinyshakespeare.txt --steps "$STEPS" --log "$tmp/$name.jsonl" < /dev/null \
-           > "$tmp/$name.out" 2> "$tmp/$name.err"; then
-        echo "FAIL: $name did not train:"; tail -5 "$tmp/$name.err"; exit 1
-    fi
-    echo "$name $np $tmp/$name.plan $tmp/$name.plan.json $tmp/$name.jsonl" >> "$tmp/runs.txt"
-    echo "  ran $name ($np rank$([ "$np" = 1 ] || echo s), $t thread$([ "$t" = 1 ] || echo s) each)"
+    echo "$name $np" >> "$tmp/layouts.run"
 done < tests/bench/fidelity/layouts.txt
+echo "training $(wc -l < "$tmp/layouts.run") layouts $STEPS steps each, $REPEATS rounds (all layouts, then all again)"
+for rep in $(seq 1 "$REPEATS"); do
+    while read -r name np; do
+        t=$((cores / np > 0 ? cores / np : 1))
+        if ! OMP_NUM_THREADS=$t timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$tmp/$name" \
+               --data examples/data/tinyshakespeare.txt --steps "$STEPS" --log "$tmp/$name.r$rep.jsonl" < /dev/null \
+               > "$tmp/$name.r$rep.out" 2> "$tmp/$name.r$rep.err"; then
+            echo "FAIL: $name did not train:"; tail -5 "$tmp/$name.r$rep.err"; exit 1
+        fi
+    done < "$tmp/layouts.run"
+    echo "  round $rep of $REPEATS done ($(uptime | sed 's/.*load/load/'))"
+done
+: > "$tmp/runs.txt"
+while read -r name np; do
+    logs=$(seq 1 "$REPEATS" | sed "s|.*|$tmp/$name.r&.jsonl|" | paste -sd, -)
+    echo "$name $np $tmp/$name.plan $tmp/$name.plan.json $logs" >> "$tmp/runs.txt"
+done < "$tmp/layouts.run"
 /usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/runs.txt"
 echo "load after: $(uptime)"
