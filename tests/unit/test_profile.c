@@ -7,7 +7,9 @@
  * line and column; and properties of the model: a slower machine never plans
  * faster, more ranks on the same cores never make a rank's compute faster,
  * a rank of the CPU backend runs its ops one after another, and the arrival
- * skew is charged to the collectives of oversubscribed ranks only; the
+ * skew is charged to the collectives of oversubscribed ranks only, and a
+ * rank's waits' yield phase to processor sharing's bound (never more than
+ * its idle time, never faster with the pairs' skew); the
  * kernels' own rows (the activations, the norm's sum of squares) price what
  * they measured, the biases and the per-tensor calls of the optimizer and
  * the norm are priced, and Llama's q, k, v and gate, up GEMMs at their own
