@@ -36,7 +36,7 @@ typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE
  * efficiency curves. */
 bool cost_cpu_priced(const Spec *s);
 /* The step of a timeline of `timeline` seconds whose rank class c is busy
- * busy[c] seconds (every stream), when the ranks share their node's cores
+ * busy[c] seconds (every stream, and its waits' yield phase: sim.c), when the ranks share their node's cores
  * in time (a CPU profile, more threads than cores): processor sharing's
  * bound (cost.c); the timeline itself otherwise. */
 double cost_shared_step(const Plan *mp, double timeline, const double *busy);
