@@ -36,6 +36,14 @@
 
 #define SRT_ABI_VERSION 2
 
+/* How long a CPU rank that waits for a collective, a send or a receive keeps
+ * testing it with sched_yield between the tests before it naps (seconds;
+ * runtime/core/watchdog.c).  While it yields the rank stays runnable and, on
+ * cores shared by more ranks than cores, holds a core as a busy rank would:
+ * the cost model charges each wait up to this long as busy (compiler/sim.c,
+ * the spin of a class). */
+#define SRT_WAIT_YIELD_S 5e-3
+
 #ifdef __cplusplus
 extern "C" {
 #endif
