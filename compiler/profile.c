@@ -577,8 +577,7 @@ static double rate_at(const Profile *pf, int ti, const void *ud)
 {
     const RateQ *q = ud;
     int k = rate_key(q->dt, q->pass, ti);
-    const ProfGrid *g = q->table == 0 ? &pf->gemm[k] : q->table == 1 ? &pf->attn[k] : q->table == 3 ? &pf->gemm_warm[k]
-                                                                                   : &pf->ew[rate_key(q->dt, 0, ti)];
+    const ProfGrid *g = q->table == 0 ? &pf->gemm[k] : q->table == 1 ? &pf->attn[k] : &pf->ew[rate_key(q->dt, 0, ti)];
     return grid_eval(g, q->x);
 }
 
@@ -589,20 +588,6 @@ double profile_gemm_rate(const Profile *pf, int dtype, bool bwd, double threads,
 {
     RateQ q = {0, dt_of(dtype), bwd, {m, n, k}};
     return over_threads(pf, threads, rate_at, &q);
-}
-
-double profile_gemm_warm_rate(const Profile *pf, int dtype, bool bwd, double threads, double m, double n, double k)
-{
-    double cold = profile_gemm_rate(pf, dtype, bwd, threads, m, n, k);
-    if (!pf->has_warm) return cold;
-    RateQ q = {3, dt_of(dtype), bwd, {m, n, k}};
-    return fmax(cold, over_threads(pf, threads, rate_at, &q));   /* a warm row slower than cold is noise */
-}
-
-double profile_warm_fraction(const Profile *pf, double node_bytes)
-{
-    if (!pf->has_warm || !(pf->llc_bytes > 0)) return 0;
-    return node_bytes <= pf->llc_bytes ? 1 : pf->llc_bytes / node_bytes;
 }
 
 double profile_attn_rate(const Profile *pf, int dtype, bool bwd, double threads, double seq, double head_dim)
