@@ -557,22 +557,17 @@ static void run_compute(void)
     srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, arena, SRT_U8));
     for (int p = 0; p < Z->passes; p++) {   /* every table, then every table again */
         pass_start(p);
-        for (int d = 0; d < 2; d++)
-            for (int bwd = 0; bwd < 2; bwd++)
-                for (int i = 0; i < ngd; i++)
-                    for (int j = 0; j < ngd; j++)
-                        for (int l = 0; l < ngd; l++) {
-                            Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0, false};
-                            bench_gemm(c, &g);
-                        }
-        for (int d = 0; d < 2; d++)
-            for (int bwd = 0; bwd < 2; bwd++)
-                for (int i = 0; i < nwd; i++)
-                    for (int j = 0; j < nwd; j++)
-                        for (int l = 0; l < nwd; l++) {
-                            Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0, true};
-                            bench_gemm(c, &g);
-                        }
+        for (int warm = 0; warm < 2; warm++) {  /* the cold grid, then the warm one (its first nwd dimensions) */
+            int n = warm ? nwd : ngd;
+            for (int d = 0; d < 2; d++)
+                for (int bwd = 0; bwd < 2; bwd++)
+                    for (int i = 0; i < n; i++)
+                        for (int j = 0; j < n; j++)
+                            for (int l = 0; l < n; l++) {
+                                Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0, warm};
+                                bench_gemm(c, &g);
+                            }
+        }
         for (int d = 0; d < 2; d++)
             for (int bwd = 0; bwd < 2; bwd++)
                 for (int i = 0; i < nas; i++)
