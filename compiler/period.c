@@ -129,10 +129,10 @@ static void keep(Arena *a, const Plan *pl, const Sim *sim, Sample *out)
 }
 
 /* Plans and simulates s with m microbatches and keeps its figures in
- * g_arena.  pl NULL: the plan (plan_figures: its activations unnamed) and its
- * simulation live in a scratch arena, freed after; else the plan is built in pl, in g_arena (it stays: the step's
- * report shows it), and verified if asked; its simulation is scratch.  False when a
- * step fails. */
+ * g_arena.  pl NULL: the plan (plan_figures: its activations unnamed) and
+ * its simulation live in a scratch arena, freed after; else the plan is
+ * built in pl, in g_arena (it stays: the step's report shows it), and
+ * verified if asked; its simulation is scratch.  False when a step fails. */
 static bool sample(const Spec *s, int64_t m, Plan *pl, bool verify, Sample *out)
 {
     bool stays = pl != NULL;
