@@ -487,11 +487,17 @@ void mem_layout(ClassMem *cm, Sched *s, int64_t reserve)
 {
     cm->sched = s;
     lifetimes(s);
-    cm->fams = arena_alloc(&g_arena, sizeof(BufFamily) * (size_t)(s->nbufs + 1));
-    cm->nfams = 0;
     Arena tmp = {0};    /* the layout's scratch: back to the pool for the next class when done */
+    /* room for a family per buffer while they are found, in the scratch; the
+     * plan keeps the few there are (a 64-stage plan's buffers would leave
+     * some 20 MB of empty room behind) */
+    cm->fams = arena_alloc(&tmp, sizeof(BufFamily) * (size_t)(s->nbufs + 1));
+    cm->nfams = 0;
     for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = layout_space(cm, s, sp, &tmp);
     peaks(cm, &tmp);
+    BufFamily *fams = arena_alloc(&g_arena, sizeof(BufFamily) * (size_t)(cm->nfams + 1));
+    memcpy(fams, cm->fams, sizeof(BufFamily) * (size_t)cm->nfams);
+    cm->fams = fams;
     arena_free(&tmp);
     cm->reserve = reserve;
     cm->device_total = cm->arena[SPACE_DEVICE] + reserve;

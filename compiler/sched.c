@@ -2101,8 +2101,7 @@ static void ev_expand(Ev *e)
         ops[to] = e->old[j];
         if (ops[to].kind == OP_WAIT && ops[to].aux >= 0) ops[to].aux = e->map[ops[to].aux];
     }
-    free(s->ops);
-    s->ops = ops, s->nops = s->capops = e->nnew;
+    s->ops = ops, s->nops = s->capops = e->nnew;     /* the builder's list: sched_class's to reuse */
     /* each buffer's lifetime in the final list (a wait touches no buffer):
      * mem.c's, found here once rather than by another scan of the ops */
     for (int k = 0; k < s->nbufs; k++) {
@@ -2153,11 +2152,18 @@ static void weight_shares(const Model *m, double mlp, double w[2])
     w[1] = mlp * fwd;
 }
 
+/* The builder's op list, malloc'd, handed from class to class: the next
+ * class builds into the room the last one grew (a 64-stage plan's classes
+ * each grew theirs from 1024 ops, copying it at each doubling). */
+typedef struct OpList { Op *ops; int cap; } OpList;
+
 /* Builds the ops and buffers of one training step of rank class c. */
-static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, bool unnamed, Sched *s)
+static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, bool unnamed, OpList *list,
+                        Sched *s)
 {
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
+    s->ops = list->ops, s->capops = list->cap;
     Bld b = {.s = s, .p = p, .c = c, .spec = p->spec, .m = p->model, .tl = tl};
     b.pol = p->spec->checkpointing.activations;
     b.every = p->spec->checkpointing.every > 0 ? (int)p->spec->checkpointing.every : 1;
@@ -2198,6 +2204,7 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     param_gathers(&b);
     flush_waits(&b);
     if (p->zero == 3) zero3_gathers(&b);
+    *list = (OpList){s->ops, s->capops};
     sched_events(s);
     bufs_to_arena(s);
 }
@@ -2209,7 +2216,9 @@ void sched_build(const Partition *p, Schedule *out)
     out->classes = arena_alloc(&g_arena, sizeof(Sched) * (size_t)(p->nclasses + 1));
     Timeline tl = {0};
     if (p->pp > 1) unit_timeline(p, &tl);
-    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, out->unnamed, &out->classes[i]);
+    OpList list = {0};
+    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, out->unnamed, &list, &out->classes[i]);
+    free(list.ops);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */
