@@ -455,17 +455,23 @@ static void peaks(ClassMem *cm, Arena *tmp)
             if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] -= b->bytes;
         }
         if (jb == born[i]) continue;
+        int first = jb;
         for (; jb < born[i]; jb++) {
             const Buffer *b = &s->bufs[bids[jb]];
             live[b->space][NCATS] += b->bytes;
             if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] += b->bytes;
         }
-        for (int sp = 0; sp < NSPACES; sp++)
-            for (int c = 0; c <= NCATS; c++)
-                if (live[sp][c] > most[sp][c]) {
-                    most[sp][c] = live[sp][c];
-                    if (sp == SPACE_DEVICE && c == NCATS) cm->peak_op = i;
-                }
+        /* only a space and category a buffer was born in can be at a new
+         * maximum: those of op i's births, once all are counted */
+        for (int j = first; j < born[i]; j++) {
+            const Buffer *b = &s->bufs[bids[j]];
+            int sp = b->space;
+            if (live[sp][NCATS] > most[sp][NCATS]) {
+                most[sp][NCATS] = live[sp][NCATS];
+                if (sp == SPACE_DEVICE) cm->peak_op = i;
+            }
+            if (b->cat >= 0 && b->cat < NCATS && live[sp][b->cat] > most[sp][b->cat]) most[sp][b->cat] = live[sp][b->cat];
+        }
     }
     for (int sp = 0; sp < NSPACES; sp++) cm->peak[sp] = most[sp][NCATS];
     for (int c = 0; c < NCATS; c++) {
