@@ -155,27 +155,28 @@ static void build_ops(Ctx *x)
     for (int c = 0; c < x->nc; c++) x->base[c + 1] = x->base[c] + sched_of(x, c)->nops;
     int N = x->N = x->base[x->nc];
     size_t n = (size_t)N + 1;
-    x->cls_of = arena_alloc(&g_arena, sizeof(int) * n);
-    x->kind = arena_alloc(&g_arena, n);
-    x->stream = arena_alloc(&g_arena, n);
-    x->group = arena_alloc(&g_arena, n);
-    x->dur = arena_alloc(&g_arena, sizeof(double) * n);
+    /* the arrays every op's entry of is written below come uncleared (raw) */
+    x->cls_of = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->kind = arena_alloc_raw(&g_arena, n);
+    x->stream = arena_alloc_raw(&g_arena, n);
+    x->group = arena_alloc_raw(&g_arena, n);
+    x->dur = arena_alloc_raw(&g_arena, sizeof(double) * n);
     x->ready = arena_alloc(&g_arena, sizeof(double) * n);
     x->t = arena_alloc(&g_arena, sizeof(SimOp) * n);
     x->state = arena_alloc(&g_arena, n);
-    x->cause = arena_alloc(&g_arena, sizeof(int) * n);
-    x->rcause = arena_alloc(&g_arena, sizeof(int) * n);
-    x->partner = arena_alloc(&g_arena, sizeof(int) * n);
-    x->sync = arena_alloc(&g_arena, sizeof(int) * n);
-    x->wait_head = arena_alloc(&g_arena, sizeof(int) * n);
+    x->cause = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->rcause = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->partner = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->sync = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->wait_head = arena_alloc_raw(&g_arena, sizeof(int) * n);
     x->ns = x->nc * NSTREAMS;
     x->st_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->ns + 1));
     x->st_pos = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
-    x->st_ops = arena_alloc(&g_arena, sizeof(int) * n);
+    x->st_ops = arena_alloc_raw(&g_arena, sizeof(int) * n);
     x->wait_next = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
     x->queue = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
     x->queued = arena_alloc(&g_arena, sizeof(bool) * (size_t)x->ns);
-    x->dep_first = arena_alloc(&g_arena, sizeof(int) * n);
+    x->dep_first = arena_alloc_raw(&g_arena, sizeof(int) * n);
     x->capdeps = N + 16;
     x->deps = malloc(sizeof(int) * (size_t)x->capdeps);
     if (!x->deps) die("sim: out of memory");
@@ -196,6 +197,9 @@ static void build_ops(Ctx *x)
         class_deps(x, c);       /* while the class's ops are still in cache */
     }
     x->dep_first[N] = x->ndeps;
+    /* the raw arrays' entry past the last op, as if cleared: nothing reads it */
+    x->cls_of[N] = x->st_ops[N] = 0, x->kind[N] = x->stream[N] = x->group[N] = 0, x->dur[N] = 0;
+    x->cause[N] = x->rcause[N] = x->partner[N] = x->sync[N] = x->wait_head[N] = 0;
     for (int k = 0; k < x->ns; k++) x->st_first[k + 1] += x->st_first[k];
     for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k], x->wait_next[k] = -1;
     for (int c = 0; c < x->nc; c++)
