@@ -455,17 +455,23 @@ static void peaks(ClassMem *cm, Arena *tmp)
             if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] -= b->bytes;
         }
         if (jb == born[i]) continue;
+        int first = jb;
         for (; jb < born[i]; jb++) {
             const Buffer *b = &s->bufs[bids[jb]];
             live[b->space][NCATS] += b->bytes;
             if (b->cat >= 0 && b->cat < NCATS) live[b->space][b->cat] += b->bytes;
         }
-        for (int sp = 0; sp < NSPACES; sp++)
-            for (int c = 0; c <= NCATS; c++)
-                if (live[sp][c] > most[sp][c]) {
-                    most[sp][c] = live[sp][c];
-                    if (sp == SPACE_DEVICE && c == NCATS) cm->peak_op = i;
-                }
+        /* only a space and category a buffer was born in can be at a new
+         * maximum: those of op i's births, once all are counted */
+        for (int j = first; j < born[i]; j++) {
+            const Buffer *b = &s->bufs[bids[j]];
+            int sp = b->space;
+            if (live[sp][NCATS] > most[sp][NCATS]) {
+                most[sp][NCATS] = live[sp][NCATS];
+                if (sp == SPACE_DEVICE) cm->peak_op = i;
+            }
+            if (b->cat >= 0 && b->cat < NCATS && live[sp][b->cat] > most[sp][b->cat]) most[sp][b->cat] = live[sp][b->cat];
+        }
     }
     for (int sp = 0; sp < NSPACES; sp++) cm->peak[sp] = most[sp][NCATS];
     for (int c = 0; c < NCATS; c++) {
@@ -487,11 +493,17 @@ void mem_layout(ClassMem *cm, Sched *s, int64_t reserve)
 {
     cm->sched = s;
     lifetimes(s);
-    cm->fams = arena_alloc(&g_arena, sizeof(BufFamily) * (size_t)(s->nbufs + 1));
-    cm->nfams = 0;
     Arena tmp = {0};    /* the layout's scratch: back to the pool for the next class when done */
+    /* room for a family per buffer while they are found, in the scratch; the
+     * plan keeps the few there are (a 64-stage plan's buffers would leave
+     * some 20 MB of empty room behind) */
+    cm->fams = arena_alloc(&tmp, sizeof(BufFamily) * (size_t)(s->nbufs + 1));
+    cm->nfams = 0;
     for (int sp = 0; sp < NSPACES; sp++) cm->arena[sp] = layout_space(cm, s, sp, &tmp);
     peaks(cm, &tmp);
+    BufFamily *fams = arena_alloc(&g_arena, sizeof(BufFamily) * (size_t)(cm->nfams + 1));
+    memcpy(fams, cm->fams, sizeof(BufFamily) * (size_t)cm->nfams);
+    cm->fams = fams;
     arena_free(&tmp);
     cm->reserve = reserve;
     cm->device_total = cm->arena[SPACE_DEVICE] + reserve;

@@ -859,13 +859,42 @@ static int part_op(Bld *b, int kind, int sub, int L, int mb, int chunk, double f
     return o;
 }
 
+/* Writes v in decimal at p; returns the end. */
+static char *put_int(char *p, int v)
+{
+    char d[12];
+    int n = 0;
+    unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
+    do d[n++] = (char)('0' + u % 10), u /= 10; while (u);
+    if (v < 0) *p++ = '-';
+    while (n) *p++ = d[--n];
+    return p;
+}
+
+/* "act.L<L>.mb<mb>.<what>", as arena_printf would write it: formatted by
+ * hand, for the named plan formats some 200 000 of these (vsnprintf took a
+ * twentieth of the 1008B row's instructions). */
+static const char *act_name(int L, int mb, const char *what)
+{
+    char name[64], *p = name;
+    size_t nw = strlen(what);
+    if (nw > sizeof name - 32) return arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what);
+    memcpy(p, "act.L", 5), p += 5;
+    p = put_int(p, L);
+    memcpy(p, ".mb", 3), p += 3;
+    p = put_int(p, mb);
+    *p++ = '.';
+    memcpy(p, what, nw), p += nw;
+    return arena_strndup(&g_arena, name, (size_t)(p - name));
+}
+
 /* A [T, h] activation transient of layer L (the full sequence, or one rank's
  * shard: bytes say which). */
 static int act_buf(Bld *b, int role, int sub, int L, int mb, const char *what, int64_t bytes)
 {
     BufKey k = key_at(role, L, mb, -1);
     k.sub = sub;
-    const char *name = b->unnamed ? "act (unnamed)" : arena_printf(&g_arena, "act.L%d.mb%d.%s", L, mb, what);
+    const char *name = b->unnamed ? "act (unnamed)" : act_name(L, mb, what);
     return buf_new(b, k, name, CAT_ACTIVATIONS, SPACE_DEVICE, bytes, false);
 }
 
@@ -2101,8 +2130,7 @@ static void ev_expand(Ev *e)
         ops[to] = e->old[j];
         if (ops[to].kind == OP_WAIT && ops[to].aux >= 0) ops[to].aux = e->map[ops[to].aux];
     }
-    free(s->ops);
-    s->ops = ops, s->nops = s->capops = e->nnew;
+    s->ops = ops, s->nops = s->capops = e->nnew;     /* the builder's list: sched_class's to reuse */
     /* each buffer's lifetime in the final list (a wait touches no buffer):
      * mem.c's, found here once rather than by another scan of the ops */
     for (int k = 0; k < s->nbufs; k++) {
@@ -2153,11 +2181,18 @@ static void weight_shares(const Model *m, double mlp, double w[2])
     w[1] = mlp * fwd;
 }
 
+/* The builder's op list, malloc'd, handed from class to class: the next
+ * class builds into the room the last one grew (a 64-stage plan's classes
+ * each grew theirs from 1024 ops, copying it at each doubling). */
+typedef struct OpList { Op *ops; int cap; } OpList;
+
 /* Builds the ops and buffers of one training step of rank class c. */
-static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, bool unnamed, Sched *s)
+static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, bool unnamed, OpList *list,
+                        Sched *s)
 {
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
+    s->ops = list->ops, s->capops = list->cap;
     Bld b = {.s = s, .p = p, .c = c, .spec = p->spec, .m = p->model, .tl = tl};
     b.pol = p->spec->checkpointing.activations;
     b.every = p->spec->checkpointing.every > 0 ? (int)p->spec->checkpointing.every : 1;
@@ -2198,6 +2233,7 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     param_gathers(&b);
     flush_waits(&b);
     if (p->zero == 3) zero3_gathers(&b);
+    *list = (OpList){s->ops, s->capops};
     sched_events(s);
     bufs_to_arena(s);
 }
@@ -2209,7 +2245,9 @@ void sched_build(const Partition *p, Schedule *out)
     out->classes = arena_alloc(&g_arena, sizeof(Sched) * (size_t)(p->nclasses + 1));
     Timeline tl = {0};
     if (p->pp > 1) unit_timeline(p, &tl);
-    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, out->unnamed, &out->classes[i]);
+    OpList list = {0};
+    for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, out->unnamed, &list, &out->classes[i]);
+    free(list.ops);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */

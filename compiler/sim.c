@@ -53,6 +53,7 @@ typedef struct Ctx {
     unsigned char *state;       /* [N]: PENDING, ARRIVED (at a rendezvous), DONE */
     int *cause, *rcause;        /* [N]: the op whose end fixed its start / ready */
     int *dep_first, *deps;      /* CSR: waited ops and cross-stream producers   */
+    int ndeps, capdeps;
     int *partner;               /* [N]: a receive's send, a send's receive      */
     int *sync;                  /* [N]: the cross-class collective it is in     */
     int *sync_first, *sync_ops, *sync_arrived;
@@ -90,33 +91,95 @@ static const char *describe(const Ctx *x, int g)
 
 /* ---- building the graph --------------------------------------------------------- */
 
-/* Numbers the ops, prices them, and lays out each stream's ops in order. */
+/* Appends dependency g of the op whose list starts at first (once). */
+static void dep_add(Ctx *x, int first, int g)
+{
+    for (int j = first; j < x->ndeps; j++)
+        if (x->deps[j] == g) return;
+    if (x->ndeps == x->capdeps) x->capdeps *= 2, x->deps = realloc(x->deps, sizeof(int) * (size_t)x->capdeps);
+    if (!x->deps) die("sim: out of memory");
+    x->deps[x->ndeps++] = g;
+}
+
+/* Dependencies: the op a wait names; the last writer, on another stream, of
+ * each buffer an op reads — of each part it reads of a buffer accessed by
+ * part (Buffer.nparts: a gradient bucket, the parameters gathered ahead), so
+ * that a layer depends on its own bucket's writer, not on the last one's. */
+static void class_deps(Ctx *x, int c)
+{
+    const Sched *s = sched_of(x, c);
+    /* per buffer: the last writer of any part at at[b], then of each part */
+    int *at = malloc(sizeof(int) * (size_t)(s->nbufs + 1)), na = 0;
+    for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + (s->bufs[b].nparts > 0 ? s->bufs[b].nparts : 0);
+    int *last = malloc(sizeof(int) * (size_t)(na + 1));
+    for (int k = 0; k < na; k++) last[k] = -1;
+    for (int i = 0; i < s->nops; i++) {
+        const Op *o = &s->ops[i];
+        int g = x->base[c] + i, first = x->ndeps;
+        x->dep_first[g] = first;
+        if (o->kind == OP_WAIT) {
+            if (o->aux < 0 || o->aux >= s->nops) die("sim: %s waits for op %d, not in the schedule", describe(x, g), o->aux);
+            dep_add(x, first, x->base[c] + o->aux);
+            continue;
+        }
+        for (int k = 0; k < o->nrd; k++) {
+            int b = o->rd[k], np = s->bufs[b].nparts;
+            bool parted = np > 0 && o->part_lo >= 0;
+            int lo = parted ? at[b] + 1 + (o->part_lo < np ? o->part_lo : np - 1) : at[b];
+            int hi = parted ? at[b] + 1 + (o->part_hi < np ? o->part_hi : np - 1) : at[b];
+            for (int a = lo; a <= hi; a++) {
+                int w = last[a];
+                if (w >= 0 && x->stream[x->base[c] + w] != o->stream) dep_add(x, first, x->base[c] + w);
+            }
+        }
+        for (int k = 0; k < o->nwr; k++) {
+            int b = o->wr[k], np = s->bufs[b].nparts;
+            bool parted = np > 0 && o->part_lo >= 0;
+            int lo = parted ? (o->part_lo < np ? o->part_lo : np - 1) : 0;
+            int hi = parted ? (o->part_hi < np ? o->part_hi : np - 1) : np - 1;
+            last[at[b]] = i;
+            for (int a = lo; a <= hi; a++) last[at[b] + 1 + a] = i;
+        }
+    }
+    free(last);
+    free(at);
+}
+
+/* Numbers the ops, prices them, lays out each stream's ops in order, and
+ * finds their dependencies (class_deps), class by class: a class's ops are
+ * read again while still in cache (a 64-stage plan's 120 MB of ops were
+ * read from memory twice). */
 static void build_ops(Ctx *x)
 {
     x->base = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->nc + 1));
     for (int c = 0; c < x->nc; c++) x->base[c + 1] = x->base[c] + sched_of(x, c)->nops;
     int N = x->N = x->base[x->nc];
     size_t n = (size_t)N + 1;
-    x->cls_of = arena_alloc(&g_arena, sizeof(int) * n);
-    x->kind = arena_alloc(&g_arena, n);
-    x->stream = arena_alloc(&g_arena, n);
-    x->group = arena_alloc(&g_arena, n);
-    x->dur = arena_alloc(&g_arena, sizeof(double) * n);
+    /* the arrays every op's entry of is written below come uncleared (raw) */
+    x->cls_of = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->kind = arena_alloc_raw(&g_arena, n);
+    x->stream = arena_alloc_raw(&g_arena, n);
+    x->group = arena_alloc_raw(&g_arena, n);
+    x->dur = arena_alloc_raw(&g_arena, sizeof(double) * n);
     x->ready = arena_alloc(&g_arena, sizeof(double) * n);
     x->t = arena_alloc(&g_arena, sizeof(SimOp) * n);
     x->state = arena_alloc(&g_arena, n);
-    x->cause = arena_alloc(&g_arena, sizeof(int) * n);
-    x->rcause = arena_alloc(&g_arena, sizeof(int) * n);
-    x->partner = arena_alloc(&g_arena, sizeof(int) * n);
-    x->sync = arena_alloc(&g_arena, sizeof(int) * n);
-    x->wait_head = arena_alloc(&g_arena, sizeof(int) * n);
+    x->cause = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->rcause = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->partner = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->sync = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->wait_head = arena_alloc_raw(&g_arena, sizeof(int) * n);
     x->ns = x->nc * NSTREAMS;
     x->st_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->ns + 1));
     x->st_pos = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
-    x->st_ops = arena_alloc(&g_arena, sizeof(int) * n);
+    x->st_ops = arena_alloc_raw(&g_arena, sizeof(int) * n);
     x->wait_next = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
     x->queue = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
     x->queued = arena_alloc(&g_arena, sizeof(bool) * (size_t)x->ns);
+    x->dep_first = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->capdeps = N + 16;
+    x->deps = malloc(sizeof(int) * (size_t)x->capdeps);
+    if (!x->deps) die("sim: out of memory");
     for (int c = 0; c < x->nc; c++) {
         const Sched *s = sched_of(x, c);
         for (int i = 0; i < s->nops; i++) {
@@ -131,72 +194,17 @@ static void build_ops(Ctx *x)
             x->cause[g] = x->rcause[g] = x->partner[g] = x->sync[g] = x->wait_head[g] = -1;
             x->st_first[c * NSTREAMS + s->ops[i].stream + 1]++;
         }
+        class_deps(x, c);       /* while the class's ops are still in cache */
     }
+    x->dep_first[N] = x->ndeps;
+    /* the raw arrays' entry past the last op, as if cleared: nothing reads it */
+    x->cls_of[N] = x->st_ops[N] = 0, x->kind[N] = x->stream[N] = x->group[N] = 0, x->dur[N] = 0;
+    x->cause[N] = x->rcause[N] = x->partner[N] = x->sync[N] = x->wait_head[N] = 0;
     for (int k = 0; k < x->ns; k++) x->st_first[k + 1] += x->st_first[k];
     for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k], x->wait_next[k] = -1;
     for (int c = 0; c < x->nc; c++)
         for (int g = x->base[c]; g < x->base[c + 1]; g++) x->st_ops[x->st_pos[c * NSTREAMS + x->stream[g]]++] = g;
     for (int k = 0; k < x->ns; k++) x->st_pos[k] = x->st_first[k];
-}
-
-/* Appends dependency g of the op whose list starts at first (once). */
-static void dep_add(Ctx *x, int *n, int *cap, int first, int g)
-{
-    for (int j = first; j < *n; j++)
-        if (x->deps[j] == g) return;
-    if (*n == *cap) *cap *= 2, x->deps = realloc(x->deps, sizeof(int) * (size_t)*cap);
-    if (!x->deps) die("sim: out of memory");
-    x->deps[(*n)++] = g;
-}
-
-/* Dependencies: the op a wait names; the last writer, on another stream, of
- * each buffer an op reads — of each part it reads of a buffer accessed by
- * part (Buffer.nparts: a gradient bucket, the parameters gathered ahead), so
- * that a layer depends on its own bucket's writer, not on the last one's. */
-static void build_deps(Ctx *x)
-{
-    x->dep_first = arena_alloc(&g_arena, sizeof(int) * (size_t)(x->N + 1));
-    int cap = x->N + 16, n = 0;
-    x->deps = malloc(sizeof(int) * (size_t)cap);
-    for (int c = 0; c < x->nc; c++) {
-        const Sched *s = sched_of(x, c);
-        /* per buffer: the last writer of any part at at[b], then of each part */
-        int *at = malloc(sizeof(int) * (size_t)(s->nbufs + 1)), na = 0;
-        for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + (s->bufs[b].nparts > 0 ? s->bufs[b].nparts : 0);
-        int *last = malloc(sizeof(int) * (size_t)(na + 1));
-        for (int k = 0; k < na; k++) last[k] = -1;
-        for (int i = 0; i < s->nops; i++) {
-            const Op *o = &s->ops[i];
-            int g = x->base[c] + i, first = n;
-            x->dep_first[g] = n;
-            if (o->kind == OP_WAIT) {
-                if (o->aux < 0 || o->aux >= s->nops) die("sim: %s waits for op %d, not in the schedule", describe(x, g), o->aux);
-                dep_add(x, &n, &cap, first, x->base[c] + o->aux);
-                continue;
-            }
-            for (int k = 0; k < o->nrd; k++) {
-                int b = o->rd[k], np = s->bufs[b].nparts;
-                bool parted = np > 0 && o->part_lo >= 0;
-                int lo = parted ? at[b] + 1 + (o->part_lo < np ? o->part_lo : np - 1) : at[b];
-                int hi = parted ? at[b] + 1 + (o->part_hi < np ? o->part_hi : np - 1) : at[b];
-                for (int a = lo; a <= hi; a++) {
-                    int w = last[a];
-                    if (w >= 0 && x->stream[x->base[c] + w] != o->stream) dep_add(x, &n, &cap, first, x->base[c] + w);
-                }
-            }
-            for (int k = 0; k < o->nwr; k++) {
-                int b = o->wr[k], np = s->bufs[b].nparts;
-                bool parted = np > 0 && o->part_lo >= 0;
-                int lo = parted ? (o->part_lo < np ? o->part_lo : np - 1) : 0;
-                int hi = parted ? (o->part_hi < np ? o->part_hi : np - 1) : np - 1;
-                last[at[b]] = i;
-                for (int a = lo; a <= hi; a++) last[at[b] + 1 + a] = i;
-            }
-        }
-        free(last);
-        free(at);
-    }
-    x->dep_first[x->N] = n;
 }
 
 /* Pairs each receive with its send: the same microbatch, from the stage
@@ -685,7 +693,6 @@ const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out)
     Ctx x = {.mp = mp, .rendezvous = !(opts && opts->eager) && !at_issue, .at_issue = at_issue, .nc = mp->mem.nclasses};
     out->classes = arena_alloc(&g_arena, sizeof(SimClass) * (size_t)(x.nc + 1));
     build_ops(&x);
-    build_deps(&x);
     build_pairs(&x);
     build_syncs(&x);
     for (int sid = 0; sid < x.ns; sid++) x.queue[x.qn++] = sid, x.queued[sid] = true;

@@ -250,83 +250,131 @@ static void check_events(V *v, int c)
 /* ---- 4. the arena: segment trees over byte offsets ----------------------------------- */
 
 /* A max tree over leaf intervals: `add` (live counts) or `chmax` (the last
- * uses of dead buffers, one tree per stream), and range maximum queries. */
+ * uses of dead buffers, one channel per stream), and range maximum queries.
+ * Bottom-up over a power of two of leaves (node 1 the root, leaf x at n + x):
+ * a range [lo, hi) is covered by the nodes the two walks up from its ends
+ * meet, and every ancestor of those lies on the paths from leaf lo and leaf
+ * hi - 1 to the root, so an update or a query touches those two paths and
+ * the nodes between them, no recursion (the recursive trees were a fifth of
+ * the 1008B row's instructions). */
 typedef struct Tree { int n; int *mx, *tag; } Tree;
 
-/* A tree of n leaves with `ch` channels, every value `init`, in scratch
- * pools k and k + 1. */
+/* A tree of at least n leaves with `ch` channels, every value `init`, in
+ * scratch pools k and k + 1. */
 static void tree_init(V *v, int k, Tree *t, int n, int ch, int init)
 {
-    t->n = n > 0 ? n : 1;
-    size_t sz = 4 * (size_t)t->n * (size_t)ch;
+    t->n = 1;
+    while (t->n < n) t->n *= 2;
+    size_t sz = 2 * (size_t)t->n * (size_t)ch;
     t->mx = vscratch(v, k, sizeof(int) * sz);
     t->tag = vscratch(v, k + 1, sizeof(int) * sz);
     for (size_t i = 0; i < sz; i++) t->mx[i] = t->tag[i] = init;
 }
 
-/* Adds d to leaves [lo, hi) (live counts: tags are pending additions). */
-static void tree_add(Tree *t, int node, int l, int r, int lo, int hi, int d)
+/* ---- the live counts: tag[p] is an addition pending over p's leaves,
+ *      mx[p] the largest leaf under p, tag[p] included ---- */
+
+/* Moves node p's pending addition down to its children. */
+static void live_push(Tree *t, int p)
 {
-    if (hi <= l || r <= lo) return;
-    if (lo <= l && r <= hi) {
-        t->mx[node] += d, t->tag[node] += d;
-        return;
-    }
-    int mid = (l + r) / 2;
-    tree_add(t, 2 * node, l, mid, lo, hi, d);
-    tree_add(t, 2 * node + 1, mid, r, lo, hi, d);
-    int a = t->mx[2 * node], b = t->mx[2 * node + 1];
-    t->mx[node] = (a > b ? a : b) + t->tag[node];
+    int d = t->tag[p];
+    if (!d) return;
+    t->mx[2 * p] += d, t->tag[2 * p] += d;
+    t->mx[2 * p + 1] += d, t->tag[2 * p + 1] += d;
+    t->tag[p] = 0;
+}
+
+/* Recomputes node p's largest from its children. */
+static void live_pull(Tree *t, int p)
+{
+    int a = t->mx[2 * p], b = t->mx[2 * p + 1];
+    t->mx[p] = (a > b ? a : b) + t->tag[p];
 }
 
 /* Adds d to leaves [lo, hi) and returns their largest value before it. */
-static int tree_add_max(Tree *t, int node, int l, int r, int lo, int hi, int d)
+static int tree_add_max(Tree *t, int lo, int hi, int d)
 {
-    if (hi <= l || r <= lo) return -(1 << 30);
-    if (lo <= l && r <= hi) {
-        int before = t->mx[node];
-        t->mx[node] += d, t->tag[node] += d;
-        return before;
+    int most = -(1 << 30);
+    if (lo >= hi) return most;
+    int l0 = lo + t->n, r0 = hi - 1 + t->n;
+    /* the paths above leaves l0 and r0, from the root down (one node where they meet) */
+    for (int h = __builtin_ctz((unsigned)t->n); h > 0; h--) {
+        live_push(t, l0 >> h);
+        if (r0 >> h != l0 >> h) live_push(t, r0 >> h);
     }
-    int mid = (l + r) / 2;
-    int a = tree_add_max(t, 2 * node, l, mid, lo, hi, d), b = tree_add_max(t, 2 * node + 1, mid, r, lo, hi, d);
-    int x = t->mx[2 * node], y = t->mx[2 * node + 1];
-    t->mx[node] = (x > y ? x : y) + t->tag[node];
-    return (a > b ? a : b) + t->tag[node];
+    for (int l = l0, r = r0 + 1; l < r; l >>= 1, r >>= 1) {
+        if (l & 1) {
+            if (t->mx[l] > most) most = t->mx[l];
+            t->mx[l] += d, t->tag[l] += d, l++;
+        }
+        if (r & 1) {
+            --r;
+            if (t->mx[r] > most) most = t->mx[r];
+            t->mx[r] += d, t->tag[r] += d;
+        }
+    }
+    for (int l = l0 >> 1, r = r0 >> 1; l >= 1; l >>= 1, r >>= 1) {    /* and back up, a level at a time */
+        live_pull(t, l);
+        if (r != l) live_pull(t, r);
+    }
+    return most;
 }
 
-/* Raises leaves [lo, hi) of every stream's channel to at least val[t]
- * (the dead tree: a node's tag is a value all its leaves have). */
-static void tree_chmax(Tree *t, int node, int l, int r, int lo, int hi, const int *val)
+/* ---- the dead buffers' last uses: tag[p] a value every leaf under p has,
+ *      mx[p] the largest under p, per stream ---- */
+
+/* Raises leaves [lo, hi) of every stream's channel to at least val[k]. */
+static void tree_chmax(Tree *t, int lo, int hi, const int *val)
 {
-    if (hi <= l || r <= lo) return;
-    int *mx = &t->mx[node * NSTREAMS], *tag = &t->tag[node * NSTREAMS];
-    bool any = false;
-    for (int k = 0; k < NSTREAMS; k++) any |= val[k] > tag[k];
-    if (!any) return;
-    for (int k = 0; k < NSTREAMS; k++)
-        if (val[k] > mx[k]) mx[k] = val[k];
-    if (lo <= l && r <= hi) {
-        for (int k = 0; k < NSTREAMS; k++)
-            if (val[k] > tag[k]) tag[k] = val[k];
-        return;
+    if (lo >= hi) return;
+    int l0 = lo + t->n, r0 = hi - 1 + t->n;
+    for (int l = l0, r = r0 + 1; l < r; l >>= 1, r >>= 1) {
+        for (int side = 0; side < 2; side++) {
+            if (!(side ? r & 1 : l & 1)) continue;
+            int p = side ? --r : l++;
+            int *tag = &t->tag[p * NSTREAMS], *mx = &t->mx[p * NSTREAMS];
+            for (int k = 0; k < NSTREAMS; k++) {
+                if (val[k] > tag[k]) tag[k] = val[k];
+                if (val[k] > mx[k]) mx[k] = val[k];
+            }
+        }
     }
-    int mid = (l + r) / 2;
-    tree_chmax(t, 2 * node, l, mid, lo, hi, val);
-    tree_chmax(t, 2 * node + 1, mid, r, lo, hi, val);
+    /* every ancestor of a covering node: on the two paths (once where they meet) */
+    for (int l = l0, r = r0; l >= 1; l >>= 1, r >>= 1)
+        for (int p = l;; p = r) {
+            int *mx = &t->mx[p * NSTREAMS];
+            for (int k = 0; k < NSTREAMS; k++)
+                if (val[k] > mx[k]) mx[k] = val[k];
+            if (p == r) break;
+        }
 }
 
-/* The largest value of every stream's channel over [lo, hi), into out. */
-static void tree_max(const Tree *t, int node, int l, int r, int lo, int hi, int *out)
+/* The largest value of every stream's channel over [lo, hi), into out: the
+ * covering nodes' largest and the tags of every node on the two paths (each
+ * holds a leaf of the range, so its tag is a value in the range). */
+static void tree_max(const Tree *t, int lo, int hi, int *out)
 {
-    if (hi <= l || r <= lo) return;
-    const int *src = lo <= l && r <= hi ? &t->mx[node * NSTREAMS] : &t->tag[node * NSTREAMS];
-    for (int k = 0; k < NSTREAMS; k++)
-        if (src[k] > out[k]) out[k] = src[k];
-    if (lo <= l && r <= hi) return;
-    int mid = (l + r) / 2;
-    tree_max(t, 2 * node, l, mid, lo, hi, out);
-    tree_max(t, 2 * node + 1, mid, r, lo, hi, out);
+    if (lo >= hi) return;
+    int l0 = lo + t->n, r0 = hi - 1 + t->n;
+    for (int l = l0, r = r0 + 1; l < r; l >>= 1, r >>= 1) {
+        if (l & 1) {
+            const int *mx = &t->mx[l++ * NSTREAMS];
+            for (int k = 0; k < NSTREAMS; k++)
+                if (mx[k] > out[k]) out[k] = mx[k];
+        }
+        if (r & 1) {
+            const int *mx = &t->mx[--r * NSTREAMS];
+            for (int k = 0; k < NSTREAMS; k++)
+                if (mx[k] > out[k]) out[k] = mx[k];
+        }
+    }
+    for (int l = l0, r = r0; l >= 1; l >>= 1, r >>= 1)
+        for (int p = l;; p = r) {
+            const int *tag = &t->tag[p * NSTREAMS];
+            for (int k = 0; k < NSTREAMS; k++)
+                if (tag[k] > out[k]) out[k] = tag[k];
+            if (p == r) break;
+        }
 }
 
 /* Sorts n non-negative int64 values (least significant digit first, 11 bits
@@ -442,14 +490,14 @@ static void check_arena(V *v, int c, int space, const Uses *u)
             int d = died[jd];
             const Buffer *y = &s->bufs[d];
             int lo = leaf_of(xs, nx, y->offset), hi = leaf_of(xs, nx, y->offset + y->bytes);
-            tree_add(&live, 1, 0, leaves, lo, hi, -1);
-            tree_chmax(&dead, 1, 0, leaves, lo, hi, &u->last[(size_t)d * NSTREAMS]);
+            tree_add_max(&live, lo, hi, -1);
+            tree_chmax(&dead, lo, hi, &u->last[(size_t)d * NSTREAMS]);
         }
         int lo = leaf_of(xs, nx, x->offset), hi = leaf_of(xs, nx, x->offset + x->bytes);
-        if (tree_add_max(&live, 1, 0, leaves, lo, hi, 1) > 0) report_overlap(v, c, ids, n, b);
+        if (tree_add_max(&live, lo, hi, 1) > 0) report_overlap(v, c, ids, n, b);
         int lasts[NSTREAMS];
         memset(lasts, 0xff, sizeof lasts);
-        tree_max(&dead, 1, 0, leaves, lo, hi, lasts);
+        tree_max(&dead, lo, hi, lasts);
         for (int t = 0; t < NSTREAMS; t++) {
             int last = lasts[t];
             if (last < 0) continue;
