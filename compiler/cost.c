@@ -771,7 +771,7 @@ static double cpu_skew(const Sched *s, int op)
     if (coll == COLL_SENDRECV || members <= 1) return 0;
     double compute = 0;
     for (int i = op - 1; i >= 0 && cost_group(s, i) == GRP_NONE; i--) compute += cost_op_time(NULL, s, i);
-    return profile_skew(r.pf, r.w, (int)r.threads, false, compute / r.share_gemm);
+    return profile_skew(r.pf, r.w, (int)r.threads, false, true, compute / r.share_gemm);
 }
 
 /* The receive's wait for a sender that takes turns on the cores (sim.h): the
@@ -788,7 +788,7 @@ double cost_recv_wait(const Sched *s, int op)
     double compute = 0;
     for (int i = op - 1; i >= 0 && s->ops[i].kind != OP_RECV_FWD && s->ops[i].kind != OP_RECV_BWD; i--)
         if (cost_group(s, i) == GRP_NONE) compute += cost_op_time(NULL, s, i);
-    return profile_skew(r.pf, r.w, (int)r.threads, true, compute / r.share_gemm);
+    return profile_skew(r.pf, r.w, (int)r.threads, true, false, compute / r.share_gemm);
 }
 
 /* Seconds the op occupies its stream once it has started. */

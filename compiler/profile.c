@@ -15,7 +15,8 @@
  * gemm_seconds, elementwise_seconds: every rank at once; alone_gemm_seconds,
  * alone_elementwise_seconds: rank 0 alone), skew (op all_reduce or send_recv,
  * ranks_per_node, threads, compute_seconds: the compute before each op,
- * seconds: its time beyond the op entered at once).
+ * seconds: its time beyond the op entered at once; excess_seconds,
+ * optional: the wall time it added to the compute with every rank busy).
  *
  * What the model reads is derived here, once, at load:
  *  - rates on full grids, interpolated multilinearly in the logarithms of the
@@ -408,7 +409,9 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
         case TB_SKEW: {
             ProfSkew sk = {choice(r, row, i, name, "op", "all_reduce|send_recv") == 1,
                            (int)num(r, row, i, name, "ranks_per_node", false), (int)num(r, row, i, name, "threads", false),
-                           num(r, row, i, name, "compute_seconds", false), num(r, row, i, name, "seconds", true)};
+                           num(r, row, i, name, "compute_seconds", false), num(r, row, i, name, "seconds", true), -1};
+            if (cJSON_GetObjectItemCaseSensitive(row, "excess_seconds"))
+                sk.excess = num(r, row, i, name, "excess_seconds", true);
             int kcap = pf->nskew;
             PUSH(pf->skew, pf->nskew, kcap, sk);
             p.key = -1;
@@ -703,11 +706,14 @@ double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm)
     return f > 1 ? f : 1;
 }
 
+/* A skew row's measure: the step's loss (its excess) or the wait. */
+static double skew_value(const ProfSkew *k, bool loss) { return fmax(loss ? k->excess : k->seconds, 0); }
+
 /* One rank count's skew after `compute` seconds (alone) between the ops:
  * its rows (of one kind, ranks_per_node and threads) linear between their
  * compute lengths, the shortest's scaled down to 0 at no compute, the
  * longest's beyond it. */
-static double skew_after(const Profile *pf, const ProfSkew *k, double compute)
+static double skew_after(const Profile *pf, const ProfSkew *k, bool loss, double compute)
 {
     const ProfSkew *lo = NULL, *hi = NULL;   /* the nearest rows below and above compute */
     for (int j = 0; j < pf->nskew; j++) {
@@ -716,9 +722,9 @@ static double skew_after(const Profile *pf, const ProfSkew *k, double compute)
         if (o->compute_s <= compute && (!lo || o->compute_s > lo->compute_s)) lo = o;
         if (o->compute_s > compute && (!hi || o->compute_s < hi->compute_s)) hi = o;
     }
-    double v0 = lo ? fmax(lo->seconds, 0) : 0, x0 = lo ? lo->compute_s : 0;
+    double v0 = lo ? skew_value(lo, loss) : 0, x0 = lo ? lo->compute_s : 0;
     if (!hi) return v0;
-    double v1 = fmax(hi->seconds, 0);
+    double v1 = skew_value(hi, loss);
     return v0 + (v1 - v0) * (compute - x0) / (hi->compute_s - x0);
 }
 
@@ -728,16 +734,20 @@ static double skew_after(const Profile *pf, const ProfSkew *k, double compute)
  * that compute (skew_after), the largest among those measured at a share
  * up to this one; below the smallest measured share, that one's scaled by
  * (share − 1) / (its share − 1).  So it is never negative, 0 at share 1,
- * and never decreases as more ranks share the cores. */
-double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, double compute)
+ * and never decreases as more ranks share the cores.  loss: the rows'
+ * excess where every row of the kind has one (a profile from before it was
+ * measured: the wait, as before). */
+double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, bool loss, double compute)
 {
     double share = (double)w * threads / (double)pf->cores, best = 0, low_share = 0, low = 0;
     if (!(share > 1) || !(compute > 0)) return 0;
+    for (int i = 0; i < pf->nskew && loss; i++)
+        if (pf->skew[i].p2p == p2p && pf->skew[i].excess < 0) loss = false;
     for (int i = 0; i < pf->nskew; i++) {
         const ProfSkew *k = &pf->skew[i];
         double ks = (double)k->ranks_per_node * k->threads / (double)pf->cores;
         if (k->p2p != p2p || !(ks > 1)) continue;
-        double v = skew_after(pf, k, compute);
+        double v = skew_after(pf, k, loss, compute);
         if (ks <= share) best = fmax(best, v);
         else if (low_share == 0 || ks < low_share) low_share = ks, low = v;
     }

@@ -380,8 +380,11 @@ typedef struct ProfColl { int op; bool inter; int ranks_per_node, group; ProfFit
 typedef struct ProfShare { int ranks_per_node, threads; double gemm_s, ew_s, alone_gemm_s, alone_ew_s; } ProfShare;
 /* The arrival skew (shardc calibrate): seconds a small collective (p2p: a
  * send/receive, one way) takes beyond its alpha-beta time when each of
- * ranks_per_node ranks (each with `threads`) computes compute_s before it. */
-typedef struct ProfSkew { bool p2p; int ranks_per_node, threads; double compute_s, seconds; } ProfSkew;
+ * ranks_per_node ranks (each with `threads`) computes compute_s before it;
+ * excess: what it added to the wall time of the compute and the op beyond
+ * that compute with every rank busy (the step's loss; -1 in a profile
+ * written before it was measured). */
+typedef struct ProfSkew { bool p2p; int ranks_per_node, threads; double compute_s, seconds, excess; } ProfSkew;
 typedef struct Profile {
     const char *path, *device;
     int backend;                /* PROFILE_CPU, PROFILE_CUDA                    */
@@ -442,8 +445,10 @@ double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm);
 /* Seconds a collective (p2p: a send or receive) waits for its late peers
  * when w ranks of `threads` threads take turns on the node's cores and each
  * computed `compute` seconds (alone) since its previous one: the measured
- * arrival skew (0 without oversubscription, compute or rows). */
-double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, double compute);
+ * arrival skew (0 without oversubscription, compute or rows); loss: what
+ * the waiting adds to the ranks' wall time instead (the rows' excess, where
+ * every row has one; else the wait). */
+double profile_skew(const Profile *pf, int64_t w, int threads, bool p2p, bool loss, double compute);
 /* The threads a rank runs with when w ranks share a node (cores / w, >= 1). */
 int profile_threads(const Profile *pf, int64_t w);
 /* The cluster keys a profile derives (0: it has nothing for that one), for

@@ -42,6 +42,7 @@
  * stdout and writes the measurements, one JSON object per row with its
  * seconds, to --out (shardc calibrate merges the phases into a profile).
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -683,51 +684,78 @@ static void bench_coll(srt_ctx *c, int op, srt_group g, int64_t n, const char *s
 }
 
 
+/* A reference kernel the skew benchmark computes between the ops: seconds
+ * a call alone and with every rank at once (the sharing test's). */
+typedef struct SkewRef { bench_fn fn; void *ud; double alone, shared; } SkewRef;
+
 /* Seconds one collective (or send/receive round trip) takes on each rank
- * when every rank first computes `reps` reference GEMMs: the mean over the
- * ranks of the mean over the repetitions.  Ranks that take turns on the
- * cores finish their compute at different moments and wait for each other
- * inside the collective. */
-static double after_compute(srt_ctx *c, const Coll *k, int reps, int iters)
+ * when every rank first computes `reps` calls of the reference: the mean
+ * over the ranks of the mean over the repetitions.  Ranks that take turns
+ * on the cores finish their compute at different moments and wait for each
+ * other inside the collective.  *wall: the seconds of a repetition, compute
+ * and collective, from a barrier to the last one's end (the mean over the
+ * ranks): what the waiting cost the step, since a rank that waits gives its
+ * core to the late ones, which then compute faster. */
+static double after_compute(srt_ctx *c, const Coll *k, const SkewRef *ref, int reps, int iters, double *wall)
 {
     coll_run(c, (void *)k);
     MPI_Barrier(MPI_COMM_WORLD);
-    double sum = 0;
+    double sum = 0, start = now();
     for (int it = 0; it < iters; it++) {
-        for (int i = 0; i < reps; i++) gemm_run(c, &SHARE_GEMM);
+        for (int i = 0; i < reps; i++) ref->fn(c, ref->ud);
         srt_stream_sync(c, SRT_COMPUTE);
         double t0 = now();
         coll_run(c, (void *)k);
         sum += now() - t0;
     }
-    double mean = sum / iters, all = 0;
-    MPI_Allreduce(&mean, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    return all / R.world;
+    double per[2] = {sum / iters, (now() - start) / iters}, all[2] = {0, 0};
+    MPI_Allreduce(per, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    *wall = all[1] / R.world;
+    return all[0] / R.world;
 }
 
 /* The arrival skew: how much longer a small all-reduce (or a send/receive
  * one way) takes when each rank computes before it, as a training step does,
  * than the same op entered by every rank at once (bench, as the collective
- * rows time it); a row per compute length between the ops, a short and a
- * four times longer one (gemm_s: the reference GEMM alone). */
-static void bench_skew(srt_ctx *c, int op, double gemm_s)
+ * rows time it); a row per compute length between the ops: about 0.25 and
+ * 1 ms of the elementwise reference (a layer's tensor-parallel halves are
+ * that short; ranks that compute less than a time slice between the ops
+ * take turns in step and hardly wait), and 2 ms and four times that of the
+ * GEMM reference (refs[0], refs[1]).  Each row also has the step's loss
+ * (`excess_seconds`): a repetition's wall time less the same compute with
+ * every rank busy at once and the op entered at once, the least over three
+ * windows — the wait is no loss where the waiting rank's core went to a
+ * late one. */
+static void bench_skew(srt_ctx *c, int op, const SkewRef refs[2])
 {
     Coll k = {op, op == C_SENDRECV ? SRT_PP : SRT_DP, 4096, op == C_SENDRECV ? 2 : R.world};
     double at_once = bench(c, coll_run, &k, true);
-    int reps = Z->window > 0 ? (int)(2e-3 / gemm_s) + 1 : 1, iters = 4 * Z->batches;
-    for (int m = 1; m <= 4; m *= 4) {
-        double s = after_compute(c, &k, reps * m, iters) - at_once;
-        if (op == C_SENDRECV) s /= 2;   /* one way */
+    int iters = 4 * Z->batches;
+    static const double lengths[] = {0.25e-3, 1e-3, 2e-3, 8e-3};   /* the last two: 2 ms of GEMMs and 4× those */
+    int greps = Z->window > 0 ? (int)(2e-3 / refs[0].alone) + 1 : 1;
+    for (int m = 0; m < 4; m++) {
+        const SkewRef *ref = m < 2 ? &refs[1] : &refs[0];
+        int reps = m == 2 ? greps : m == 3 ? 4 * greps : Z->window > 0 ? (int)(lengths[m] / ref->alone) + 1 : 1;
+        /* the wait from the first window; the loss the least over three (as
+         * bench_shared: the machine's other load only ever adds to it) */
+        double wall, s = after_compute(c, &k, ref, reps, iters, &wall) - at_once, x = wall;
+        for (int w = 1; w < (Z->batches < 3 ? Z->batches : 3); w++) {
+            after_compute(c, &k, ref, reps, iters, &wall);
+            x = fmin(x, wall);
+        }
+        x -= reps * ref->shared + at_once;
+        if (op == C_SENDRECV) s /= 2, x /= 2;   /* one way */
         cJSON *r = row_of("skew");
         cJSON_AddStringToObject(r, "op", COLL_NAMES[op]);
         cJSON_AddNumberToObject(r, "ranks_per_node", (double)R.ranks_per_node);
         cJSON_AddNumberToObject(r, "threads", threads());
-        cJSON_AddNumberToObject(r, "compute_seconds", reps * m * gemm_s);
+        cJSON_AddNumberToObject(r, "compute_seconds", reps * ref->alone);
         cJSON_AddNumberToObject(r, "seconds", s > 0 ? s : 0);
+        cJSON_AddNumberToObject(r, "excess_seconds", x > 0 ? x : 0);
         char what[128], res[64];
-        snprintf(what, sizeof what, "arrival skew, %s on %lld ranks after %.1f ms of compute", COLL_NAMES[op],
-                 (long long)R.world, reps * m * gemm_s * 1e3);
-        snprintf(res, sizeof res, "%.1f us", (s > 0 ? s : 0) * 1e6);
+        snprintf(what, sizeof what, "arrival skew, %s on %lld ranks after %.2f ms of compute", COLL_NAMES[op],
+                 (long long)R.world, reps * ref->alone * 1e3);
+        snprintf(res, sizeof res, "%.1f us (the step's loss %.1f us)", (s > 0 ? s : 0) * 1e6, (x > 0 ? x : 0) * 1e6);
         record(r, what, res);
     }
 }
@@ -741,8 +769,8 @@ static void run_comm(void)
     int64_t W = R.world, L = R.ranks_per_node, nodes = W / L, arena = 2 * sz[ns - 1] + 4096;
     int ngroups = 0;
     for (int64_t n = 2; n <= L; n++) ngroups += L % n == 0;
-    R.total = (ngroups * 3 * ns + (L % 2 == 0 ? ns : 0) + (nodes > 1 ? 3 * ns + ns : 0)) * Z->passes + 1 + 2 +
-              (W % 2 == 0 ? 2 : 0);
+    R.total = (ngroups * 3 * ns + (L % 2 == 0 ? ns : 0) + (nodes > 1 ? 3 * ns + ns : 0)) * Z->passes + 1 + 4 +
+              (W % 2 == 0 ? 4 : 0);
     for (int p = 0; p < Z->passes; p++) {   /* every collective, then every one again */
         pass_start(p);
         for (int64_t n = 2; n <= L; n++) {
@@ -781,11 +809,12 @@ static void run_comm(void)
     snprintf(what, sizeof what, "sharing, %lld ranks at once against one alone", (long long)W);
     snprintf(res, sizeof res, "gemm %.3f / %.3f ms, elementwise %.3f / %.3f ms", sg * 1e3, ag * 1e3, se * 1e3, ae * 1e3);
     record(r, what, res);
-    bench_skew(c, C_ALL_REDUCE, ag);
+    SkewRef refs[2] = {{gemm_run, &SHARE_GEMM, ag, sg}, {ew_run, (void *)&SHARE_EW, ae, se}};
+    bench_skew(c, C_ALL_REDUCE, refs);
     ctx_destroy(c);
     if (W % 2 == 0) {   /* pipeline neighbours, pairs as in the send/receive rows */
         c = make_ctx(1, W / 2, 2, 1, COLD_BYTES + 5 * 256 * 256 * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
-        bench_skew(c, C_SENDRECV, ag);
+        bench_skew(c, C_SENDRECV, refs);
         ctx_destroy(c);
     }
 }

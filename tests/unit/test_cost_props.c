@@ -361,32 +361,34 @@ static void test_zero3_monotone(void)
  * over measured rows that rise, fall, are zero, are missing for one kind,
  * at compute lengths between the ops from none to beyond the rows: never
  * negative, 0 without oversubscription (w·threads <= cores) or without
- * compute, and never smaller with more ranks on the same cores. */
+ * compute, and never smaller with more ranks on the same cores; the same
+ * for the step's loss (the rows' excess). */
 static void test_skew_props(void)
 {
     static const ProfSkew sets[][4] = {
-        {{false, 4, 1, 2e-3, 5e-3}, {false, 4, 1, 8e-3, 2e-3}, {false, 8, 1, 8e-3, 9e-3}, {true, 4, 1, 8e-3, 1e-3}},
-        {{false, 4, 1, 8e-3, 7e-3}, {false, 8, 1, 8e-3, 1e-3}, {true, 8, 1, 8e-3, 4e-3}, {true, 16, 1, 8e-3, 0}},
-        {{false, 2, 1, 8e-3, 3e-3}, {false, 8, 2, 8e-3, 0}, {false, 16, 1, 1e-3, 2e-2}, {true, 2, 2, 8e-3, 6e-3}},
+        {{false, 4, 1, 2e-3, 5e-3, 5e-3 / 2}, {false, 4, 1, 8e-3, 2e-3, 2e-3 / 2}, {false, 8, 1, 8e-3, 9e-3, 9e-3 / 2}, {true, 4, 1, 8e-3, 1e-3, 1e-3 / 2}},
+        {{false, 4, 1, 8e-3, 7e-3, 7e-3 / 2}, {false, 8, 1, 8e-3, 1e-3, 1e-3 / 2}, {true, 8, 1, 8e-3, 4e-3, 4e-3 / 2}, {true, 16, 1, 8e-3, 0, 1e-3}},
+        {{false, 2, 1, 8e-3, 3e-3, 3e-3 / 2}, {false, 8, 2, 8e-3, 0, 1e-3}, {false, 16, 1, 1e-3, 2e-2, 2e-2 / 2}, {true, 2, 2, 8e-3, 6e-3, 6e-3 / 2}},
     };
     for (int c = 1; c <= 4; c *= 2)
         for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
             Profile pf = {.backend = PROFILE_CPU, .cores = c, .skew = (ProfSkew *)sets[k], .nskew = 4};
             for (int p2p = 0; p2p < 2; p2p++)
-                for (int t = 1; t <= 2; t++)
-                    for (double x = 0; x <= 0.03; x += 0.5e-3) {
-                        double prev = 0;
-                        for (int w = 1; w <= 32; w++) {
-                            double v = profile_skew(&pf, w, t, p2p, x);
-                            CHECK(v >= 0);
-                            if (w * t <= c || x == 0) CHECK(v == 0);
-                            CHECK(v >= prev);
-                            prev = v;
+                for (int loss = 0; loss < 2; loss++)   /* the wait, and the step's loss */
+                    for (int t = 1; t <= 2; t++)
+                        for (double x = 0; x <= 0.03; x += 0.5e-3) {
+                            double prev = 0;
+                            for (int w = 1; w <= 32; w++) {
+                                double v = profile_skew(&pf, w, t, p2p, loss, x);
+                                CHECK(v >= 0);
+                                if (w * t <= c || x == 0) CHECK(v == 0);
+                                CHECK(v >= prev);
+                                prev = v;
+                            }
                         }
-                    }
         }
     Profile none = {.backend = PROFILE_CPU, .cores = 2};
-    CHECK(profile_skew(&none, 8, 1, false, 0.01) == 0);   /* a profile without skew rows adds nothing */
+    CHECK(profile_skew(&none, 8, 1, false, false, 0.01) == 0);   /* a profile without skew rows adds nothing */
 }
 
 int main(void)

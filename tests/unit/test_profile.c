@@ -456,18 +456,42 @@ static void test_skew(void)
         return;
     }
     CHECK_EQ(pf->nskew, 4);
-    CHECK_NEAR(profile_skew(pf, 2, 1, false, 8e-3), 0, 0);          /* a core a rank */
-    CHECK_NEAR(profile_skew(pf, 4, 1, false, 0), 0, 0);             /* no compute between the ops */
-    CHECK_NEAR(profile_skew(pf, 4, 1, false, 8e-3), 0.001, 1e-12);  /* at a row */
-    CHECK_NEAR(profile_skew(pf, 4, 1, false, 2e-3), 0.009, 1e-12);
-    CHECK_NEAR(profile_skew(pf, 4, 1, false, 5e-3), 0.005, 1e-12);  /* linear between the rows */
-    CHECK_NEAR(profile_skew(pf, 4, 1, false, 1e-3), 0.0045, 1e-12); /* below the shortest: down to 0 at none */
-    CHECK_NEAR(profile_skew(pf, 4, 1, false, 0.1), 0.001, 1e-12);   /* beyond the longest: its value */
-    CHECK_NEAR(profile_skew(pf, 3, 1, false, 8e-3), 0.0005, 1e-12); /* below 4 ranks: scaled by (1.5 - 1) / (2 - 1) */
-    CHECK_NEAR(profile_skew(pf, 8, 1, false, 8e-3), 0.003, 1e-12);
-    CHECK_NEAR(profile_skew(pf, 8, 1, false, 2e-3), 0.009, 1e-12);  /* 4 ranks' larger skew there */
-    CHECK_NEAR(profile_skew(pf, 16, 1, false, 8e-3), 0.003, 1e-12); /* beyond the rows: the largest measured */
-    CHECK_NEAR(profile_skew(pf, 8, 1, true, 8e-3), 0, 0);           /* measured 0 for pairs */
+    CHECK_NEAR(profile_skew(pf, 2, 1, false, false, 8e-3), 0, 0);          /* a core a rank */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, false, 0), 0, 0);             /* no compute between the ops */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, false, 8e-3), 0.001, 1e-12);  /* at a row */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, false, 2e-3), 0.009, 1e-12);
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, false, 5e-3), 0.005, 1e-12);  /* linear between the rows */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, false, 1e-3), 0.0045, 1e-12); /* below the shortest: down to 0 at none */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, false, 0.1), 0.001, 1e-12);   /* beyond the longest: its value */
+    CHECK_NEAR(profile_skew(pf, 3, 1, false, false, 8e-3), 0.0005, 1e-12); /* below 4 ranks: scaled by (1.5 - 1) / (2 - 1) */
+    CHECK_NEAR(profile_skew(pf, 8, 1, false, false, 8e-3), 0.003, 1e-12);
+    CHECK_NEAR(profile_skew(pf, 8, 1, false, false, 2e-3), 0.009, 1e-12);  /* 4 ranks' larger skew there */
+    CHECK_NEAR(profile_skew(pf, 16, 1, false, false, 8e-3), 0.003, 1e-12); /* beyond the rows: the largest measured */
+    CHECK_NEAR(profile_skew(pf, 8, 1, true, false, 8e-3), 0, 0);           /* measured 0 for pairs */
+    CHECK_NEAR(profile_skew(pf, 4, 1, false, true, 8e-3), 0.001, 1e-12);   /* rows without their loss: the wait */
+    {   /* rows with the step's loss: the loss, by the same rules; one row without it: the wait */
+        const char *ex =
+            "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":4,\"threads\":1,\"compute_seconds\":0.002,\"seconds\":0.009,\"excess_seconds\":0.004},\n"
+            "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":4,\"threads\":1,\"compute_seconds\":0.008,\"seconds\":0.001,\"excess_seconds\":0},\n";
+        const Profile *px = load(profile_text(1, ex, true));
+        CHECK(px != NULL);
+        if (px) {
+            CHECK_NEAR(profile_skew(px, 4, 1, false, true, 2e-3), 0.004, 1e-12);
+            CHECK_NEAR(profile_skew(px, 4, 1, false, true, 1e-3), 0.002, 1e-12);
+            CHECK_NEAR(profile_skew(px, 4, 1, false, true, 8e-3), 0, 0);
+            CHECK_NEAR(profile_skew(px, 4, 1, false, false, 2e-3), 0.009, 1e-12);
+            CHECK_NEAR(profile_skew(px, 2, 1, false, true, 2e-3), 0, 0);
+        }
+        char mixed[1024];
+        snprintf(mixed, sizeof mixed, "%s%s", ex,
+                 "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":8,\"threads\":1,\"compute_seconds\":0.008,\"seconds\":0.003},\n");
+        const Profile *pm = load(profile_text(1, mixed, true));
+        CHECK(pm != NULL);
+        if (pm) CHECK_NEAR(profile_skew(pm, 4, 1, false, true, 2e-3), 0.009, 1e-12);
+        CHECK(load(profile_text(1, "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":4,\"threads\":1,"
+                                   "\"compute_seconds\":0.002,\"seconds\":0.001,\"excess_seconds\":-1},\n", true)) == NULL);
+        CHECK_HAS(captured(), "skew row: 'excess_seconds' must be");
+    }
     CHECK(load(profile_text(1, "{\"table\":\"skew\",\"op\":\"all_reduce\",\"ranks_per_node\":4,\"threads\":1,"
                                "\"compute_seconds\":0.002,\"seconds\":-1},\n", true)) == NULL);
     CHECK_HAS(captured(), "skew row: 'seconds' must be");
