@@ -732,10 +732,9 @@ static void bench_skew(srt_ctx *c, int op, const SkewRef refs[2])
     double at_once = bench(c, coll_run, &k, true);
     int iters = 4 * Z->batches;
     static const double lengths[] = {0.25e-3, 1e-3, 2e-3, 8e-3};   /* the last two: 2 ms of GEMMs and 4× those */
-    int greps = Z->window > 0 ? (int)(2e-3 / refs[0].alone) + 1 : 1;
     for (int m = 0; m < 4; m++) {
         const SkewRef *ref = m < 2 ? &refs[1] : &refs[0];
-        int reps = m == 2 ? greps : m == 3 ? 4 * greps : Z->window > 0 ? (int)(lengths[m] / ref->alone) + 1 : 1;
+        int reps = Z->window > 0 ? (int)(lengths[m] / ref->alone) + 1 : 1;
         /* the wait from the first window; the loss the least over three (as
          * bench_shared: the machine's other load only ever adds to it) */
         double wall, s = after_compute(c, &k, ref, reps, iters, &wall) - at_once, x = wall;
