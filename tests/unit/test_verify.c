@@ -6,7 +6,9 @@
  *    exists only so an arena region is not reused too early; (b) swapping
  *    two collectives of a group that spans classes in one class; (c)
  *    dropping a pipeline receive; (d) moving a buffer's offset so that two
- *    live buffers share bytes; (e) a split backward's weight op moved before
+ *    live buffers share bytes, and (d') random moves of buffers, to random
+ *    offsets and to other buffers' byte edges, whose overlap reports must
+ *    match a brute-force check of every pair; (e) a split backward's weight op moved before
  *    its data op, or made another part's; (f) under sequence parallelism a
  *    weight op's wait for its part's regathered input dropped, or the weight
  *    op moved above it; (g) under sequence parallelism tp-comm's wait for a
@@ -263,6 +265,111 @@ static void test_overlap(void)
     CHECK(pt_verify(mp, &rep));
 }
 
+/* ---- (d') the arena's segment trees against brute force --------------------------------- */
+
+/* The verifier sweeps each arena with segment trees over byte offsets
+ * (verify.c, check 4); this replays its overlap rule by brute force over
+ * every pair.  A buffer born (in list order; ties in index order, the
+ * order the sweep takes them) while an earlier-born buffer of the same
+ * arena is still live and shares a byte with it is one report, so the
+ * number of "share ... arena bytes" lines must equal the births that
+ * brute force finds sharing. */
+static bool in_arena(const Sched *s, const Buffer *b, int space)
+{
+    return b->space == space && b->bytes > 0 && b->first >= 0 && b->last >= b->first && b->last < s->nops;
+}
+
+static int brute_shared_births(const Sched *s, int space)
+{
+    int n = 0;
+    for (int i = 0; i < s->nbufs; i++) {
+        const Buffer *x = &s->bufs[i];
+        if (!in_arena(s, x, space)) continue;
+        for (int j = 0; j < s->nbufs; j++) {
+            const Buffer *y = &s->bufs[j];
+            if (j == i || !in_arena(s, y, space)) continue;
+            bool earlier = y->first < x->first || (y->first == x->first && j < i);
+            bool live = earlier && y->last >= x->first;
+            bool share = y->offset < x->offset + x->bytes && x->offset < y->offset + y->bytes;
+            if (live && share) {
+                n++;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+static int count_substr(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* Moves random buffers of a few layouts' first classes to random offsets
+ * and to the byte edges of other buffers (touching, one byte into, exactly
+ * over), and compares the verifier's overlap reports with brute force. */
+static void test_arena_brute(void)
+{
+    static const char *layouts[][4] = {
+        {"parallel.dp=2", "zero.stage=3", "parallel.microbatches=2", NULL},
+        {"parallel.tp=2", "parallel.pp=2", "parallel.microbatches=4", NULL},
+        {"checkpointing.activations=full", "offload.optimizer=cpu", "zero.stage=1", NULL},
+    };
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int compared = 0, with_overlap = 0;
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        Plan *mp = pt_plan(layouts[l]);
+        CHECK(mp != NULL);
+        if (!mp) continue;
+        Sched *s = &mp->sched.classes[0];
+        const char *rep;
+        CHECK(pt_verify(mp, &rep));
+        for (int trial = 0; trial < 400; trial++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int b = (int)((rng >> 33) % (uint64_t)s->nbufs);
+            Buffer *x = &s->bufs[b];
+            int space = x->space;
+            if (space == SPACE_NVME || !in_arena(s, x, space)) continue;
+            int64_t top = 0;
+            for (int j = 0; j < s->nbufs; j++)
+                if (in_arena(s, &s->bufs[j], space) && s->bufs[j].offset + s->bufs[j].bytes > top)
+                    top = s->bufs[j].offset + s->bufs[j].bytes;
+            int64_t keep = x->offset, at;
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            const Buffer *y = &s->bufs[(rng >> 33) % (uint64_t)s->nbufs];
+            switch ((rng >> 20) % 5) {
+            case 0: at = y->offset + y->bytes; break;           /* touching after y */
+            case 1: at = y->offset + y->bytes - 1; break;       /* one byte into y */
+            case 2: at = y->offset - x->bytes; break;           /* touching before y */
+            case 3: at = y->offset; break;                      /* over y */
+            default: at = (int64_t)((rng >> 8) % (uint64_t)(top > x->bytes ? top - x->bytes + 1 : 1)); break;
+            }
+            if (at < 0 || at + x->bytes > top) continue;        /* inside the arena as planned */
+            x->offset = at;
+            int want = brute_shared_births(s, space);
+            pt_verify(mp, &rep);
+            const char *what = space == SPACE_DEVICE ? "share device arena bytes" : "share host arena bytes";
+            int got = count_substr(rep, what);
+            bool truncated = strstr(rep, "more schedule failures not shown") != NULL;
+            if (!(truncated ? (got > 0) == (want > 0) && got <= want : got == want)) {
+                fprintf(stderr, "arena sweep vs brute force, layout %zu buffer %s at %lld: %d reports, %d "
+                        "expected\n%s", l, x->name, (long long)at, got, want, rep);
+                failures++;
+            }
+            compared++;
+            with_overlap += want > 0;
+            x->offset = keep;
+        }
+        CHECK(pt_verify(mp, &rep));
+    }
+    /* the trials must exercise both verdicts */
+    CHECK(compared >= 300);
+    CHECK(with_overlap >= 50 && compared - with_overlap >= 50);
+    printf("test_verify: %d arena moves checked against brute force (%d with overlaps)\n", compared, with_overlap);
+}
+
 /* ---- (e) a split backward's weight op before its data op ------------------------------ */
 
 static void test_split_order(void)
@@ -462,6 +569,7 @@ int main(void)
     test_swap_collectives();
     test_drop_recv();
     test_overlap();
+    test_arena_brute();
     test_split_order();
     test_sp_regather_wait();
     test_sp_norm_gather_wait();
