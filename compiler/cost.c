@@ -466,9 +466,7 @@ double cost_unit_start(const Sched *s, int op, int k)
     const Partition *p = s->part;
     bool bwd = o->kind == OP_LAYER_BWD;
     if (!sched_waits_per_module(p, o) || k < 0 || k >= OP_MAX_UNITS || o->unit[k] < 0) return 0;
-    const Segment *sg = &s->cls->segs[o->unit[k]];
-    const Model *m = p->model;
-    int all = op_pieces(p, o), before = pieces_before(m->t[m->t[s->cls->tensors[sg->first].tensor].module].role, bwd) & all;
+    int all = op_pieces(p, o), before = pieces_before(part_unit_role(p, s->cls, o->unit[k]), bwd) & all;
     if (!before) return 0;
     double fa = pieces_flops(p, all, op_core_weight(o));
     if (!(fa > 0)) return 0;

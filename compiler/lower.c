@@ -1490,10 +1490,9 @@ static void build_calls(CE *e)
             int k = sched_wait_unit(s, i, &at);
             if (!e->modwaits || !sched_waits_per_module(e->p, &s->ops[at]))
                 die("lower: %s is an inner wait of an op that waits up front", sched_op_label(s, i));
-            const Segment *sg = &e->rc->segs[s->ops[at].unit[k]];
-            const Tensor *mt = &e->m->t[e->m->t[e->rc->tensors[sg->first].tensor].module];
             CALL(e, K_WAIT, sched_op_label(s, i), atext(stream_name(o->stream)),
-                 ((Arg){.kind = A_EVENT, .name = tst, .v = {ev.rec[t]}}), atext(emit_role_name(mt->role)));
+                 ((Arg){.kind = A_EVENT, .name = tst, .v = {ev.rec[t]}}),
+                 atext(emit_role_name(part_unit_role(e->p, e->rc, s->ops[at].unit[k]))));
             continue;
         }
         if (o->kind == OP_WAIT) {
@@ -1711,7 +1710,7 @@ void lower_class(const Plan *mp, const CatalogExtern *x, int ci, CE *e)
     for (int i = 0; i < e->rc->nsegs && e->modwaits; i++) {
         const Segment *sg = &e->rc->segs[i];
         if (sg->persistent || sg->layer < 0 || sg->layer >= e->m->l) continue;
-        e->unit_role[e->m->t[e->m->t[e->rc->tensors[sg->first].tensor].module].role] = true;
+        e->unit_role[part_unit_role(e->p, e->rc, i)] = true;
     }
     snprintf(e->px, sizeof e->px, "s%d", ci);
     snprintf(e->PX, sizeof e->PX, "S%d", ci);

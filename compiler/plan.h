@@ -314,6 +314,10 @@ int part_class_of(const Partition *p, int64_t rank);
 /* Model layer L's index among class c's layers (its chunks' in chunk order:
  * with interleaved virtual stages they are not contiguous), or -1. */
 int part_layer_slot(const RankClass *c, int L);
+/* ZeRO-3: the role of the module a fetch unit (segment seg of class c) holds,
+ * its first tensor's (a linear's weight, a norm's weight): what the trainer's
+ * layer function and the cost model know the module by. */
+int part_unit_role(const Partition *p, const RankClass *c, int seg);
 
 /* ---- act.c: a layer's activations, kept and transient, laid out ---------- */
 
