@@ -1,6 +1,8 @@
 /* test_emit.c — the code generator (compiler/emit.c): what it refuses, that
  * every runtime call it writes is declared by shardrt.h, that events are
- * recorded before they are waited for and name the op waited for, that the
+ * recorded before they are waited for and name the op waited for, that a
+ * ZeRO-3 layer function waits for each module's unit right before the
+ * module's first kernel (UWAIT), that the
  * loops keep a 96-layer trainer small and compute the same rows as the
  * straight-line step, and that strings and comments are escaped.  (That the
  * emitted C compiles and trains the same in every layout is

@@ -2,7 +2,8 @@
  * published fractions ((p-1)/m for gpipe and 1f1b, (1/v)(p-1)/m interleaved)
  * with equal stage times and negligible communication; MFU of a one-stage
  * compute-only plan against the GEMM efficiency; the critical path; exposed
- * communication; a hand-broken schedule whose sends wait on each other is
+ * communication; ZeRO-3's per-module waits against waiting up front (never
+ * slower, strictly faster without prefetch); a hand-broken schedule whose sends wait on each other is
  * reported as a deadlock naming the ops (and sim_run dies with exit 3); a 1T
  * model on 16 384 GPUs (64 rank classes) simulates to a plausible MFU (how
  * long that takes is tests/bench/plan's: a test asserts no time). */
