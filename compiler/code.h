@@ -129,6 +129,9 @@ typedef struct CE {
     bool uses[NKINDS];          /* the kinds the step (and eval) call              */
     bool uses_owned;            /* the step calls the owned-range helper           */
     bool grad_slots;            /* a gradient bucket has places for several microbatches */
+    bool modwaits;              /* lower_module_waits: the layer calls take n->ev  */
+    bool unit_role[R_NROLES];   /* the roles of a layer module's first tensor gathered
+                                   as a unit of its own (not persistent)          */
     /* while lowering */
     int cur_op;                 /* the op being made into calls, or -1            */
     int head_call;              /* the first head's call (eval), or -1            */
@@ -151,6 +154,12 @@ int lower_slot_layer(const CE *e, int li);
 int64_t lower_off(const CE *e, int buf);
 /* Sequence parallelism: activations are sequence shards between the collectives. */
 bool lower_sp(const CE *e);
+/* ZeRO-3 with per-module waits in some class (sched_waits_per_module: a
+ * layer unit gathered, tp 1): the layer functions take the events of their
+ * modules' gathers (tr_count's ev) and wait for each before its module. */
+bool lower_module_waits(const Plan *mp);
+/* The C name of a parameter role (its part tables' column): "QKV_W". */
+const char *emit_role_name(int role);
 /* Dies unless buffer buf holds exactly bytes (a planner/emitter disagreement). */
 void lower_expect(const CE *e, int buf, int64_t bytes, const char *what);
 

@@ -406,11 +406,9 @@ static double norm_op_time(const Partition *p, bool bwd)
     return hbm_time(p->spec, bytes) + kernels_time(p->spec, kernels);
 }
 
-/* A layer op (forward, backward or recompute; all or part of the layer). */
-static double layer_time(const Partition *p, const Op *o, bool bwd)
+/* A layer op running `pieces` of a layer (forward, backward or recompute; all or part of the layer). */
+static double layer_time_of(const Partition *p, const Op *o, bool bwd, int pieces)
 {
-    if (o->grads == GR_NORM) return norm_op_time(p, bwd);
-    int pieces = op_pieces(p, o);
     if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
     double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o));
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
@@ -419,6 +417,63 @@ static double layer_time(const Partition *p, const Op *o, bool bwd)
     double bytes = layer_elementwise_bytes(p, pieces, bwd);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
+}
+
+/* A layer op (forward, backward or recompute; all or part of the layer). */
+static double layer_time(const Partition *p, const Op *o, bool bwd)
+{
+    if (o->grads == GR_NORM) return norm_op_time(p, bwd);
+    return layer_time_of(p, o, bwd, op_pieces(p, o));
+}
+
+/* The forward FLOPs of a layer's pieces on this rank, as layer_sec_per_flop
+ * counts them: the linears' GEMMs and the attention core. */
+static double pieces_flops(const Partition *p, int pieces, double core_w)
+{
+    const Model *m = p->model;
+    Linear g[4];
+    layer_linears(p, g);
+    double f = 0;
+    for (int i = 0; i < 4; i++)
+        if (pieces & g[i].piece) f += 2 * g[i].M * g[i].N * g[i].K;
+    if (pieces & PC_CORE) f += core_w * 4 * (double)p->T * (double)m->s * (double)m->a * (double)m->hd / (double)p->tp;
+    return f;
+}
+
+/* The pieces a layer's trainer function runs before the first kernel that
+ * reads a parameter of `role` (the module's first tensor's): forward (and
+ * full recompute) norm1, qkv, core, output projection, norm2, MLP in, MLP
+ * out; backward the reverse.  A norm's memory-bound work counts with the
+ * half it opens (layer_elementwise_bytes). */
+static int pieces_before(int role, bool bwd)
+{
+    switch (role) {
+    case R_NORM1_W: case R_NORM1_B: return bwd ? PC_ALL : 0;
+    case R_QKV_W: case R_QKV_B: case R_Q_W: case R_K_W: case R_V_W: case R_Q_B: case R_K_B: case R_V_B:
+        return bwd ? PC_MLP | PC_PROJ | PC_CORE : 0;
+    case R_ATTN_OUT_W: case R_ATTN_OUT_B: return bwd ? PC_MLP : PC_QKV | PC_CORE;
+    case R_NORM2_W: case R_NORM2_B: return bwd ? PC_MLP : PC_ATTN;
+    case R_FC1_W: case R_FC1_B: case R_GATE_W: case R_UP_W: case R_GATE_B: case R_UP_B:
+        return bwd ? PC_MLP_OUT : PC_ATTN;
+    case R_FC2_W: case R_FC2_B: return bwd ? 0 : PC_ATTN | PC_MLP_IN;
+    default: return 0;
+    }
+}
+
+double cost_unit_start(const Sched *s, int op, int k)
+{
+    const Op *o = &s->ops[op];
+    const Partition *p = s->part;
+    bool bwd = o->kind == OP_LAYER_BWD;
+    if (!sched_waits_per_module(p, o) || k < 0 || k >= OP_MAX_UNITS || o->unit[k] < 0) return 0;
+    int all = op_pieces(p, o), before = pieces_before(part_unit_role(p, s->cls, o->unit[k]), bwd) & all;
+    if (!before) return 0;
+    double fa = pieces_flops(p, all, op_core_weight(o));
+    if (!(fa > 0)) return 0;
+    Op part = *o;       /* the pieces before, at their share of the op's FLOPs */
+    part.flops = o->flops * pieces_flops(p, before, op_core_weight(o)) / fa;
+    double t = layer_time_of(p, &part, bwd, before), all_t = layer_time_of(p, o, bwd, all);
+    return all_t > 0 ? fmin(t / all_t, 1.0) : 0;
 }
 
 /* The head: final norm, logits GEMM, fused cross-entropy and their backward. */

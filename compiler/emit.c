@@ -396,6 +396,21 @@ static const char *const role_c[R_NROLES] = {
     [R_FC2_W] = "FC2_W", [R_FC2_B] = "FC2_B", [R_NORMF_W] = "LNF_W", [R_NORMF_B] = "LNF_B", [R_HEAD_W] = "HEAD_W",
 };
 
+const char *emit_role_name(int role) { return role_c[role]; }
+
+/* ZeRO-3 (lower_module_waits): a layer function waits for a module's
+ * gathered unit just before the module's first kernel, as DeepSpeed waits
+ * per module; role: the module's first tensor's (its weight). */
+static void uwait(const CE *e, Str *o, const char *ind, int role)
+{
+    if (!e->modwaits || !e->unit_role[role]) return;
+    const Model *m = e->m;
+    const char *name = role_c[role];
+    for (int i = m->layer_first[1]; i < m->layer_first[2]; i++)
+        if (m->t[i].role == role) name = m->t[i].local;
+    sf(o, "%sUWAIT(%s);  /* %s: wait for its gathered unit (ZeRO-3) */\n", ind, role_c[role], name);
+}
+
 /* The initialisation of a parameter: N(0, std), ones or zeros (GPT-2's: the
  * residual projections scaled by 1/sqrt(2·layers)). */
 static void param_init(const CE *e, const Tensor *t, double *std, bool *one)
@@ -667,6 +682,7 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd, int grads)
     if (e->m->family == FAM_GPT) {
         Opnd di = opnd("dln1"), dw = pgrad(R_QKV_W, "(int64_t)QKV * C"), db = opt_w(g, R_QKV_B, D_QKV, true);
         bwd_opnds(grads, &di, &dw, &db);
+        uwait(e, o, I, R_QKV_W);
         if (!bwd)
             mm_fwd(o, I, "attn.c_attn: (B,T,C) -> (B,T,QKV)", "qkv", "ln1", "PW(QKV_W, (int64_t)QKV * C)",
                    opt_w(g, R_QKV_B, D_QKV, false), D_N, D_C, D_QKV);
@@ -684,6 +700,7 @@ static void qkv_proj(const CE *e, Str *o, const Group *g, bool bwd, int grads)
         Opnd di = opnd("dln1"), dw = pgrad(pr[i].w, arena_printf(&g_arena, "(int64_t)%s * C", dim));
         Opnd db = opt_w(g, pr[i].b, pr[i].dim, true);
         bwd_opnds(grads, &di, &dw, &db);
+        uwait(e, o, I, pr[i].w);
         if (!bwd)
             mm_fwd(o, I, arena_printf(&g_arena, "self_attn.%s: (B,T,C) -> (B,T,%s)", pr[i].name, dim), pr[i].out, "ln1", w,
                    opt_w(g, pr[i].b, pr[i].dim, false), D_N, D_C, pr[i].dim);
@@ -769,6 +786,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
                 "    srt_t r1 = DV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
                 "    if (a->part == 2) goto mlp;\n");
     }
+    uwait(e, o, I, R_NORM1_W);
     if (!sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
     qkv_proj(e, o, g, false, GR_ALL);
     if (m->family == FAM_LLAMA) {
@@ -779,6 +797,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
             "NKV", "HS", "LDQ", "LDKV", NULL);
     Opnd pb = opt_w(g, R_ATTN_OUT_B, D_C, false), fb = opt_w(g, R_FC2_B, D_C, false);
     if (tp) pb = on_tp0(pb), fb = on_tp0(fb);
+    uwait(e, o, I, R_ATTN_OUT_W);
     mm_fwd(o, I, tp ? "row-parallel attention output projection: partial sums" : "attention output projection",
            sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, D_N, D_QD, D_C);
     if (sp) {
@@ -795,23 +814,29 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     } else {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
     }
+    uwait(e, o, I, R_NORM2_W);
     if (!sp) norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
     if (m->gated) {
+        uwait(e, o, I, R_GATE_W);
         mm_fwd(o, I, "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2", "PW(GATE_W, (int64_t)FF * C)",
                opt_w(g, R_GATE_B, D_FF, false), D_N, D_C, D_FF);
+        uwait(e, o, I, R_UP_W);
         mm_fwd(o, I, "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)", opt_w(g, R_UP_B, D_FF, false), D_N, D_C,
                D_FF);
         rt_call(o, I, RT_swiglu_fwd, "SRT_COMPUTE", "silu(gate) * up", "act", "gate", "up", "N", "FF", "FF", NULL);
     } else if (e->ext) {   /* a user-defined activation: the GEMM, then its call */
         const CatalogExtern *x = e->ext;
+        uwait(e, o, I, R_FC1_W);
         mm_fwd(o, I, "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2", "PW(FC1_W, (int64_t)FF * C)",
                opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);
         ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
                  (const char *[]){"act", "fc1"}, 2);
     } else {    /* GELU in the GEMM's epilogue; fc1 (its input) kept for the backward */
+        uwait(e, o, I, R_FC1_W);
         mm_gelu_fwd(o, I, "mlp.c_fc + gelu: fc1 = (B,T,C) -> (B,T,FF), act = gelu(fc1)", "act", "fc1", "ln2",
                     "PW(FC1_W, (int64_t)FF * C)", opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);
     }
+    uwait(e, o, I, R_FC2_W);    /* (before a recompute's return: its wait is the call's) */
     if (replay)
         sput(o, "    if (a->y < 0) return;  /* the last layer of a recompute group: no output needed */\n");
     if (!sp && carve_off(scr, AP_FC2_PARTIAL) != carve_off(scr, AP_PROJ_PARTIAL))  /* apart under full checkpointing's packing */
@@ -874,6 +899,7 @@ static void mlp_in_bwd(const CE *e, Str *o, int grads)
             Opnd di = opnd("dln2"), dw = pgrad(pr[i].w, "(int64_t)FF * C");
             Opnd db = opt_w(g, pr[i].b, D_FF, true);
             bwd_opnds(grads, &di, &dw, &db);
+            uwait(e, o, "    ", pr[i].w);
             mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.%s%s", st, pr[i].name, w ? wg : pr[i].note), di, dw, db,
                    pr[i].dout, "ln2", arena_printf(&g_arena, "PW(%s, (int64_t)FF * C)", role_c[pr[i].w]), D_N, D_C, D_FF);
         }
@@ -881,6 +907,7 @@ static void mlp_in_bwd(const CE *e, Str *o, int grads)
     }
     Opnd di = opnd("dln2"), dw = pgrad(R_FC1_W, "(int64_t)FF * C"), db = dgelu ? NO_OPND : opt_w(g, R_FC1_B, D_FF, true);
     bwd_opnds(grads, &di, &dw, &db);
+    uwait(e, o, "    ", R_FC1_W);
     mm_bwd(o, "    ", arena_printf(&g_arena, "%s: mlp.c_fc%s%s", st, wg, dgelu ? " (its bias gradient came with dfc1)" : ""),
            di, dw, db, "dfc1", "ln2", "PW(FC1_W, (int64_t)FF * C)", D_N, D_C, D_FF);
 }
@@ -1009,6 +1036,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
      * bias gradient) in one op; a user-defined activation or SwiGLU: dact */
     bool dgelu = m->dgelu;
     if (!dgelu) rt_call(o, I, RT_zero, "SRT_COMPUTE", "1", "dact", NULL);
+    uwait(e, o, I, R_FC2_W);
     mlp_out_bwd(e, o, fbg, gd);
     if (dgelu) {
         mm_bwd_dgelu(o, I, "2: dfc1 = (dy·W2) * gelu'(fc1); c_fc's bias gradient +=", "dfc1", opt_w(g, R_FC1_B, D_FF, true),
@@ -1025,6 +1053,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     }
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "3", "dln2", NULL);
     mlp_in_bwd(e, o, gd);
+    uwait(e, o, I, R_NORM2_W);
     if (!sp) norm_bwd(e, o, g, "ln2", "dx2", "dln2", "x2", R_NORM2_W, R_NORM2_B, "4: post-attention norm (dx2 +=)");
     if (tp)
         sf(o, "    return;  /* the %s over tp completes %s */\n", sp ? "reduce-scatter" : "all-reduce",
@@ -1051,6 +1080,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "5: dx = dx2 (the attention residual)", "dx", "dx2", NULL);
     }
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "6", "datt", NULL);
+    uwait(e, o, I, R_ATTN_OUT_W);
     proj_bwd(o, pbg, gd);
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "7", "dqkv", NULL);
     rt_call(o, I, RT_attention_bwd, "SRT_COMPUTE", "7: attention", "dq", "dk", "dv", "datt", "att", "lse", "q", "k", "v",
@@ -1061,6 +1091,7 @@ static void gen_bwd_fn(const CE *e, Str *o, const Views *kv)
     }
     rt_call(o, I, RT_zero, "SRT_COMPUTE", "8", "dln1", NULL);
     qkv_proj(e, o, g, true, gd);
+    uwait(e, o, I, R_NORM1_W);
     if (!sp) norm_bwd(e, o, g, "ln1", "dx", "dln1", "x", R_NORM1_W, R_NORM1_B, "9: input norm (dx +=)");
     if (ws) {
         data_grads_check(e, SUB_ATTN, em_grad_calls > before);
@@ -1530,6 +1561,7 @@ static const char *const dt_c[] = {"SRT_F32", "SRT_BF16", "SRT_F16"};
 /* The header comment, the includes, the model constants and the helpers. */
 static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *name, bool slots, Str *o)
 {
+    bool mw = lower_module_waits(mp);
     const Spec *s = mp->spec;
     const Model *m = &mp->model;
     const Partition *p = &mp->part;
@@ -1592,13 +1624,21 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
             "/* Events: each stream's records take the ids of its ring (base, ring) in\n"
             " * turn; n counts the records so far.  REC(S): record stream S's next event;\n"
             " * WAIT(S, FROM, k): stream S waits for the k-th latest record on FROM. */\n"
-            "typedef struct { int n[SRT_NSTREAMS], base[SRT_NSTREAMS], ring[SRT_NSTREAMS]; } tr_count;\n"
+            "typedef struct { int n[SRT_NSTREAMS], base[SRT_NSTREAMS], ring[SRT_NSTREAMS];%s } tr_count;\n"
             "#define EVENT(n, s, k) ((n)->base[s] + (k) %% (n)->ring[s])\n"
             "#define REC(s) srt_event_record(c, SRT_##s, EVENT(n, SRT_##s, n->n[SRT_##s]++))\n"
             "#define WAIT(s, from, k) srt_event_wait(c, SRT_##s, EVENT(n, SRT_##from, n->n[SRT_##from] - (k)))\n"
+            "%s"
 
             "enum { OWN_SUMSQ, OWN_OPT, OWN_D2H, OWN_H2D };\n\n",
-       slots ? " + (int64_t)(a->mb % w->gw[r]) * w->gs[r]" : "");
+       slots ? " + (int64_t)(a->mb % w->gw[r]) * w->gs[r]" : "", mw ? " int ev[NROLES];" : "",
+       mw ? "/* ZeRO-3 waits per module, as DeepSpeed: AWAIT(R, FROM, k) hands the next\n"
+            " * layer call (its ev) the k-th latest record on FROM, the all-gather of the\n"
+            " * module whose weight has role R; UWAIT(R) in the layer function waits for\n"
+            " * it just before that module's first kernel (ev holds event + 1; 0: none). */\n"
+            "#define AWAIT(r, from, k) (n->ev[r] = 1 + EVENT(n, SRT_##from, n->n[SRT_##from] - (k)))\n"
+            "#define UWAIT(r) do { if (a->ev[r]) srt_event_wait(c, SRT_COMPUTE, a->ev[r] - 1), a->ev[r] = 0; } while (0)\n"
+          : "");
 }
 
 /* The rows of a class's srt_buffer table: its persistent buffers, then a
@@ -1699,16 +1739,17 @@ static void gen_types(const CE *e, Str *o)
                     "tr_fwd_t;\n");
         else if (e->p->tp > 1)   /* part: SUB_ATTN / SUB_MLP; r1: the attention part's output (partial, then reduced) */
             sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; } tr_fwd_t;\n");
-        else
-            sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; } tr_fwd_t;\n");
+        else    /* ev: the events of its modules' gathers (ZeRO-3's per-module waits, tr_count) */
+            sf(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch;%s } tr_fwd_t;\n",
+               e->modwaits ? " int *ev;" : "");
     }
     if (e->uses[K_HEAD] || e->uses[K_HEAD_EVAL])
         sput(o, "typedef struct { const tr_part_t *p; int mb; int64_t y, tgt, logits, scratch, dy; } tr_head_t;\n");
     if (e->uses[K_BWD])     /* part, d1: as the forward's (tp > 1); grads: OpGrads (tp_comm_overlap);
                                attn: selective checkpointing's recomputed core */
-        sf(o, "typedef struct { const tr_part_t *p; int mb; int64_t dy, x, saved, dx, scratch;%s%s%s } tr_bwd_t;\n",
+        sf(o, "typedef struct { const tr_part_t *p; int mb; int64_t dy, x, saved, dx, scratch;%s%s%s%s } tr_bwd_t;\n",
            e->p->tp > 1 ? " int part; int64_t d1;" : "", e->p->wsplit || lower_sp(e) ? " int grads;" : "",
-           e->pol == CKPT_SELECTIVE ? " int64_t attn;" : "");
+           e->pol == CKPT_SELECTIVE ? " int64_t attn;" : "", e->modwaits ? " int *ev;" : "");
     if (e->uses[K_EMBED_BWD]) sput(o, "typedef struct { const tr_part_t *p; int mb; int64_t dx, tok; } tr_embed_bwd_t;\n");
     if (e->uses[K_GATHER]) sput(o, "typedef struct { srt_stream st; int64_t out, in, n, shard; } tr_gather_t;\n");
     if (e->uses[K_REDUCE]) sput(o, "typedef struct { srt_stream st; int mode; int64_t in, out, n, shard; } tr_reduce_t;\n");
@@ -2072,6 +2113,10 @@ static void print_call(Printer *pr, const Call *c, const Lin *lin, const char *g
         sf(o, "%s%sREC(%s);%s\n", ind, g, a[1], cmt);
         return;
     }
+    if (c->kind == K_WAIT && c->nargs > 2) {    /* an inner wait: the next layer call's module's */
+        sf(o, "%s%sAWAIT(%s, %s);%s\n", ind, g, a[2], a[1], cmt);
+        return;
+    }
     if (c->kind == K_WAIT) {
         sf(o, "%s%sWAIT(%s, %s);%s\n", ind, g, a[0] + 4, a[1], cmt);
         return;
@@ -2394,6 +2439,7 @@ char *emit_c(const Plan *mp, const CatalogExtern *x, const char *name, bool loop
         if (ci == 0) all = cls[0];
         for (int k = 0; k < NKINDS; k++) all.uses[k] |= cls[ci].uses[k];
         all.grad_slots |= cls[ci].grad_slots;
+        for (int r = 0; r < R_NROLES; r++) all.unit_role[r] |= cls[ci].unit_role[r];
         if (cls[ci].uses[K_EMBED_FWD] || cls[ci].uses[K_EMBED_BWD]) all.pre = cls[ci].pre;
         if (cls[ci].uses[K_HEAD]) all.post = cls[ci].post;
         if (cls[ci].nl) all.layer = cls[ci].layer;

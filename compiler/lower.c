@@ -196,6 +196,18 @@ bool lower_sp(const CE *e)
     return e->p->tp > 1 && e->p->T_sp < e->p->T;
 }
 
+bool lower_module_waits(const Plan *mp)
+{
+    const Partition *p = &mp->part;
+    if (p->zero != 3 || p->tp != 1) return false;
+    for (int c = 0; c < p->nclasses; c++)
+        for (int i = 0; i < p->classes[c].nsegs; i++) {
+            const Segment *sg = &p->classes[c].segs[i];
+            if (!sg->persistent && sg->layer >= 0 && sg->layer < p->model->l) return true;
+        }
+    return false;
+}
+
 /* Dies unless buffer id holds exactly bytes (a planner/emitter disagreement). */
 void lower_expect(const CE *e, int id, int64_t bytes, const char *what)
 {
@@ -990,6 +1002,8 @@ static void fwd_call(CE *e, int kind, const Op *o, const char *label, Arg x, Arg
              aint(o->grads, IT_OTHER));
     else if (e->p->tp > 1)
         CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0));
+    else if (e->modwaits)   /* the events of its modules' gathers (AWAIT) */
+        CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), atext("n->ev"));
     else
         CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0));
 }
@@ -1253,6 +1267,7 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
     if (e->p->tp > 1) args[n++] = aint(o->sub, IT_OTHER), args[n++] = abuf(e, d1, 0);
     if (e->p->wsplit || lower_sp(e)) args[n++] = aint(o->grads, IT_OTHER);
     if (e->pol == CKPT_SELECTIVE) args[n++] = abuf(e, ao, 0);
+    if (e->modwaits) args[n++] = atext("n->ev");    /* the events of its modules' gathers (AWAIT) */
     call(e, K_BWD, label, n, args);
 }
 
@@ -1437,7 +1452,9 @@ static void build_calls(CE *e)
         if (o->kind != OP_WAIT) continue;
         if (o->aux < 0 || o->aux >= i) die("lower: wait %d names op %d, not an earlier op", i, o->aux);
         nwaits[o->aux]++;
-        lastwait[o->aux] = i;
+        int at = i;     /* an inner wait happens inside the op it belongs to: its record must last until then */
+        if (o->inner && sched_wait_unit(s, i, &at) < 0) die("lower: inner wait %d names no unit of the op after it", i);
+        lastwait[o->aux] = at;
     }
     /* the event rings: record n of a stream is outstanding until its last
      * wait; a ring must hold every record issued meanwhile on its stream
@@ -1468,6 +1485,16 @@ static void build_calls(CE *e)
     for (int i = 0; i < s->nops; i++) {
         const Op *o = &s->ops[i];
         e->cur_op = i;
+        if (o->kind == OP_WAIT && o->inner) {  /* handed to the layer call after it: its module's role */
+            int t = o->aux, tst = s->ops[t].stream, at;
+            int k = sched_wait_unit(s, i, &at);
+            if (!e->modwaits || !sched_waits_per_module(e->p, &s->ops[at]))
+                die("lower: %s is an inner wait of an op that waits up front", sched_op_label(s, i));
+            CALL(e, K_WAIT, sched_op_label(s, i), atext(stream_name(o->stream)),
+                 ((Arg){.kind = A_EVENT, .name = tst, .v = {ev.rec[t]}}),
+                 atext(emit_role_name(part_unit_role(e->p, e->rc, s->ops[at].unit[k]))));
+            continue;
+        }
         if (o->kind == OP_WAIT) {
             int t = o->aux, tst = s->ops[t].stream;
             CALL(e, K_WAIT, sched_op_label(s, i), atext(stream_name(o->stream)),
@@ -1679,6 +1706,12 @@ void lower_class(const Plan *mp, const CatalogExtern *x, int ci, CE *e)
     e->s = e->cm->sched;
     e->rc = e->cm->cls;
     e->wb = e->p->wbytes, e->gb = e->p->gbytes;
+    e->modwaits = lower_module_waits(mp);
+    for (int i = 0; i < e->rc->nsegs && e->modwaits; i++) {
+        const Segment *sg = &e->rc->segs[i];
+        if (sg->persistent || sg->layer < 0 || sg->layer >= e->m->l) continue;
+        e->unit_role[part_unit_role(e->p, e->rc, i)] = true;
+    }
     snprintf(e->px, sizeof e->px, "s%d", ci);
     snprintf(e->PX, sizeof e->PX, "S%d", ci);
     const ActLayout *al = &e->p->layout;     /* the layer's tensors, where the plan put them */

@@ -587,3 +587,9 @@ int part_layer_slot(const RankClass *c, int L)
     }
     return -1;
 }
+
+int part_unit_role(const Partition *p, const RankClass *c, int seg)
+{
+    const Model *m = p->model;
+    return m->t[m->t[c->tensors[c->segs[seg].first].tensor].module].role;
+}

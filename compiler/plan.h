@@ -314,6 +314,10 @@ int part_class_of(const Partition *p, int64_t rank);
 /* Model layer L's index among class c's layers (its chunks' in chunk order:
  * with interleaved virtual stages they are not contiguous), or -1. */
 int part_layer_slot(const RankClass *c, int L);
+/* ZeRO-3: the role of the module a fetch unit (segment seg of class c) holds,
+ * its first tensor's (a linear's weight, a norm's weight): what the trainer's
+ * layer function and the cost model know the module by. */
+int part_unit_role(const Partition *p, const RankClass *c, int seg);
 
 /* ---- act.c: a layer's activations, kept and transient, laid out ---------- */
 
@@ -408,7 +412,12 @@ typedef struct Op {
     int64_t bytes;              /* communicated or copied, on this rank            */
     /* the scalars above fill one 64-byte cache line, which is all that most
        passes over a schedule's ops read; the lists follow */
-    int unit[OP_MAX_UNITS];     /* ZeRO-3 fetch units (segments) it computes with, -1 after the last */
+    bool inner;                 /* OP_WAIT for a ZeRO-3 gather (OP_GATHER) that the next op on
+                                   its stream makes itself, just before its first module that
+                                   computes with the gathered unit (sched_wait_unit), as
+                                   DeepSpeed waits per module; false: before that op starts */
+    int unit[OP_MAX_UNITS];     /* ZeRO-3 fetch units (segments) it computes with, -1 after the last;
+                                   in the order the op runs their modules (a backward's reversed) */
     int rd[OP_MAX_RD];          /* buffers read                                    */
     int wr[OP_MAX_WR];          /* buffers written                                 */
 } Op;
@@ -535,6 +544,15 @@ const char *sched_op_kind_name(int kind);
 const char *sched_stream_name(int stream);
 /* "B mb3 L12" — a short label of an op (arena string). */
 const char *sched_op_label(const Sched *s, int op);
+/* Whether op o waits for each ZeRO-3 unit just before the module that uses
+ * it (inner waits) rather than for all of them before it starts: a whole
+ * layer's forward, full recompute or backward (tp 1: one call of the
+ * trainer's layer function, which waits module by module). */
+bool sched_waits_per_module(const Partition *p, const Op *o);
+/* An inner wait w (Op.inner): the op it belongs to (the next op on its
+ * stream) in *op and the position in that op's unit[] of the unit it waits
+ * for; -1 if w is not an inner wait of a unit that op computes with. */
+int sched_wait_unit(const Sched *s, int w, int *op);
 
 /* ---- mem.c: lifetimes, the arenas, the verdict --------------------------- */
 

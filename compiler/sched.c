@@ -1824,16 +1824,20 @@ static void gat_op(Gat *g, int i, int *map)
 {
     Bld *b = g->b;
     const Op *src = &g->old[i];
-    bool uses = src->unit[0] >= 0;
+    bool uses = src->unit[0] >= 0, inner = uses && sched_waits_per_module(b->p, src);
     for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
         int u = src->unit[k];
         if (u >= 0 && g->gbuf[u] < 0) gat_issue(g, u);
     }
-    /* per module, as DeepSpeed's pre-forward hook: wait for it, then prefetch */
+    /* per module, as DeepSpeed's pre-forward hook: wait for it, then prefetch;
+     * a layer's call makes its waits itself, each before its module (inner) */
     for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
         int u = src->unit[k];
         if (u < 0) continue;
-        if (g->gwait[u] >= 0) emit_wait(b, g->gwait[u]);
+        if (g->gwait[u] >= 0) {
+            emit_wait(b, g->gwait[u]);
+            b->s->ops[b->s->nops - 1].inner = inner;
+        }
         g->gwait[u] = -1;
         gat_prefetch(g, i);
     }
@@ -1893,6 +1897,7 @@ typedef struct Ev {
     int (*birth)[NSTREAMS];     /* per buffer: the uses of dead buffers its bytes may have held */
     unsigned char *seen;        /* per buffer: the streams that used it, as bits */
     int dead[NSPACES][NSTREAMS];
+    int inner[NSTREAMS][OP_MAX_UNITS], ninner[NSTREAMS];  /* inner waits (new index) for the next op */
 } Ev;
 
 /* Sets n ints to -1. */
@@ -2082,6 +2087,12 @@ static void ev_op(Ev *e, int j)
 {
     const Op *o = &e->old[j];
     int st = o->stream;
+    if (o->kind == OP_WAIT && o->inner) {  /* the next op's: it orders that op's reads of its unit only */
+        if (o->aux < 0 || e->ninner[st] == OP_MAX_UNITS) die("sched: an inner wait without its gather");
+        e->inner[st][e->ninner[st]++] = e->map[o->aux];
+        e->map[j] = ev_append(e, st);
+        return;
+    }
     if (o->kind == OP_WAIT) {
         int target = o->aux >= 0 ? e->map[o->aux] : -1, *c = e->cur[st];
         for (int u = 0; target >= 0 && u < NSTREAMS; u++)
@@ -2091,7 +2102,13 @@ static void ev_op(Ev *e, int j)
     }
     int need[NSTREAMS];
     ev_clear(need, NSTREAMS);
-    for (int k = 0; k < o->nrd; k++) ev_conflicts(e, o->rd[k], o, false, need), ev_fence(e, o->rd[k], st, need);
+    for (int k = 0; k < o->nrd; k++) {
+        /* a unit an inner wait gathers: read from its module on, after that wait */
+        bool covered = false;
+        for (int q = 0; q < e->ninner[st] && e->s->bufs[o->rd[k]].role == BR_GATHERED; q++)
+            covered |= e->old[e->rmap[e->inner[st][q]]].aux == e->s->bufs[o->rd[k]].idx;
+        if (!covered) ev_conflicts(e, o->rd[k], o, false, need), ev_fence(e, o->rd[k], st, need);
+    }
     for (int k = 0; k < o->nwr; k++) ev_conflicts(e, o->wr[k], o, true, need), ev_fence(e, o->wr[k], st, need);
     need[st] = -1;
     for (;;) {      /* the wait that settles the most needs first: one often implies the others */
@@ -2105,6 +2122,10 @@ static void ev_op(Ev *e, int j)
         if (best < 0) break;
         ev_wait(e, st, need[best], e->rmap[need[best]]);
     }
+    for (int q = 0; q < e->ninner[st]; q++)    /* when the op ends, its inner waits are behind it */
+        for (int u = 0; u < NSTREAMS; u++)
+            if (e->clk[e->inner[st][q]][u] > e->cur[st][u]) e->cur[st][u] = e->clk[e->inner[st][q]][u];
+    e->ninner[st] = 0;
     int n = ev_append(e, st);
     e->map[j] = n;
     e->rmap[n] = j;
@@ -2283,6 +2304,26 @@ static bool embed_op(int kind)
 {
     return kind == OP_GATHER || kind == OP_PARAM_FETCH || kind == OP_TP_ALLREDUCE || kind == OP_TP_ALLGATHER ||
            kind == OP_TP_REDUCE_SCATTER;
+}
+
+bool sched_waits_per_module(const Partition *p, const Op *o)
+{
+    return p->zero == 3 && p->tp == 1 && o->stream == ST_COMPUTE && o->sub == SUB_WHOLE && o->grads == GR_ALL &&
+           (o->kind == OP_LAYER_FWD || o->kind == OP_LAYER_BWD || o->kind == OP_RECOMPUTE);
+}
+
+int sched_wait_unit(const Sched *s, int w, int *op)
+{
+    const Op *o = &s->ops[w];
+    *op = -1;
+    if (o->kind != OP_WAIT || !o->inner || o->aux < 0 || o->aux >= w || s->ops[o->aux].kind != OP_GATHER) return -1;
+    int j = w + 1;
+    while (j < s->nops && (s->ops[j].stream != o->stream || s->ops[j].kind == OP_WAIT)) j++;
+    if (j == s->nops) return -1;
+    *op = j;
+    for (int k = 0; k < OP_MAX_UNITS; k++)
+        if (s->ops[j].unit[k] == s->ops[o->aux].aux) return k;
+    return -1;
 }
 
 /* A short label of an op: "bwd L12 mb3", "tp_allreduce L3 mb0 attn", "wait(grad_reduce bucket2)". */

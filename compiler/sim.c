@@ -54,6 +54,11 @@ typedef struct Ctx {
     int *cause, *rcause;        /* [N]: the op whose end fixed its start / ready */
     int *dep_first, *deps;      /* CSR: waited ops and cross-stream producers   */
     int ndeps, capdeps;
+    int *stage_lo, *stage_hi;   /* [N]: an op's ZeRO-3 inner waits, [lo, hi) of: */
+    int *stage_dep;             /* the gather each waits for, and how far into the op */
+    double *stage_at;           /* (seconds) its module's first use is: the op stalls
+                                   there until that gather has ended */
+    int nstage, capstage;
     int *partner;               /* [N]: a receive's send, a send's receive      */
     int *sync;                  /* [N]: the cross-class collective it is in     */
     int *sync_first, *sync_ops, *sync_arrived;
@@ -113,17 +118,39 @@ static void class_deps(Ctx *x, int c)
     for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + (s->bufs[b].nparts > 0 ? s->bufs[b].nparts : 0);
     int *last = malloc(sizeof(int) * (size_t)(na + 1));
     for (int k = 0; k < na; k++) last[k] = -1;
+    int pend[NSTREAMS];         /* per stream: the first stage of the inner waits before its next op */
+    for (int k = 0; k < NSTREAMS; k++) pend[k] = -1;
     for (int i = 0; i < s->nops; i++) {
         const Op *o = &s->ops[i];
         int g = x->base[c] + i, first = x->ndeps;
         x->dep_first[g] = first;
+        x->stage_lo[g] = x->stage_hi[g] = x->nstage;
+        if (o->kind == OP_WAIT && o->inner) {   /* the next op's, inside it: nothing holds the stream here */
+            int op, k = sched_wait_unit(s, i, &op);
+            if (k < 0) die("sim: %s is an inner wait of no unit of the op after it", describe(x, g));
+            if (x->nstage == x->capstage) {
+                x->capstage = 2 * x->capstage + 64;
+                x->stage_dep = realloc(x->stage_dep, sizeof(int) * (size_t)x->capstage);
+                x->stage_at = realloc(x->stage_at, sizeof(double) * (size_t)x->capstage);
+                if (!x->stage_dep || !x->stage_at) die("sim: out of memory");
+            }
+            if (pend[o->stream] < 0) pend[o->stream] = x->nstage;
+            x->stage_dep[x->nstage] = x->base[c] + o->aux;
+            x->stage_at[x->nstage++] = cost_unit_start(s, op, k) * x->dur[x->base[c] + op];
+            continue;
+        }
         if (o->kind == OP_WAIT) {
             if (o->aux < 0 || o->aux >= s->nops) die("sim: %s waits for op %d, not in the schedule", describe(x, g), o->aux);
             dep_add(x, first, x->base[c] + o->aux);
             continue;
         }
+        if (pend[o->stream] >= 0) x->stage_lo[g] = pend[o->stream], pend[o->stream] = -1;   /* its inner waits */
         for (int k = 0; k < o->nrd; k++) {
             int b = o->rd[k], np = s->bufs[b].nparts;
+            bool staged = false;    /* a unit an inner wait gathers: its stage, not the op's start */
+            for (int j = x->stage_lo[g]; j < x->stage_hi[g] && s->bufs[b].role == BR_GATHERED; j++)
+                staged |= s->ops[x->stage_dep[j] - x->base[c]].aux == s->bufs[b].idx;
+            if (staged) continue;
             bool parted = np > 0 && o->part_lo >= 0;
             int lo = parted ? at[b] + 1 + (o->part_lo < np ? o->part_lo : np - 1) : at[b];
             int hi = parted ? at[b] + 1 + (o->part_hi < np ? o->part_hi : np - 1) : at[b];
@@ -177,6 +204,8 @@ static void build_ops(Ctx *x)
     x->queue = arena_alloc(&g_arena, sizeof(int) * (size_t)x->ns);
     x->queued = arena_alloc(&g_arena, sizeof(bool) * (size_t)x->ns);
     x->dep_first = arena_alloc_raw(&g_arena, sizeof(int) * n);
+    x->stage_lo = arena_alloc(&g_arena, sizeof(int) * n);
+    x->stage_hi = arena_alloc(&g_arena, sizeof(int) * n);
     x->capdeps = N + 16;
     x->deps = malloc(sizeof(int) * (size_t)x->capdeps);
     if (!x->deps) die("sim: out of memory");
@@ -337,6 +366,32 @@ static bool start_sync(Ctx *x, int sid, int g)
     return true;
 }
 
+/* A layer op with ZeRO-3 inner waits, ready at r: its work runs from r and
+ * stops at each module's first use until that module's gather has ended
+ * (stages in order of how far in).  Its span is its work's seconds ending
+ * where the last piece ends: the stalls count as the compute stream's idle
+ * time before it (the exposed gathers), not as its busy time. */
+static void staged(Ctx *x, int g, double r)
+{
+    int lo = x->stage_lo[g], n = x->stage_hi[g] - lo, ord[OP_MAX_UNITS];
+    if (n > OP_MAX_UNITS) die("sim: %s has more than %d inner waits", describe(x, g), OP_MAX_UNITS);
+    for (int i = 0; i < n; i++) {   /* by stage_at: the modules in the op's order */
+        int j = i;
+        for (; j > 0 && x->stage_at[lo + ord[j - 1]] > x->stage_at[lo + i]; j--) ord[j] = ord[j - 1];
+        ord[j] = i;
+    }
+    double t = r, done = 0;
+    int cause = x->rcause[g];
+    for (int i = 0; i < n; i++) {
+        int k = lo + ord[i], d = x->stage_dep[k];
+        double at = fmin(x->stage_at[k], x->dur[g]);
+        t += at - done, done = at;
+        if (x->t[d].end > t) t = x->t[d].end, cause = d;
+    }
+    double end = t + x->dur[g] - done;
+    finish(x, g, end - x->dur[g], end, end - x->dur[g] > r ? cause : x->rcause[g]);
+}
+
 /* Starts op g (its stream and dependencies allow it from ready[g]); false if
  * it must wait for another class. */
 static bool start_op(Ctx *x, int sid, int g)
@@ -364,6 +419,10 @@ static bool start_op(Ctx *x, int sid, int g)
         bool later = x->ready[p] > r;
         double start = later ? x->ready[p] : r;
         finish(x, g, start, start + x->dur[g], later ? x->rcause[p] : x->rcause[g]);
+        return true;
+    }
+    if (x->stage_hi[g] > x->stage_lo[g]) {
+        staged(x, g, r);
         return true;
     }
     finish(x, g, r, r + x->dur[g], x->rcause[g]);
@@ -403,6 +462,11 @@ static void run_stream(Ctx *x, int sid)
             }
             if (x->t[d].end > r) r = x->t[d].end, cause = d;
         }
+        for (int k = x->stage_lo[g]; k < x->stage_hi[g]; k++)     /* its inner waits' gathers: ended */
+            if (x->state[x->stage_dep[k]] != DONE) {
+                block(x, sid, x->stage_dep[k]);
+                return;
+            }
         x->ready[g] = r;
         x->rcause[g] = cause;
         if (!start_op(x, sid, g)) return;
@@ -706,6 +770,7 @@ const char *sim_simulate(const Plan *mp, const SimOpts *opts, Sim *out)
         if (x.st_pos[sid] < x.st_first[sid + 1]) err = deadlock(&x);
     metrics(&x, out);
     free(x.deps);
+    free(x.stage_dep), free(x.stage_at);
     return err;
 }
 

@@ -28,6 +28,12 @@ int cost_group(const Sched *s, int op);
 /* Seconds the op occupies its stream once it has started. */
 double cost_op_time(const Plan *mp, const Sched *s, int op);
 const char *cost_group_name(int group);
+/* ZeRO-3's per-module waits: the share (0..1) of layer op `op`'s seconds
+ * that its trainer function runs before the first kernel of the module of
+ * its unit[k] (its GEMMs, attention core and memory-bound work, each priced
+ * as cost_op_time prices them); 0 for an op that waits up front
+ * (sched_waits_per_module). */
+double cost_unit_start(const Sched *s, int op, int k);
 
 /* The collectives of the alpha-beta model (NCCL's ring algorithms). */
 typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_SENDRECV } Collective;

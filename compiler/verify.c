@@ -19,7 +19,11 @@
  *  3. events: a vector clock per stream over the list (an OP_WAIT takes in
  *     the clock of the op it waits for); a read or write of a buffer on stream
  *     S after a write on stream T != S needs S's clock to have seen that write,
- *     and a write after a read likewise (ZeRO 0-1's gradients by bucket);
+ *     and a write after a read likewise (ZeRO 0-1's gradients by bucket).  A
+ *     ZeRO-3 inner wait (Op.inner) must name the gather of a unit the next op
+ *     on its stream computes with, and covers only that op's read of that
+ *     unit: each module's parameters are read after their own wait, not
+ *     after another module's (whose gather came later on the same stream);
  *  4. the arena: no two buffers share bytes while both are live, and when a
  *     buffer takes bytes another held earlier, every use of the earlier one
  *     happens before every use of the later one — swept over each arena in
@@ -216,6 +220,7 @@ static void check_events(V *v, int c)
     memset(vb.acc, 0xff, sizeof(VAcc) * (size_t)na);    /* -1: no access */
     Clock cur[NSTREAMS];
     memset(cur, 0xff, sizeof cur);
+    int inner[NSTREAMS][OP_MAX_UNITS], ninner[NSTREAMS] = {0};     /* the gathers of inner waits, per stream */
     unsigned char *grp = v->grp[c] = arena_alloc(&g_arena, (size_t)(s->nops + 1));
     unsigned char *strm = v->strm[c] = arena_alloc(&g_arena, (size_t)(s->nops + 1));
     int *dep = v->dep[c] = arena_alloc(&g_arena, sizeof(int) * (size_t)(s->nops + 1));
@@ -231,16 +236,37 @@ static void check_events(V *v, int c)
             memset(clk[i], 0xff, sizeof(Clock));
             continue;
         }
+        int at;
         if (o->kind == OP_WAIT && o->aux >= i) {
             vfail(v, c, "a wait for a later op (it can never end)", i, c, o->aux < s->nops ? o->aux : -1);
+        } else if (o->kind == OP_WAIT && o->inner) {
+            /* a module's own wait inside the next op: it orders that op's
+             * reads of the unit it gathers, nothing else, until the op ends */
+            if (sched_wait_unit(s, i, &at) < 0 || ninner[st] == OP_MAX_UNITS)
+                vfail(v, c, "an inner wait for no unit the next op on its stream computes with", i, c, at);
+            else
+                inner[st][ninner[st]++] = o->aux;
         } else if (o->kind == OP_WAIT && o->aux >= 0) {
             for (int t = 0; t < NSTREAMS; t++)
                 if (clk[o->aux][t] > cur[st][t]) cur[st][t] = clk[o->aux][t];
         } else if (o->kind != OP_WAIT) {
-            for (int k = 0; k < o->nrd; k++) vcheck_access(v, c, i, o->rd[k], false, &vb, cur[st]);
+            for (int k = 0; k < o->nrd; k++) {
+                const Buffer *b = &s->bufs[o->rd[k]];
+                Clock mine;     /* a gathered unit's read: its own inner wait's clock too */
+                memcpy(mine, cur[st], sizeof mine);
+                for (int q = 0; q < ninner[st] && b->role == BR_GATHERED; q++)
+                    if (s->ops[inner[st][q]].aux == b->idx)
+                        for (int t = 0; t < NSTREAMS; t++)
+                            if (clk[inner[st][q]][t] > mine[t]) mine[t] = clk[inner[st][q]][t];
+                vcheck_access(v, c, i, o->rd[k], false, &vb, mine);
+            }
             for (int k = 0; k < o->nwr; k++) vcheck_access(v, c, i, o->wr[k], true, &vb, cur[st]);
             for (int k = 0; k < o->nrd; k++) vrecord(s, &vb, o->rd[k], i, false);
             for (int k = 0; k < o->nwr; k++) vrecord(s, &vb, o->wr[k], i, true);
+            for (int q = 0; q < ninner[st]; q++)    /* ended: its inner waits are behind it */
+                for (int t = 0; t < NSTREAMS; t++)
+                    if (clk[inner[st][q]][t] > cur[st][t]) cur[st][t] = clk[inner[st][q]][t];
+            ninner[st] = 0;
         }
         cur[st][st] = i;
         memcpy(clk[i], cur[st], sizeof(Clock));

@@ -9,7 +9,8 @@
 # like the CPU backend, so the losses agree far closer than a GPU's (seen:
 # bf16 2.7e-5, fp32 5.9e-9 relative; tolerances 1e-4 and 1e-6).  Then
 # 2 steps each of: the optimizer offloaded to the host (the SRT_HOST worker
-# thread) and to NVMe, and under mpirun -np 2 dp 2 ZeRO-3, tp 2 and pp 2
+# thread) and to NVMe, and under mpirun -np 2 dp 2 ZeRO-3 (its parameters
+# persistent, then every one partitioned: per-module waits), tp 2 and pp 2
 # (NCCL over MPI), losses and exported weights against the CPU backend; full
 # activation checkpointing bit for bit the emulated run without it; fp16
 # from a loss scale of 2^24, the same steps skipped and the same scales as
@@ -69,6 +70,9 @@ if emu offload_nvme 1 -D parallel.dp=1 -D zero.stage=1 -D "offload.optimizer=nvm
     grep "nvme: path" "$T/offload_nvme.err" | grep -qv "read 0 bytes" || { echo "FAIL: the NVMe optimizer read nothing"; fail=1; }
 fi
 emu dp2_zero3 2 -D parallel.dp=2 -D zero.stage=3
+# every parameter partitioned: each module's unit gathered on the NCCL stream and
+# waited for inside the layer call just before the module's GEMM (AWAIT/UWAIT)
+emu dp2_zero3_units 2 -D parallel.dp=2 -D zero.stage=3 -D zero.param_persistence_threshold=0
 emu tp2 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1
 emu pp2 2 -D parallel.pp=2 -D parallel.dp=1 -D zero.stage=1
 # full activation checkpointing: the recompute on the CUDA path, bit for bit

@@ -21,7 +21,9 @@
 # at dp 2 against bf16 at one rank: losses within 1e-4 relative, weights within
 # 5e-3, the tolerances of train_bf16_3d (each layout rounds its bf16 partial
 # sums in another order; measured 1.1e-5 and 1.7e-3, while a batch of 8 instead
-# of 16, what a missing gradient reduction gives, differs by more).
+# of 16, what a missing gradient reduction gives, differs by more).  A
+# negative: a ZeRO-3 trainer whose layer forward waits for a module's gathered
+# unit after that module's GEMM (moved in the generated C) stops with a race.
 set -u
 . "$(dirname "$0")/train_lib.sh"
 fail=0
@@ -139,6 +141,40 @@ if train_layout llref "$LL" 1 -D parallel.dp=1 -D zero.stage=0 -D train.micro_ba
     train_layout llz3 "$LL" 2 -D parallel.dp=2 "${Z3[@]}" -D train.micro_batch=4 \
         -D checkpointing.activations=selective -D zero.prefetch_bucket=3000 -D zero.max_reuse_distance=0 &&
         train_check llref llz3 1e-5 1e-5 "llama dp 2 ZeRO-3 per-module units, selective checkpointing, small prefetch"
+fi
+# ZeRO-3's per-module waits, a negative: the race checker must stop a trainer
+# whose layer forward waits for c_attn's gathered unit after the c_attn GEMM
+# instead of before it (a C compiler wrapper moves the UWAIT line below the GEMM
+# in the generated source before compiling it)
+cat > "$T/late_wait.py" << 'EOF'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+i = s.index('static void tr_fwd(')
+j = s.index('    UWAIT(QKV_W);', i)
+e = s.index('\n', j) + 1
+w, s = s[j:e], s[:j] + s[e:]
+k = s.index('\n', s.index('srt_matmul_fwd(c, SRT_COMPUTE, qkv', i)) + 1
+open(p, 'w').write(s[:k] + w + s[k:])
+EOF
+printf '#!/bin/sh\nfor a; do case "$a" in *.c) %s %s "$a" || exit 1;; esac; done\nexec mpicc "$@"\n' \
+    "$PY" "$T/late_wait.py" > "$T/cc_late"
+chmod +x "$T/cc_late"
+if ! CC="$T/cc_late" "$SHARDC" build "$G" -o "$T/late" -D cluster.gpus_per_node=2 -D parallel.dp=2 "${Z3[@]}" \
+     -D train.micro_batch=4 > "$T/late.build" 2>&1; then
+    echo "FAIL: the trainer with a late module wait did not build:"
+    cat "$T/late.build"
+    fail=1
+elif train_run 2 late --data "$DATA" --steps 1 --log "$T/late.jsonl" --ckpt-dir "$T/late.ck"; then
+    echo "FAIL: a module's wait moved after its GEMM trained without a race"
+    fail=1
+elif ! grep -q "race: matmul_fwd on compute reads device buffer UNIT[0-9]* .* written by all_gather on dp_comm" \
+     "$T/late.out" "$T/late.err"; then
+    echo "FAIL: a module's wait moved after its GEMM: no race on its gathered unit"
+    tail -5 "$T/late.err"
+    fail=1
+else
+    echo "ok: a module's wait moved after its GEMM is a race (SRT_CHECK)"
 fi
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

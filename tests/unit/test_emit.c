@@ -1,6 +1,8 @@
 /* test_emit.c — the code generator (compiler/emit.c): what it refuses, that
  * every runtime call it writes is declared by shardrt.h, that events are
- * recorded before they are waited for and name the op waited for, that the
+ * recorded before they are waited for and name the op waited for, that a
+ * ZeRO-3 layer function waits for each module's unit right before the
+ * module's first kernel (UWAIT), that the
  * loops keep a 96-layer trainer small and compute the same rows as the
  * straight-line step, and that strings and comments are escaped.  (That the
  * emitted C compiles and trains the same in every layout is
@@ -107,7 +109,8 @@ static void check_declared(const char *src)
 
 /* In the straight-line step, each wait's event was last recorded right
  * after the op the wait names: REC(S) records stream S's next event, WAIT(T,
- * S, k) waits for the k-th latest one on S (each with its op in a comment). */
+ * S, k) waits for the k-th latest one on S, AWAIT(R, S, k) hands it to the
+ * next layer call (ZeRO-3's per-module waits), each with its op in a comment. */
 static void check_events(const char *src)
 {
     enum { NS = 8, CAP = 4096 };
@@ -126,7 +129,8 @@ static void check_events(const char *src)
             for (int st = 0; st < NS && streams[st]; st++)
                 if (strcmp(s1, streams[st]) == 0 && nrec[st] < CAP) snprintf(lab[st][nrec[st]++], 96, "%s", l);
             nr++;
-        } else if (sscanf(p, "WAIT(%31[A-Z_], %31[A-Z_], %d);  /* wait(%95[^*]*/", s1, s2, &k, l) == 4) {
+        } else if (sscanf(p, "WAIT(%31[A-Z_], %31[A-Z_], %d);  /* wait(%95[^*]*/", s1, s2, &k, l) == 4 ||
+                   sscanf(p, "AWAIT(%31[A-Z0-9_], %31[A-Z_], %d);  /* wait(%95[^*]*/", s1, s2, &k, l) == 4) {
             nw++;
             for (int st = 0; st < NS && streams[st]; st++) {
                 if (strcmp(s2, streams[st]) != 0) continue;
@@ -143,6 +147,29 @@ static void check_events(const char *src)
     }
     CHECK(nr > 0 && nw >= nr);
     CHECK_EQ(waits, nw);
+}
+
+/* ZeRO-3's per-module waits: every UWAIT(R) in a layer function is followed
+ * by the module's first kernel, the next runtime call, which reads the
+ * parameter PW(R, ...) (a wait after its GEMM would leave the GEMM unordered
+ * after the gather); returns how many. */
+static int check_module_waits(const char *src)
+{
+    int n = 0;
+    for (const char *p = strstr(src, "    UWAIT("); p; p = strstr(p + 1, "    UWAIT(")) {
+        char role[32];
+        if (sscanf(p, "    UWAIT(%31[A-Z0-9_]);", role) != 1) continue;
+        n++;
+        const char *call = strstr(strchr(p, '\n'), "srt_"), *eol = call ? strchr(call, '\n') : NULL;
+        char want[48];
+        snprintf(want, sizeof want, "PW(%s,", role);
+        const char *at = call ? strstr(call, want) : NULL;
+        if (!call || !at || at > eol) {
+            fprintf(stderr, "UWAIT(%s) is not followed by its module's kernel\n", role);
+            failures++;
+        }
+    }
+    return n;
 }
 
 /* Are the loop form and the straight-line form the same up to stage 0's
@@ -185,6 +212,9 @@ static void test_matrix(void)
                     CHECK(strstr(src, "srt_grad_norm_finish(c, ") != NULL);
                     CHECK(strstr(src, "static void s0_eval(srt_ctx *c)") != NULL);
                     CHECK((strstr(src, "tr_gather(c, &(tr_gather_t){") != NULL) == (z == 3 && small));
+                    /* a unit per linear (the norms persistent): each waited for before its GEMM */
+                    CHECK(check_module_waits(src) == (z == 3 && small ? 8 : 0));
+                    CHECK((strstr(src, "AWAIT(QKV_W, DP_COMM, ") != NULL) == (z == 3 && small));
                     /* all-reduces (ZeRO 0); ZeRO 1's reduce-scatters in place into its slice;
                      * reduce-scatters that accumulate over microbatches */
                     CHECK((strstr(src, "tr_reduce(c, &(tr_reduce_t){SRT_DP_COMM, 0, ") != NULL) == (z == 0));

@@ -2,7 +2,8 @@
  * published fractions ((p-1)/m for gpipe and 1f1b, (1/v)(p-1)/m interleaved)
  * with equal stage times and negligible communication; MFU of a one-stage
  * compute-only plan against the GEMM efficiency; the critical path; exposed
- * communication; a hand-broken schedule whose sends wait on each other is
+ * communication; ZeRO-3's per-module waits against waiting up front (never
+ * slower, strictly faster without prefetch); a hand-broken schedule whose sends wait on each other is
  * reported as a deadlock naming the ops (and sim_run dies with exit 3); a 1T
  * model on 16 384 GPUs (64 rank classes) simulates to a plausible MFU (how
  * long that takes is tests/bench/plan's: a test asserts no time). */
@@ -230,6 +231,51 @@ static void test_exposed(void)
     CHECK(ex[1] > ex[0] + 0.1);
 }
 
+/* ZeRO-3's per-module waits (Op.inner) against the same schedule waiting for
+ * every unit up front (the flags cleared: the waits then hold the compute
+ * stream before the layer op, as before): never slower; strictly faster
+ * where a layer's later units are gathered while its first modules compute
+ * (no prefetch: each unit gathered when its op comes, NVLink), and the same
+ * where the dp link is the bottleneck anyway (eth100 across 4 nodes: the
+ * step is the dp stream's).  cost_unit_start stays in [0, 1] and grows with
+ * the module order of the op. */
+static void test_module_waits(void)
+{
+    const char *nets[3] = {"nodes = 4  gpus_per_node = 1  network = eth100", "nodes = 1  gpus_per_node = 4",
+                           "nodes = 1  gpus_per_node = 4"};
+    const char *zero[3] = {"", "", "prefetch_bucket = 0"};
+    for (int i = 0; i < 3; i++) {
+        Plan *mp = cal_plan(arena_printf(&g_arena,
+            "model gpt { layers = 8  hidden = 4096  heads = 32  vocab = 51200  seq_len = 2048 }\n"
+            "parallel { dp = 4 }\n zero { stage = 3  overlap_comm = on  %s }\n precision { dtype = bf16 }\n"
+            "train { global_batch = 8  micro_batch = 1 }\n"
+            "cluster { %s  gpu = h100_sxm_80gb }\n", zero[i], nets[i]));
+        CHECK(mp != NULL);
+        if (!mp) return;
+        Sched *s = &mp->sched.classes[0];
+        int inner = 0;
+        for (int w = 0; w < s->nops; w++) {
+            int op, k = sched_wait_unit(s, w, &op);
+            if (!s->ops[w].inner) continue;
+            inner++;
+            CHECK(k >= 0);
+            if (k < 0) continue;
+            double a = cost_unit_start(s, op, k);
+            CHECK(a >= 0 && a <= 1);
+            for (int j = 0; j < k; j++) CHECK(cost_unit_start(s, op, j) <= a);
+        }
+        CHECK(inner > 0);
+        Sim per, front;
+        sim_run(mp, &per);
+        for (int w = 0; w < s->nops; w++) s->ops[w].inner = false;
+        sim_run(mp, &front);
+        CHECK(per.step_time <= front.step_time * (1 + 1e-12));
+        if (i == 2) CHECK(per.step_time < front.step_time * (1 - 1e-3));
+        printf("zero-3 step, waits per module %.4f s, up front %.4f s (%s%s)\n", per.step_time, front.step_time,
+               nets[i], zero[i]);
+    }
+}
+
 /* A pp = 2 plan whose schedules are replaced by hand: per stage, two ops on
  * the pp stream.  Returns the plan. */
 static Plan *two_stage_plan(const int kinds[2][2])
@@ -357,6 +403,7 @@ int main(void)
     test_mfu_compute_only();
     test_critical_path();
     test_exposed();
+    test_module_waits();
     test_deadlock();
     test_wait_cycle();
     test_1t();

@@ -12,8 +12,10 @@
  *    its data op, or made another part's; (f) under sequence parallelism a
  *    weight op's wait for its part's regathered input dropped, or the weight
  *    op moved above it; (g) under sequence parallelism tp-comm's wait for a
- *    forward norm op, whose output shard the all-gather reads, dropped; each
- *    must be caught and named;
+ *    forward norm op, whose output shard the all-gather reads, dropped; (h)
+ *    ZeRO-3's per-module waits: a later module's inner wait dropped, moved
+ *    after its op, or naming a unit the op does not use; each must be caught
+ *    and named;
  *  - a schedule stripped of its cross-stream events fails;
  *  - the verifier passes on a matrix of 60 layouts (tp, pp, dp, ZeRO 0-3,
  *    gpipe / 1f1b / interleaved, offload none / cpu / nvme, checkpointing
@@ -117,6 +119,62 @@ static void test_drop_wait(void)
         mp->sched.classes[0].ops[w] = keep;
     }
     CHECK(pt_verify(mp, &rep));
+}
+
+/* ---- (h) ZeRO-3's per-module waits ------------------------------------------------------ */
+
+/* Each module of a layer op waits for its own unit's gather inside the op
+ * (Op.inner): dropping one module's wait must be caught even though the
+ * op's other modules wait for gathers issued after it on the same stream;
+ * so must the wait moved after the op (its module would read the unit
+ * before it), and an inner wait for a unit the op does not compute with. */
+static void test_module_waits(void)
+{
+    const char *rep;
+    Plan *mp = pt_planv("parallel.dp=2", "zero.stage=3", "zero.param_persistence_threshold=0",
+                        "checkpointing.activations=full", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    CHECK(pt_verify(mp, &rep));
+    Sched *s = &mp->sched.classes[0];
+    /* the last inner wait of the first op with several (a later module's) */
+    int w = -1, op = -1;
+    for (int i = 0; i < s->nops && w < 0; i++) {
+        int at, k = sched_wait_unit(s, i, &at);
+        if (k > 0) w = i, op = at;
+    }
+    CHECK(w >= 0);
+    if (w < 0) return;
+    Op keep = s->ops[w];
+    mut_noop(mp, 0, w);
+    expect_caught(mp, "read of params.gathered", "(h) a later module's inner wait dropped");
+    s->ops[w] = keep;
+    CHECK(pt_verify(mp, &rep));
+    /* moved after its op: the op reads the unit without it */
+    Op *ops = s->ops, lay = ops[op];
+    memmove(&ops[w], &ops[w + 1], sizeof(Op) * (size_t)(op - w));
+    ops[op] = keep;
+    for (int i = 0; i < s->nops; i++)   /* the waits naming the ops that moved up one */
+        if (ops[i].kind == OP_WAIT && ops[i].aux > w && ops[i].aux <= op) ops[i].aux--;
+    expect_caught(mp, "read of params.gathered", "(h) an inner wait moved after its module's op");
+    (void)lay;
+    /* an inner wait naming a gather of a unit the next op does not use */
+    Plan *mp2 = pt_planv("parallel.dp=2", "zero.stage=3", "zero.param_persistence_threshold=0", NULL);
+    CHECK(mp2 != NULL);
+    if (!mp2) return;
+    s = &mp2->sched.classes[0];
+    int g = -1;
+    for (int i = 0; i < s->nops && g < 0; i++)
+        if (s->ops[i].kind == OP_GATHER && s->ops[i].layer == LAYER_PRE) g = i;
+    for (int i = 0; i < s->nops && g >= 0; i++) {
+        int at;
+        if (sched_wait_unit(s, i, &at) >= 0 && i > g) {
+            s->ops[i].aux = g;
+            break;
+        }
+    }
+    CHECK(g >= 0);
+    expect_caught(mp2, "an inner wait for no unit", "(h) an inner wait for another op's unit");
 }
 
 /* Some wait exists only so that an arena region is not handed on while a use
@@ -573,6 +631,7 @@ int main(void)
     test_split_order();
     test_sp_regather_wait();
     test_sp_norm_gather_wait();
+    test_module_waits();
     test_matrix();
     test_specs();
     arena_free(&g_arena);
