@@ -167,8 +167,8 @@ static void canon_fn(FILE *f, const void *spec) { canon_print(f, spec); }
 static void report_fn(FILE *f, const void *mp) { report_text(f, mp); }
 
 /* The dimensions a GEMM of the generated code names: its enum constants. */
-typedef enum Dim { D_N, D_C, D_QKV, D_QD, D_KVD, D_FF, D_VP, NDIMS } Dim;
-static const char *const dim_c[NDIMS] = {"N", "C", "QKV", "QD", "KVD", "FF", "VP"};
+typedef enum Dim { D_N, D_C, D_QKV, D_QD, D_KVD, D_FF, D_VP, D_NR, NDIMS } Dim;    /* NR: a token-row chunk's */
+static const char *const dim_c[NDIMS] = {"N", "C", "QKV", "QD", "KVD", "FF", "VP", "NR"};
 
 /* An optional operand of a call: its text, on which ranks it is there, and
  * whether the call writes a parameter gradient through it (a PG place of the
@@ -750,11 +750,14 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
        : e->pol == CKPT_SELECTIVE ? ", but for the attention core (selective checkpointing)" : "",
        px, kind, px, px);
     bool tp = e->p->tp > 1, sp = lower_sp(e);
+    /* tp_comm_overlap full: a part's op up to its row-parallel GEMM (GR_HEAD),
+       or one token-row chunk of that GEMM and its residual (GR_ROWS) */
+    bool rows = tp && !sp && !replay && e->p->tpc > 1;
     if (sp) sf(o, "    if (a->grads == %d) {  /* the part's norm on this rank's tokens */\n"
                   "        %s_fwd_norm(c, a);\n        return;\n    }\n", GR_NORM, px);
     saved_views(e, o, kv, true);
     sf(o, "    srt_t y = %sDV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
-       replay ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
+       replay || rows ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
     if (sp) {   /* each rank adds the residual of its own tokens: the reduce-scatter sums one copy */
         sf(o, "    srt_t y_own = %sDV(a->y + own * WB, NS * C, WDT);\n", replay ? "a->y < 0 ? NONE : " : "");
         if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
@@ -765,9 +768,11 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
            piece(&sc, AP_PROJ_PARTIAL, 0, "(int64_t)N * C", "WDT"));
     }
     if (tp && !sp) {   /* Megatron: this rank's heads and MLP columns; tp rank 0 adds the residuals and biases */
-        sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
-                "    srt_t r1 = DV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
-                "    if (a->part == 2) goto mlp;\n");
+        sf(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
+              "    srt_t r1 = %sDV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
+              "    if (a->part == 2) goto mlp;\n", rows ? "a->r1 < 0 ? NONE : " : "");
+        if (rows)
+            sf(o, "    if (a->grads == %d) goto attn_rows;  /* a token-row chunk of the output projection */\n", GR_ROWS);
     }
     if (!sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
     qkv_proj(e, o, g, false, GR_ALL);
@@ -779,6 +784,9 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
             "NKV", "HS", "LDQ", "LDKV", NULL);
     Opnd pb = opt_w(g, R_ATTN_OUT_B, D_C, false), fb = opt_w(g, R_FC2_B, D_C, false);
     if (tp) pb = on_tp0(pb), fb = on_tp0(fb);
+    if (rows)
+        sf(o, "    if (a->grads == %d) return;  /* the output projection next, by token rows (all-reduced each) */\n",
+           GR_HEAD);
     mm_fwd(o, I, tp ? "row-parallel attention output projection: partial sums" : "attention output projection",
            sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, D_N, D_QD, D_C);
     if (sp) {
@@ -790,7 +798,20 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
         rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "r1 = x + this rank's partial attention", "r1", "x", "tmp", NULL);
         sput(o, "    } else {\n");
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "r1 = this rank's partial attention", "r1", "tmp", NULL);
-        sput(o, "    }\n    return;  /* the all-reduce over tp makes r1 = x2 */\nmlp:\n");
+        sput(o, "    }\n    return;  /* the all-reduce over tp makes r1 = x2 */\n");
+        if (rows) {     /* the same GEMM and residual on token rows a->rows · NR .. + NR */
+            mm_fwd(o, "attn_rows:\n    ", "the output projection's token-row chunk a->rows", "ROWS(tmp, a->rows, C)",
+                   "ROWS(att, a->rows, QD)", "PW(PROJ_W, (int64_t)C * QD)", pb, D_NR, D_QD, D_C);
+            sput(o, "    if (tp0) {\n");
+            rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "r1 = x + this rank's partial attention, the chunk's rows",
+                    "ROWS(r1, a->rows, C)", "ROWS(x, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    } else {\n");
+            rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "r1 = this rank's partial attention, the chunk's rows",
+                    "ROWS(r1, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    }\n    return;  /* the chunk's all-reduce next, while the next chunk computes */\n");
+        }
+        sput(o, "mlp:\n");
+        if (rows) sf(o, "    if (a->grads == %d) goto mlp_rows;  /* a token-row chunk of the down projection */\n", GR_ROWS);
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = the reduced r1 (kept for backward)", "x2", "r1", NULL);
     } else {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
@@ -814,8 +835,12 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     }
     if (replay)
         sput(o, "    if (a->y < 0) return;  /* the last layer of a recompute group: no output needed */\n");
-    if (!sp && carve_off(scr, AP_FC2_PARTIAL) != carve_off(scr, AP_PROJ_PARTIAL))  /* apart under full checkpointing's packing */
+    bool apart = !sp && carve_off(scr, AP_FC2_PARTIAL) != carve_off(scr, AP_PROJ_PARTIAL);
+    if (apart)  /* apart under full checkpointing's packing */
         sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(&sc, AP_FC2_PARTIAL, 0, "(int64_t)N * C", "WDT"));
+    if (rows)
+        sf(o, "    if (a->grads == %d) return;  /* the down projection next, by token rows (all-reduced each) */\n",
+           GR_HEAD);
     mm_fwd(o, I, "MLP down projection: (B,T,FF) -> (B,T,C)", sp ? "y" : "tmp", "act", "PW(FC2_W, (int64_t)C * FF)", fb,
            D_N, D_FF, D_C);
     if (sp) {
@@ -827,6 +852,19 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "y = this rank's partial mlp (all-reduced next)", "y", "tmp",
                 NULL);
         sput(o, "    }\n");
+        if (rows) {
+            sput(o, "    return;\nmlp_rows:\n");
+            if (apart) sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(&sc, AP_FC2_PARTIAL, 0, "(int64_t)N * C", "WDT"));
+            mm_fwd(o, I, "the down projection's token-row chunk a->rows", "ROWS(tmp, a->rows, C)", "ROWS(act, a->rows, FF)",
+                   "PW(FC2_W, (int64_t)C * FF)", fb, D_NR, D_FF, D_C);
+            sput(o, "    if (tp0) {\n");
+            rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp, the chunk's rows",
+                    "ROWS(y, a->rows, C)", "ROWS(x2, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    } else {\n");
+            rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "y = this rank's partial mlp, the chunk's rows",
+                    "ROWS(y, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    }\n");
+        }
     } else {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);
     }
@@ -1567,6 +1605,9 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
        (long long)m->hd, m->family == FAM_GPT ? "QKV" : "QD", m->family == FAM_GPT ? "QKV" : "KVD",
        (long long)(m->ffn / p->tp), (long long)m->V, (long long)(m->Vpad / p->tp), p->zero, p->wbytes,
        p->gbytes, R_NROLES);
+    if (p->tpc > 1)
+        sf(o, "enum { NR = N / %lld };  /* tp_comm_overlap = full: the token rows of a chunk of a row-parallel GEMM */\n",
+           (long long)p->tpc);
     sput(o, "enum {");
     for (int r = 0; r < R_NROLES; r++) sf(o, "%s%s = %d", r ? ", " : " ", role_c[r], r);
     sput(o, " };\n");
@@ -1587,7 +1628,7 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
             "#define PW(r, n) DV(w->w[r], (n), WDT)\n"
             "#define PG(r, n) DV(w->g[r]%s, (n), GDT)\n"
             "/* The view of t from element k on (q, k, v inside one buffer). */\n"
-            "#define AT(t, k) ((srt_t){(char *)(t).p + (int64_t)(k) * WB, (t).n - (int64_t)(k), (t).dt})\n\n"
+            "#define AT(t, k) ((srt_t){(char *)(t).p + (int64_t)(k) * WB, (t).n - (int64_t)(k), (t).dt})\n%s\n"
             "typedef srt_segment trainer_seg;  /* shardrt.h: the flat segments */\n"
             "/* Events: each stream's records take the ids of its ring (base, ring) in\n"
             " * turn; n counts the records so far.  REC(S): record stream S's next event;\n"
@@ -1598,7 +1639,10 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
             "#define WAIT(s, from, k) srt_event_wait(c, SRT_##s, EVENT(n, SRT_##from, n->n[SRT_##from] - (k)))\n"
 
             "enum { OWN_SUMSQ, OWN_OPT, OWN_D2H, OWN_H2D };\n\n",
-       slots ? " + (int64_t)(a->mb % w->gw[r]) * w->gs[r]" : "");
+       slots ? " + (int64_t)(a->mb % w->gw[r]) * w->gs[r]" : "",
+       p->tpc > 1 ? "/* Token-row chunk j of t, (NR, w) of (N, w) (tp_comm_overlap = full). */\n"
+                    "#define ROWS(t, j, w) ((srt_t){(char *)(t).p + (int64_t)(j) * NR * (w) * WB, (int64_t)NR * (w), (t).dt})\n"
+                  : "");
 }
 
 /* The rows of a class's srt_buffer table: its persistent buffers, then a
@@ -1696,6 +1740,9 @@ static void gen_types(const CE *e, Str *o)
         if (lower_sp(e))    /* part: SUB_ATTN / SUB_MLP; r1: the part's gathered norm output; grads: GR_NORM
                                for the part's norm op on this rank's tokens */
             sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads; } "
+                    "tr_fwd_t;\n");
+        else if (e->p->tpc > 1)  /* ... and grads: GR_HEAD / GR_ROWS, rows: the chunk (tp_comm_overlap = full) */
+            sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads, rows; } "
                     "tr_fwd_t;\n");
         else if (e->p->tp > 1)   /* part: SUB_ATTN / SUB_MLP; r1: the attention part's output (partial, then reduced) */
             sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; } tr_fwd_t;\n");

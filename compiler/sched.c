@@ -69,6 +69,7 @@ typedef struct Bld {
     bool tpx, sp;               /* tp > 1 (layers split around collectives); sequence parallel */
     double mlp_share;           /* the MLP's share of a layer's FLOPs */
     bool wsplit;                /* tp_comm_overlap: each part's backward split into data and weight ops */
+    int tpc;                    /* tp_comm_overlap full: a forward part's row-parallel GEMM in tpc chunks */
     bool unnamed;               /* Schedule.unnamed: activations not named */
     double wshare[2];           /* the weight GEMMs' share of a layer backward's FLOPs: attention, MLP */
     /* persistent buffers (-1: none) */
@@ -167,6 +168,7 @@ static int op_new(Bld *b, int kind, int stream, int layer, int mb, int chunk)
     o->aux = -1;
     for (int k = 0; k < OP_MAX_UNITS; k++) o->unit[k] = -1;
     o->sub = SUB_WHOLE;
+    o->rows = -1;
     o->part_lo = o->part_hi = -1;
     return s->nops++;
 }
@@ -935,6 +937,50 @@ static int sp_norm_fwd(Bld *b, int sub, int L, int mb, int chunk, const FwdIO *i
     return out;
 }
 
+/* FLOPs per sequence of the row-parallel GEMM ending part sub (the attention
+ * output projection, the MLP down projection): 2 per weight per token, as
+ * model.c counts a layer's. */
+static double rows_gemm_fl(const Bld *b, int sub)
+{
+    const Model *m = b->m;
+    int role = sub == SUB_MLP ? R_FC2_W : R_ATTN_OUT_W;
+    for (int i = m->layer_first[1]; i < m->layer_first[2]; i++)
+        if (m->t[i].role == role) return 2.0 * (double)m->s * (double)m->t[i].numel;
+    die("sched: the layer has no row-parallel linear %s", model_role_name(role));
+}
+
+/* tp_comm_overlap full: the end of a forward part, its row-parallel GEMM and
+ * the residual folded into its partial sums, in tpc token-row chunks
+ * (GR_ROWS), each all-reduced on the tp stream as soon as it is written while
+ * the next chunk computes (Megatron-Core's --tp-comm-overlap, Transformer
+ * Engine's pipelined GEMM and collective).  head: the part's op up to the
+ * GEMM (GR_HEAD), whose kept tensors and scratch the chunks read (its scratch
+ * they write: the GEMM's output rows); out: the part's output, accessed by
+ * chunk (Buffer.rows) so that a chunk's all-reduce and the next chunk's GEMM
+ * run at once; res: the residual.  Token rows are independent in the GEMM and
+ * in the sum over tp, so the chunks compute and reduce exactly what the
+ * whole would.  Returns the last chunk's all-reduce: the tp stream runs them
+ * in order, so waiting for it waits for all. */
+static int rows_fwd(Bld *b, int head, int scr, int out, int res)
+{
+    const Op h = b->s->ops[head];      /* a copy: the list grows below */
+    int k = b->tpc, red = -1;
+    double fl = rows_gemm_fl(b, h.sub) / k;
+    b->s->bufs[out].rows = k;
+    for (int j = 0; j < k; j++) {
+        int o = part_op(b, h.kind, h.sub, h.layer, h.mb, h.chunk, fl);
+        b->s->ops[o].grads = GR_ROWS, b->s->ops[o].rows = (int16_t)j;
+        for (int i = 0; i < h.nwr; i++) op_rd(b, o, h.wr[i]);
+        op_rd(b, o, res);
+        op_wr(b, o, scr);
+        op_wr(b, o, out);
+        compute_done(b);
+        red = tp_comm(b, OP_TP_ALLREDUCE, h.sub, h.layer, h.mb, h.chunk, out, out, b->p->act.x / k);
+        b->s->ops[red].rows = (int16_t)j;
+    }
+    return red;
+}
+
 /* A layer's forward as one op (tp = 1), or split around its TP collectives:
  * [SP: the norm on the shard, all-gather its output] attention part, all-
  * reduce (SP: reduce-scatter) of its partial sums, [SP: norm, all-gather]
@@ -959,6 +1005,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     }
     double fm = io->fl * b->mlp_share, fa = io->fl - fm;
     int in = io->in;
+    bool rows = b->tpc > 1 && !b->sp && io->kind == OP_LAYER_FWD;     /* tp_comm_overlap full */
     if (b->sp) {
         int ln = sp_norm_fwd(b, SUB_ATTN, L, mb, chunk, io, io->in);
         int g = act_buf(b, BR_TP_GATHERED, SUB_ATTN, L, mb, "gathered", a->full);
@@ -980,6 +1027,13 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         int g2 = act_buf(b, BR_TP_GATHERED, SUB_MLP, L, mb, "gathered", a->full);
         red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, ln, g2, a->full);
         in = g2;
+    } else if (rows) {          /* tp_comm_overlap full: the output projection by token rows */
+        int scr = op_scratch(b, A, io->scratch);
+        b->s->ops[A].grads = GR_HEAD;
+        b->s->ops[A].flops -= rows_gemm_fl(b, SUB_ATTN) * (double)b->p->b / (double)b->p->tp;
+        compute_done(b);
+        red = rows_fwd(b, A, scr, r1, io->in);
+        in = r1;
     } else {
         op_wr(b, A, r1);
         op_scratch(b, A, io->scratch);
@@ -992,7 +1046,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     op_rd(b, M, in);
     op_rd(b, M, r1);
     fwd_keep(b, M, io);
-    op_scratch(b, M, io->scratch);
+    int mscr = op_scratch(b, M, io->scratch);
     if (io->out < 0) {          /* the last layer of a recompute group: its output is not needed */
         compute_done(b);
         return;
@@ -1002,6 +1056,11 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         op_wr(b, M, part);
         compute_done(b);
         red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
+    } else if (rows) {          /* the MLP down projection by token rows; x2 (kept, or in the scratch) the residual */
+        b->s->ops[M].grads = GR_HEAD;
+        b->s->ops[M].flops -= rows_gemm_fl(b, SUB_MLP) * (double)b->p->b / (double)b->p->tp;
+        compute_done(b);
+        red = rows_fwd(b, M, mscr, io->out, r1);
     } else {
         op_wr(b, M, io->out);
         compute_done(b);
@@ -1940,7 +1999,7 @@ static void ev_init(Ev *e, Sched *s)
     free(fill);
     e->acc_at = ev_alloc(sizeof(int) * (size_t)(nb + 1));
     int na = 0;
-    for (int k = 0; k < nb; k++) e->acc_at[k] = na, na += s->bufs[k].nparts > 0 ? 2 + s->bufs[k].nparts : 1;
+    for (int k = 0; k < nb; k++) e->acc_at[k] = na, na += buf_parts(&s->bufs[k]) > 0 ? 2 + buf_parts(&s->bufs[k]) : 1;
     e->acc = ev_alloc(sizeof(Acc) * (size_t)(na + 1));
     ev_clear((int *)e->acc, (size_t)na * 2 * NSTREAMS);
     e->lastuse = ev_alloc(sizeof(int) * NSTREAMS * (size_t)(nb + 1));
@@ -1971,13 +2030,12 @@ static bool ev_reused(const Sched *s, int k)
  * has entry 1 (its whole-buffer accesses) and 2 + p (part p's). */
 static void ev_range(const Ev *e, int k, const Op *o, int *lo, int *hi, bool *parted)
 {
-    int at = e->acc_at[k], np = e->s->bufs[k].nparts;
-    *parted = np > 0 && o->part_lo >= 0;
+    int at = e->acc_at[k], a, z;
+    *parted = buf_op_parts(&e->s->bufs[k], o, &a, &z);
     if (!*parted) {
         *lo = at, *hi = at + 1;
         return;
     }
-    int a = o->part_lo < np ? o->part_lo : np - 1, z = o->part_hi < np ? o->part_hi : np - 1;
     *lo = at + 2 + a, *hi = at + 3 + z;
 }
 
@@ -2016,7 +2074,7 @@ static void ev_record(Ev *e, int k, const Op *o, bool write, int st, int n)
         *(write ? &e->acc[at].w[st] : &e->acc[at].r[st]) = n;
     } else {
         *(write ? &e->acc[at].w[st] : &e->acc[at].r[st]) = n;
-        if (e->s->bufs[k].nparts > 0) *(write ? &e->acc[at + 1].w[st] : &e->acc[at + 1].r[st]) = n;
+        if (buf_parts(&e->s->bufs[k]) > 0) *(write ? &e->acc[at + 1].w[st] : &e->acc[at + 1].r[st]) = n;
     }
     e->lastuse[k][st] = n;
     e->seen[k] |= (unsigned char)(1u << st);
@@ -2125,7 +2183,8 @@ static void ev_expand(Ev *e)
             const Ins *w = &e->ins[k];
             const Op *t = &e->old[w->old];
             ops[w->at] = (Op){.kind = OP_WAIT, .stream = w->stream, .layer = t->layer, .mb = t->mb, .chunk = t->chunk,
-                              .aux = w->target, .unit = {-1, -1}, .sub = t->sub, .part_lo = -1, .part_hi = -1};
+                              .aux = w->target, .unit = {-1, -1}, .sub = t->sub, .rows = -1, .part_lo = -1,
+                              .part_hi = -1};
         }
         ops[to] = e->old[j];
         if (ops[to].kind == OP_WAIT && ops[to].aux >= 0) ops[to].aux = e->map[ops[to].aux];
@@ -2202,6 +2261,7 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     b.sp = b.tpx && p->T_sp < p->T;
     b.mlp_share = mlp_share(p->model);
     b.wsplit = p->wsplit;
+    b.tpc = (int)p->tpc;
     b.unnamed = unnamed;
     weight_shares(p->model, b.mlp_share, b.wshare);
     build_keys(&b);
@@ -2311,7 +2371,10 @@ const char *sched_op_label(const Sched *s, int i)
         snprintf(aux, sizeof aux, " chunk%d", o->chunk);
     const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
     static const char *const grads_names[] = {[GR_ALL] = "", [GR_DATA] = " data", [GR_WEIGHT] = " wgrad",
-                                              [GR_NORM] = " norm"};
-    const char *grads = o->grads >= 0 && o->grads <= GR_NORM ? grads_names[o->grads] : "";
-    return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub, grads);
+                                              [GR_NORM] = " norm", [GR_HEAD] = " head", [GR_ROWS] = " rows"};
+    const char *grads = o->grads >= 0 && o->grads <= GR_ROWS ? grads_names[o->grads] : "";
+    if (o->rows >= 0 && o->kind != OP_WAIT)    /* tp_comm_overlap full: a token-row chunk */
+        snprintf(aux + strlen(aux), sizeof aux - strlen(aux), " rows%d", o->rows);
+    return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub,
+                        o->rows >= 0 ? "" : grads);
 }

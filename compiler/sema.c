@@ -1097,6 +1097,22 @@ static void rules_parallel(Sema *cx)
             diag_hint("%lld / %lld = %s", (long long)s->model.seq_len, (long long)tp, ratio(s->model.seq_len, tp));
         }
     }
+    if (s->parallel.tp_comm_overlap == TPO_FULL && tp > 1) {
+        /* each chunk is a block of token rows: the all-reduce of every chunk sums exactly
+           what the unchunked one sums, so the chunks must tile the microbatch's tokens */
+        int64_t k = s->parallel.tp_overlap_chunks, n = s->train.micro_batch * s->model.seq_len;
+        if (s->parallel.sequence_parallel) {
+            diag_error(where(cx, "parallel.tp_comm_overlap", "parallel.sequence_parallel", NULL),
+                       "tp_comm_overlap = full chunks the forward's all-reduces; under sequence parallelism they are "
+                       "reduce-scatters, whose chunked form shardc does not build yet");
+            diag_hint("tp_comm_overlap = wgrad overlaps the backward's reduce-scatters; or sequence_parallel = off");
+        } else if (ok(cx, "parallel.tp_overlap_chunks", "train.micro_batch", "model.seq_len", NULL) && n % k != 0) {
+            diag_error(where(cx, "parallel.tp_overlap_chunks", NULL),
+                       "tp_overlap_chunks = %lld does not divide the %lld tokens of a microbatch (micro_batch·seq_len)",
+                       (long long)k, (long long)n);
+            diag_hint("each chunk is n / k token rows: k must divide %lld (%s)", (long long)n, divisors(n));
+        }
+    }
     IntList sl = s->parallel.stage_layers;
     if (s->parallel.schedule == SCHED_INTERLEAVED) {
         Loc sloc = where(cx, "parallel.schedule", NULL);

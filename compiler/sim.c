@@ -110,7 +110,7 @@ static void class_deps(Ctx *x, int c)
     const Sched *s = sched_of(x, c);
     /* per buffer: the last writer of any part at at[b], then of each part */
     int *at = malloc(sizeof(int) * (size_t)(s->nbufs + 1)), na = 0;
-    for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + (s->bufs[b].nparts > 0 ? s->bufs[b].nparts : 0);
+    for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + buf_parts(&s->bufs[b]);
     int *last = malloc(sizeof(int) * (size_t)(na + 1));
     for (int k = 0; k < na; k++) last[k] = -1;
     for (int i = 0; i < s->nops; i++) {
@@ -123,20 +123,17 @@ static void class_deps(Ctx *x, int c)
             continue;
         }
         for (int k = 0; k < o->nrd; k++) {
-            int b = o->rd[k], np = s->bufs[b].nparts;
-            bool parted = np > 0 && o->part_lo >= 0;
-            int lo = parted ? at[b] + 1 + (o->part_lo < np ? o->part_lo : np - 1) : at[b];
-            int hi = parted ? at[b] + 1 + (o->part_hi < np ? o->part_hi : np - 1) : at[b];
+            int b = o->rd[k], lo, hi;
+            if (buf_op_parts(&s->bufs[b], o, &lo, &hi)) lo += at[b] + 1, hi += at[b] + 1;
+            else lo = hi = at[b];
             for (int a = lo; a <= hi; a++) {
                 int w = last[a];
                 if (w >= 0 && x->stream[x->base[c] + w] != o->stream) dep_add(x, first, x->base[c] + w);
             }
         }
         for (int k = 0; k < o->nwr; k++) {
-            int b = o->wr[k], np = s->bufs[b].nparts;
-            bool parted = np > 0 && o->part_lo >= 0;
-            int lo = parted ? (o->part_lo < np ? o->part_lo : np - 1) : 0;
-            int hi = parted ? (o->part_hi < np ? o->part_hi : np - 1) : np - 1;
+            int b = o->wr[k], lo, hi;
+            if (!buf_op_parts(&s->bufs[b], o, &lo, &hi)) lo = 0, hi = buf_parts(&s->bufs[b]) - 1;
             last[at[b]] = i;
             for (int a = lo; a <= hi; a++) last[at[b] + 1 + a] = i;
         }
