@@ -953,9 +953,10 @@ static double rows_gemm_fl(const Bld *b, int sub)
  * the residual folded into its partial sums, in tpc token-row chunks
  * (GR_ROWS), each all-reduced on the tp stream as soon as it is written while
  * the next chunk computes (Megatron-Core's --tp-comm-overlap, Transformer
- * Engine's pipelined GEMM and collective).  head: the part's op up to the
- * GEMM (GR_HEAD), whose kept tensors and scratch the chunks read (its scratch
- * they write: the GEMM's output rows); out: the part's output, accessed by
+ * Engine's pipelined GEMM and collective).  head: the part's op, made the
+ * part up to the GEMM (GR_HEAD: the GEMM's FLOPs move to the chunks), whose
+ * kept tensors and scratch the chunks read (its scratch they write: the
+ * GEMM's output rows); out: the part's output, accessed by
  * chunk (Buffer.rows) so that a chunk's all-reduce and the next chunk's GEMM
  * run at once; res: the residual.  Token rows are independent in the GEMM and
  * in the sum over tp, so the chunks compute and reduce exactly what the
@@ -963,9 +964,12 @@ static double rows_gemm_fl(const Bld *b, int sub)
  * in order, so waiting for it waits for all. */
 static int rows_fwd(Bld *b, int head, int scr, int out, int res)
 {
+    double fl = rows_gemm_fl(b, b->s->ops[head].sub), moved = fl * (double)b->p->b / (double)b->p->tp;
+    b->s->ops[head].grads = GR_HEAD;
+    b->s->ops[head].flops -= moved, b->s->flops -= moved;     /* the chunks' FLOPs now */
     const Op h = b->s->ops[head];      /* a copy: the list grows below */
     int k = b->tpc, red = -1;
-    double fl = rows_gemm_fl(b, h.sub) / k;
+    fl /= k;
     b->s->bufs[out].rows = k;
     for (int j = 0; j < k; j++) {
         int o = part_op(b, h.kind, h.sub, h.layer, h.mb, h.chunk, fl);
@@ -1029,8 +1033,6 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         in = g2;
     } else if (rows) {          /* tp_comm_overlap full: the output projection by token rows */
         int scr = op_scratch(b, A, io->scratch);
-        b->s->ops[A].grads = GR_HEAD;
-        b->s->ops[A].flops -= rows_gemm_fl(b, SUB_ATTN) * (double)b->p->b / (double)b->p->tp;
         compute_done(b);
         red = rows_fwd(b, A, scr, r1, io->in);
         in = r1;
@@ -1057,8 +1059,6 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         compute_done(b);
         red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
     } else if (rows) {          /* the MLP down projection by token rows; x2 (kept, or in the scratch) the residual */
-        b->s->ops[M].grads = GR_HEAD;
-        b->s->ops[M].flops -= rows_gemm_fl(b, SUB_MLP) * (double)b->p->b / (double)b->p->tp;
         compute_done(b);
         red = rows_fwd(b, M, mscr, io->out, r1);
     } else {

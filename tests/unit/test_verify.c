@@ -10,13 +10,14 @@
  *    its data op, or made another part's; (f) under sequence parallelism a
  *    weight op's wait for its part's regathered input dropped, or the weight
  *    op moved above it; (g) under sequence parallelism tp-comm's wait for a
- *    forward norm op, whose output shard the all-gather reads, dropped; each
- *    must be caught and named;
+ *    forward norm op, whose output shard the all-gather reads, dropped; (h)
+ *    under tp_comm_overlap = full a wait for a token-row chunk's GEMM, or for
+ *    a part's last chunk all-reduce, dropped; each must be caught and named;
  *  - a schedule stripped of its cross-stream events fails;
  *  - the verifier passes on a matrix of 60 layouts (tp, pp, dp, ZeRO 0-3,
  *    gpipe / 1f1b / interleaved, offload none / cpu / nvme, checkpointing
  *    none / full / selective / partitioned / cpu, micro-batches, sequence
- *    parallelism, tp_comm_overlap on and off, fp16), each planned from spec
+ *    parallelism, tp_comm_overlap none / wgrad / full, fp16), each planned from spec
  *    text with overrides.
  */
 #include "plan_text.h"
@@ -114,6 +115,40 @@ static void test_drop_wait(void)
         expect_caught(mp, "not ordered after its write by an event", "(a) tp-comm wait for a layer part");
         mp->sched.classes[0].ops[w] = keep;
     }
+    CHECK(pt_verify(mp, &rep));
+}
+
+/* tp_comm_overlap = full: every token-row chunk's order is proven.  Each tp
+ * stream wait for a chunk's GEMM (its all-reduce reads the rows the GEMM
+ * writes), and each compute wait for a part's last chunk all-reduce (the
+ * next part reads the whole output), dropped alone, is caught; the chunks'
+ * all-reduces and the next chunk's GEMM, which touch disjoint rows, need no
+ * event between them (the verifier passes as the schedule is). */
+static void test_drop_chunk_wait(void)
+{
+    const char *rep;
+    Plan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "parallel.tp_comm_overlap=full", "parallel.tp_overlap_chunks=4",
+                        "parallel.microbatches=2", NULL);
+    CHECK(mp != NULL);
+    if (!mp) return;
+    CHECK(pt_verify(mp, &rep));
+    Sched *s = &mp->sched.classes[0];
+    int chunk_waits = 0, last_waits = 0;
+    for (int i = 0; i < s->nops; i++) {
+        const Op *o = &s->ops[i];
+        if (o->kind != OP_WAIT || o->aux < 0 || o->mb != 0) continue;
+        const Op *t = &s->ops[o->aux];
+        bool chunk = o->stream == ST_TP_COMM && t->kind == OP_LAYER_FWD && t->grads == GR_ROWS;
+        bool last = o->stream == ST_COMPUTE && t->kind == OP_TP_ALLREDUCE && t->rows == mp->part.tpc - 1;
+        if (!chunk && !last) continue;
+        chunk_waits += chunk, last_waits += last;
+        Op keep = *o;
+        mut_noop(mp, 0, i);
+        expect_caught(mp, "by an event", chunk ? "(h) tp-comm wait for a chunk's GEMM" : "(h) compute wait for the last chunk");
+        s->ops[i] = keep;
+    }
+    CHECK_EQ(chunk_waits, 4 * 2 * (int)mp->model.l);      /* every chunk of both parts of every layer */
+    CHECK_EQ(last_waits, 2 * (int)mp->model.l);
     CHECK(pt_verify(mp, &rep));
 }
 
@@ -383,6 +418,7 @@ static const char **layout(int n)
     d[k++] = arena_printf(&g_arena, "parallel.microbatches=%d", m);
     d[k++] = sp ? "parallel.sequence_parallel=on" : "parallel.sequence_parallel=off";
     if (tp > 1 && n % 5 == 2) d[k++] = "parallel.tp_comm_overlap=none";
+    if (tp > 1 && !sp && n % 5 != 2 && n % 2) d[k++] = "parallel.tp_comm_overlap=full";   /* its chunks under every other key */
     d[k++] = n % 3 == 1 ? "zero.overlap_comm=off" : "zero.overlap_comm=on";
     if (off == 1) d[k++] = "offload.optimizer=cpu";
     if (off == 2) d[k++] = "offload.optimizer=nvme", d[k++] = "offload.optimizer.path=\"/nvme\"",
@@ -465,6 +501,7 @@ int main(void)
     test_split_order();
     test_sp_regather_wait();
     test_sp_norm_gather_wait();
+    test_drop_chunk_wait();
     test_matrix();
     test_specs();
     arena_free(&g_arena);
