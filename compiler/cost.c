@@ -99,13 +99,19 @@ static int op_pieces(const Partition *p, const Op *o)
     return o->grads == GR_WEIGHT ? pc & ~PC_CORE : pc;
 }
 
-/* The token rows of an op's GEMMs: a microbatch's, or one chunk's
- * (tp_comm_overlap full's GR_ROWS), whose smaller GEMM each reaches a lower
- * efficiency: what chunking costs. */
+/* The token rows of each of an op's GEMM calls: a microbatch's, or one
+ * chunk's (tp_comm_overlap full's GR_ROWS), T / k, under sequence
+ * parallelism one call per tp rank's block, T / (tp·k): the smaller GEMMs
+ * reach a lower efficiency, which is what chunking costs. */
 static double op_rows(const Partition *p, const Op *o)
 {
-    return o->grads == GR_ROWS ? (double)p->T / (double)p->tpc : (double)p->T;
+    if (o->grads != GR_ROWS) return (double)p->T;
+    return (double)p->T / (double)p->tpc / (double)(p->T_sp < p->T ? p->tp : 1);
 }
+
+/* The kernels of a chunk (GR_ROWS): its GEMM calls (tp under sequence
+ * parallelism) and the residual's add. */
+static int rows_kernels(const Partition *p) { return (int)(p->T_sp < p->T ? p->tp : 1) + 1; }
 
 /* Bytes of the residual folded into a forward half's row-parallel GEMM's
  * partial sums (one pass of [T_sp, h] read twice and written): the chunks
@@ -397,9 +403,10 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     double rows = op_rows(p, o);
     double t = o->flops * layer_sec_per_flop(p, pieces, bwd, op_core_weight(o), rows);
     if (o->grads == GR_WEIGHT) return t + cpu_kernels(&r, weight_kernels(o, pieces));
-    if (o->grads == GR_ROWS) {   /* a chunk: its GEMM (and bias), the residual on its rows, two kernels */
+    if (o->grads == GR_ROWS) {   /* a chunk: its GEMM calls (and biases), the residual on its rows */
         double rb = resid_bytes(p) / (double)p->tpc;
-        return t + cpu_stream(&r, rb, rb) + cpu_bias_time(p, &r, pieces, bwd, rows) + cpu_kernels(&r, 2);
+        double calls = (double)(rows_kernels(p) - 1);      /* its GEMM calls, each with its bias */
+        return t + cpu_stream(&r, rb, rb) + calls * cpu_bias_time(p, &r, pieces, bwd, rows) + cpu_kernels(&r, rows_kernels(p));
     }
     int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, pieces);
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
@@ -440,8 +447,9 @@ static double layer_time(const Partition *p, const Op *o, bool bwd)
     double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o), op_rows(p, o));
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
-    /* tp_comm_overlap full: a chunk is its GEMM at its own shape and the residual on its rows, two kernels */
-    if (o->grads == GR_ROWS) return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, 2);
+    /* tp_comm_overlap full: a chunk is its GEMM calls at their own shape and the residual on its rows */
+    if (o->grads == GR_ROWS)
+        return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, rows_kernels(p));
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (o->grads == GR_HEAD ? 2 : 0);
     double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */

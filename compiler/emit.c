@@ -612,7 +612,8 @@ static void saved_views(const CE *e, Str *o, const Views *sv, bool fwd)
     else    /* under SP the split backward's data op runs while the norm output is regathered: none */
         sf(o, "    srt_t x = %sDV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
            sp && e->p->wsplit ? "a->x < 0 ? NONE : " : "", sp ? "part's norm output, gathered again over tp" : "layer's input");
-    const char *lnsp = fwd ? "DV(a->r1, (int64_t)N * C, WDT)" : "x";
+    const char *lnsp = !fwd ? "x" : e->p->tpc > 1 ? "a->r1 < 0 ? NONE : DV(a->r1, (int64_t)N * C, WDT)"  /* none: a chunk */
+                                                 : "DV(a->r1, (int64_t)N * C, WDT)";
     if (sp) {
         sf(o, "    srt_t ln1 = %s;  /* (B,T,C) the part's norm output, gathered */\n", lnsp);
     } else {
@@ -727,6 +728,26 @@ static void gen_fwd_norm_fn(const CE *e, Str *o)
     sput(o, "}\n\n");
 }
 
+/* tp_comm_overlap = full under sequence parallelism: token-row chunk a->rows
+ * of a row-parallel GEMM (attention output projection, MLP down projection)
+ * from its input `in` (width w, dim d) into the partial sums y, laid out
+ * chunk by chunk: block (a->rows, r) holds tp rank r's token rows a->rows
+ * of its NS (token rows (r·K + a->rows)·NR ..), so that the chunk's
+ * reduce-scatter over its tp blocks leaves each rank its own rows; this
+ * rank's block then gets its residual (x, its rows a->rows). */
+static void sp_rows_fwd(const CE *e, Str *o, const char *label, const char *in, const char *w, const char *wt, Opnd bias,
+                        Dim d)
+{
+    long long tp = (long long)e->p->tp, k = (long long)e->p->tpc;
+    sf(o, "%s:\n    for (int r = 0; r < %lld; r++)  /* each rank's rows of the chunk, block r */\n", label, tp);
+    mm_fwd(o, "        ", "the chunk's partial sums", arena_printf(&g_arena, "ROWS(y, a->rows * %lld + r, C)", tp),
+           arena_printf(&g_arena, "ROWS(%s, r * %lld + a->rows, %s)", in, k, w), wt, bias, D_NR, d, D_C);
+    const char *mine = arena_printf(&g_arena, "ROWS(y, a->rows * %lld + srt_group_rank(c, SRT_TP), C)", tp);
+    rt_call(o, "    ", RT_add_fwd, "SRT_COMPUTE", "this rank's block += its tokens' residual", mine, mine,
+            "ROWS(x, a->rows, C)", NULL);
+    sput(o, "    return;  /* the chunk's reduce-scatter next, while the next chunk computes */\n");
+}
+
 /* The layer's forward (kind "fwd"), or under full checkpointing its replay
  * (kind "recompute"): the same code keeping everything, so the recomputed
  * tensors are the forward's bit for bit; a group's last layer replays
@@ -752,17 +773,19 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     bool tp = e->p->tp > 1, sp = lower_sp(e);
     /* tp_comm_overlap full: a part's op up to its row-parallel GEMM (GR_HEAD),
        or one token-row chunk of that GEMM and its residual (GR_ROWS) */
-    bool rows = tp && !sp && !replay && e->p->tpc > 1;
+    bool rows = tp && !replay && e->p->tpc > 1;
     if (sp) sf(o, "    if (a->grads == %d) {  /* the part's norm on this rank's tokens */\n"
                   "        %s_fwd_norm(c, a);\n        return;\n    }\n", GR_NORM, px);
     saved_views(e, o, kv, true);
     sf(o, "    srt_t y = %sDV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
        replay || rows ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
     if (sp) {   /* each rank adds the residual of its own tokens: the reduce-scatter sums one copy */
-        sf(o, "    srt_t y_own = %sDV(a->y + own * WB, NS * C, WDT);\n", replay ? "a->y < 0 ? NONE : " : "");
+        sf(o, "    srt_t y_own = %sDV(a->y + own * WB, NS * C, WDT);\n", replay || rows ? "a->y < 0 ? NONE : " : "");
         if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
             sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
         sput(o, "    if (a->part == 2) goto mlp;\n");
+        if (rows)
+            sf(o, "    if (a->grads == %d) goto attn_rows;  /* a token-row chunk of the output projection */\n", GR_ROWS);
     } else {
         sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
            piece(&sc, AP_PROJ_PARTIAL, 0, "(int64_t)N * C", "WDT"));
@@ -791,7 +814,10 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
            sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, D_N, D_QD, D_C);
     if (sp) {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x", NULL);
-        sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\nmlp:\n");
+        sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\n");
+        if (rows) sp_rows_fwd(e, o, "attn_rows", "att", "QD", "PW(PROJ_W, (int64_t)C * QD)", pb, D_QD);
+        sput(o, "mlp:\n");
+        if (rows) sf(o, "    if (a->grads == %d) goto mlp_rows;  /* a token-row chunk of the down projection */\n", GR_ROWS);
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = this rank's tokens of x2 (kept for backward)", "x2", "x", NULL);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
@@ -845,6 +871,10 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
            D_N, D_FF, D_C);
     if (sp) {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x2", "y_own", "y_own", "x", NULL);
+        if (rows) {
+            sput(o, "    return;\n");
+            sp_rows_fwd(e, o, "mlp_rows", "act", "FF", "PW(FC2_W, (int64_t)C * FF)", fb, D_FF);
+        }
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);
@@ -1605,9 +1635,9 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
        (long long)m->hd, m->family == FAM_GPT ? "QKV" : "QD", m->family == FAM_GPT ? "QKV" : "KVD",
        (long long)(m->ffn / p->tp), (long long)m->V, (long long)(m->Vpad / p->tp), p->zero, p->wbytes,
        p->gbytes, R_NROLES);
-    if (p->tpc > 1)
-        sf(o, "enum { NR = N / %lld };  /* tp_comm_overlap = full: the token rows of a chunk of a row-parallel GEMM */\n",
-           (long long)p->tpc);
+    if (p->tpc > 1)     /* under sequence parallelism a chunk is NR rows of each tp rank's tokens */
+        sf(o, "enum { NR = N / %lld };  /* tp_comm_overlap = full: the token rows of a chunk of a row-parallel GEMM%s */\n",
+           (long long)(p->tpc * (p->T_sp < p->T ? p->tp : 1)), p->T_sp < p->T ? ", on one tp rank's tokens" : "");
     sput(o, "enum {");
     for (int r = 0; r < R_NROLES; r++) sf(o, "%s%s = %d", r ? ", " : " ", role_c[r], r);
     sput(o, " };\n");
@@ -1739,8 +1769,8 @@ static void gen_types(const CE *e, Str *o)
     if (e->uses[K_FWD] || e->uses[K_RECOMPUTE]) {
         if (lower_sp(e))    /* part: SUB_ATTN / SUB_MLP; r1: the part's gathered norm output; grads: GR_NORM
                                for the part's norm op on this rank's tokens */
-            sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads; } "
-                    "tr_fwd_t;\n");
+            sf(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads;%s } "
+                  "tr_fwd_t;\n", e->p->tpc > 1 ? " int rows;" : "");   /* rows: tp_comm_overlap = full's chunk */
         else if (e->p->tpc > 1)  /* ... and grads: GR_HEAD / GR_ROWS, rows: the chunk (tp_comm_overlap = full) */
             sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads, rows; } "
                     "tr_fwd_t;\n");

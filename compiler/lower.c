@@ -807,8 +807,15 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
         bool into = !ag && out->role == BR_RECOMPUTED_IN && out->bytes == shard + e->saved.total;
         if (!into && out->bytes != (ag ? full : shard))     /* into: the next layer's replayed input, first */
             die("lower: %s writes %lld bytes, not a %s", label, (long long)out->bytes, ag ? "full tensor" : "sequence shard");
-        CALL(e, K_TP, label, atext(st), aint(ag ? 1 : 2, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], 0),
-             abuf(e, o->rd[0], at), aint(full / e->wb, IT_OTHER));
+        /* tp_comm_overlap full: chunk j of the partial sums, a block of full / k (each rank's
+           rows j of its tokens, the forward's layout), into rows j of this rank's shard */
+        int64_t k = o->rows >= 0 ? e->p->tpc : 1;
+        if (o->rows >= 0 && (ag || into || o->rows >= k || full % (k * e->wb) || o->bytes * k != full))
+            die("lower: %s moves %lld bytes as chunk %d of %lld of %lld", label, (long long)o->bytes, o->rows,
+                (long long)k, (long long)full);
+        int64_t j = o->rows >= 0 ? o->rows : 0;
+        CALL(e, K_TP, label, atext(st), aint(ag ? 1 : 2, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], j * (shard / k)),
+             abuf(e, o->rd[0], at + j * (full / k)), aint(full / k / e->wb, IT_OTHER));
         return;
     }
     if (o->kind != OP_TP_ALLREDUCE || o->nrd != 1 || o->nwr != 1 || o->rd[0] != o->wr[0])
@@ -990,7 +997,10 @@ static int bwd_state(const CE *e, const Op *o, int *so, int64_t *soff, int *ao)
  * saved, output, scratch, and under tp the part and the attention part's output. */
 static void fwd_call(CE *e, int kind, const Op *o, const char *label, Arg x, Arg saved, Arg y, int scr, int r1)
 {
-    if (lower_sp(e))    /* grads: GR_NORM for a part's norm op */
+    if (lower_sp(e) && e->p->tpc > 1)   /* ... and GR_HEAD, GR_ROWS and the chunk (tp_comm_overlap full) */
+        CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0),
+             aint(o->grads, IT_OTHER), aint(o->rows, IT_OTHER));
+    else if (lower_sp(e))    /* grads: GR_NORM for a part's norm op */
         CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0),
              aint(o->grads, IT_OTHER));
     else if (e->p->tpc > 1)     /* grads: GR_HEAD, GR_ROWS (tp_comm_overlap full) and the chunk */
@@ -1120,7 +1130,7 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
     }
     need_compute(e, o);
     bool head = o->grads == GR_HEAD, rows = o->grads == GR_ROWS;
-    if ((head || rows) && (lower_sp(e) || e->p->tpc < 2 || (rows && (o->rows < 0 || o->rows >= e->p->tpc))))
+    if ((head || rows) && (e->p->tpc < 2 || (rows && (o->rows < 0 || o->rows >= e->p->tpc))))
         die("lower: %s: a token-row chunk of a part without tp_comm_overlap = full (chunk %d of %lld)", label, o->rows,
             (long long)e->p->tpc);
     /* full checkpointing keeps nothing: no saved buffer (-1) */
@@ -1128,8 +1138,8 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
     int64_t xat = 0;
     if (lower_sp(e)) {             /* SP: the input shard and the gathered norm output in, the partial sums (full) out */
         sp_part_in(e, o, label, &x, &xat);
-        r1 = op_role_need(e, o, true, BR_TP_GATHERED);
-        y = op_role_need(e, o, false, BR_TP_PARTIAL);
+        r1 = rows ? -1 : op_role_need(e, o, true, BR_TP_GATHERED);    /* a chunk reads the head's kept tensors */
+        y = head ? -1 : op_role_need(e, o, false, BR_TP_PARTIAL);     /* the chunks write the partial sums */
     } else if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
         r1 = op_role_need(e, o, true, BR_RESID1);
         x = r1;
@@ -1148,7 +1158,7 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
     int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
     if (saved >= 0) lower_expect(e, saved, e->kept.total, "a layer's saved tensors");
     if (y >= 0 || !head) lower_expect(e, y, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's output");
-    if (lower_sp(e)) lower_expect(e, r1, e->p->act.full, "a part's gathered norm output");
+    if (lower_sp(e) && r1 >= 0) lower_expect(e, r1, e->p->act.full, "a part's gathered norm output");
     if (e->s->bufs[scr].bytes < e->fscr.total)
         die("lower: a layer's forward needs %lld bytes of scratch, the plan gives it %lld", (long long)e->fscr.total,
             (long long)e->s->bufs[scr].bytes);

@@ -956,13 +956,18 @@ static double rows_gemm_fl(const Bld *b, int sub)
  * Engine's pipelined GEMM and collective).  head: the part's op, made the
  * part up to the GEMM (GR_HEAD: the GEMM's FLOPs move to the chunks), whose
  * kept tensors and scratch the chunks read (its scratch they write: the
- * GEMM's output rows); out: the part's output, accessed by
- * chunk (Buffer.rows) so that a chunk's all-reduce and the next chunk's GEMM
- * run at once; res: the residual.  Token rows are independent in the GEMM and
- * in the sum over tp, so the chunks compute and reduce exactly what the
- * whole would.  Returns the last chunk's all-reduce: the tp stream runs them
- * in order, so waiting for it waits for all. */
-static int rows_fwd(Bld *b, int head, int scr, int out, int res)
+ * GEMM's output rows); out: the part's partial sums, all-reduced in place
+ * (dst == out), or under sequence parallelism reduce-scattered into dst, this
+ * rank's tokens; both accessed by chunk (Buffer.rows) so that a chunk's
+ * collective and the next chunk's GEMM run at once; res: the residual.  Under
+ * sequence parallelism chunk j is local rows [j·n/k, (j+1)·n/k) of every
+ * rank's n tokens, whose partial sums the chunk writes as one block (the
+ * generated code's layout), so that its reduce-scatter leaves each rank its
+ * own rows.  Token rows are independent in the GEMM and in the sum over tp,
+ * so the chunks compute and reduce exactly what the whole would.  Returns the
+ * last chunk's collective: the tp stream runs them in order, so waiting for
+ * it waits for all. */
+static int rows_fwd(Bld *b, int head, int scr, int out, int dst, int res)
 {
     double fl = rows_gemm_fl(b, b->s->ops[head].sub), moved = fl * (double)b->p->b / (double)b->p->tp;
     b->s->ops[head].grads = GR_HEAD;
@@ -970,7 +975,7 @@ static int rows_fwd(Bld *b, int head, int scr, int out, int res)
     const Op h = b->s->ops[head];      /* a copy: the list grows below */
     int k = b->tpc, red = -1;
     fl /= k;
-    b->s->bufs[out].rows = k;
+    b->s->bufs[out].rows = b->s->bufs[dst].rows = k;
     for (int j = 0; j < k; j++) {
         int o = part_op(b, h.kind, h.sub, h.layer, h.mb, h.chunk, fl);
         b->s->ops[o].grads = GR_ROWS, b->s->ops[o].rows = (int16_t)j;
@@ -979,7 +984,8 @@ static int rows_fwd(Bld *b, int head, int scr, int out, int res)
         op_wr(b, o, scr);
         op_wr(b, o, out);
         compute_done(b);
-        red = tp_comm(b, OP_TP_ALLREDUCE, h.sub, h.layer, h.mb, h.chunk, out, out, b->p->act.x / k);
+        red = out == dst ? tp_comm(b, OP_TP_ALLREDUCE, h.sub, h.layer, h.mb, h.chunk, out, out, b->p->act.x / k)
+                         : tp_comm(b, OP_TP_REDUCE_SCATTER, h.sub, h.layer, h.mb, h.chunk, out, dst, b->p->act.full / k);
         b->s->ops[red].rows = (int16_t)j;
     }
     return red;
@@ -1009,7 +1015,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     }
     double fm = io->fl * b->mlp_share, fa = io->fl - fm;
     int in = io->in;
-    bool rows = b->tpc > 1 && !b->sp && io->kind == OP_LAYER_FWD;     /* tp_comm_overlap full */
+    bool rows = b->tpc > 1 && io->kind == OP_LAYER_FWD;     /* tp_comm_overlap full */
     if (b->sp) {
         int ln = sp_norm_fwd(b, SUB_ATTN, L, mb, chunk, io, io->in);
         int g = act_buf(b, BR_TP_GATHERED, SUB_ATTN, L, mb, "gathered", a->full);
@@ -1023,10 +1029,16 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     int r1 = act_buf(b, BR_RESID1, SUB_ATTN, L, mb, "resid1", a->x), red;
     if (b->sp) {
         int part = act_buf(b, BR_TP_PARTIAL, SUB_ATTN, L, mb, "partial", a->full);
-        op_wr(b, A, part);
-        op_scratch(b, A, io->scratch);
-        compute_done(b);
-        emit_wait(b, tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full));
+        if (rows) {             /* tp_comm_overlap full: the output projection by token rows */
+            int scr = op_scratch(b, A, io->scratch);
+            compute_done(b);
+            emit_wait(b, rows_fwd(b, A, scr, part, r1, io->in));
+        } else {
+            op_wr(b, A, part);
+            op_scratch(b, A, io->scratch);
+            compute_done(b);
+            emit_wait(b, tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full));
+        }
         int ln = sp_norm_fwd(b, SUB_MLP, L, mb, chunk, io, r1);
         int g2 = act_buf(b, BR_TP_GATHERED, SUB_MLP, L, mb, "gathered", a->full);
         red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, ln, g2, a->full);
@@ -1034,7 +1046,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     } else if (rows) {          /* tp_comm_overlap full: the output projection by token rows */
         int scr = op_scratch(b, A, io->scratch);
         compute_done(b);
-        red = rows_fwd(b, A, scr, r1, io->in);
+        red = rows_fwd(b, A, scr, r1, r1, io->in);
         in = r1;
     } else {
         op_wr(b, A, r1);
@@ -1055,12 +1067,13 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     }
     if (b->sp) {
         int part = act_buf(b, BR_TP_PARTIAL, SUB_MLP, L, mb, "partial", a->full);
-        op_wr(b, M, part);
+        if (!rows) op_wr(b, M, part);
         compute_done(b);
-        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
+        red = rows ? rows_fwd(b, M, mscr, part, io->out, r1)     /* the residual x2: this rank's tokens, r1 */
+                   : tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
     } else if (rows) {          /* the MLP down projection by token rows; x2 (kept, or in the scratch) the residual */
         compute_done(b);
-        red = rows_fwd(b, M, mscr, io->out, r1);
+        red = rows_fwd(b, M, mscr, io->out, io->out, r1);
     } else {
         op_wr(b, M, io->out);
         compute_done(b);

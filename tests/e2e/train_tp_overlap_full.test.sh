@@ -2,11 +2,13 @@
 # parallel.tp_comm_overlap = full (issue 15): each forward part's row-parallel
 # GEMM (attention output projection, MLP down projection) and the residual
 # folded into it run in tp_overlap_chunks token-row chunks, each all-reduced
-# on the tp stream as soon as it is written.  Token rows are independent in
+# (reduce-scattered under sequence parallelism: a chunk is a block of each
+# rank's tokens) on the tp stream as soon as it is written.  Token rows are independent in
 # the GEMM and in the sum over tp, so the chunks compute exactly what the
 # whole does: every step's loss bit for bit that of the default (wgrad), the
 # final weights the same, for GPT (tiny-gpt) and Llama (tiny-llama: 2 kv
-# heads, replicated under tp 4) at tp 2 and 4, no, selective and full
+# heads, replicated under tp 4) at tp 2 and 4, with and without sequence
+# parallelism, no, selective and full
 # checkpointing (whose forward keeps its tensors in the scratch the chunks
 # read), 4 chunks (Transformer Engine's default) and 2 and 8; against one
 # rank within 1e-5; the trainer's measured arenas equal the plan's.  The race
@@ -22,25 +24,26 @@ arenas() {
         fail=1
     fi
 }
-# layouts NAME SPEC "TP CKPT CHUNKS" ...: one rank, then each layout with full and with wgrad
+# layouts NAME SPEC "TP SP CKPT CHUNKS" ...: one rank, then each layout with full and with wgrad
 layouts() {
     local ref=$1 spec=$2
     train_3d "$ref" "$spec" 1 1 1 -D zero.stage=0 -D train.micro_batch=4 || return
     shift 2
     for v in "$@"; do
         set -- $v
-        local n="$ref-tp$1-$2-k$3"
-        train_3d "$n" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D checkpointing.activations="$2" \
-            -D parallel.tp_comm_overlap=full -D parallel.tp_overlap_chunks="$3" || continue
+        local n="$ref-tp$1-sp$2-$3-k$4"
+        train_3d "$n" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D parallel.sequence_parallel="$2" \
+            -D checkpointing.activations="$3" -D parallel.tp_comm_overlap=full -D parallel.tp_overlap_chunks="$4" || continue
         arenas "$n"
         train_check "$ref" "$n" 1e-5 1e-5 "$n against one rank"
-        train_3d "$n-wgrad" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D checkpointing.activations="$2" \
-            || continue
+        train_3d "$n-wgrad" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D parallel.sequence_parallel="$2" \
+            -D checkpointing.activations="$3" || continue
         train_same "$n-wgrad" "$n" 0 "$n against tp_comm_overlap = wgrad"
     done
 }
-layouts gpt specs/tiny-gpt.tspec "2 none 4" "2 selective 8" "4 full 2"
-layouts llama specs/tiny-llama.tspec "4 full 4"
+layouts gpt specs/tiny-gpt.tspec "2 off none 4" "2 off selective 8" "4 off full 2" "2 on none 4" "4 on selective 2" \
+    "2 on full 4"
+layouts llama specs/tiny-llama.tspec "4 off full 4" "2 on selective 4"
 # The race checker proves each chunk's order: the trainer compiled from code
 # without the tp stream's wait for chunk 1's GEMM (its all-reduce would read
 # rows the GEMM may still write), or without the compute stream's wait for
