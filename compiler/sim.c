@@ -103,7 +103,8 @@ static void dep_add(Ctx *x, int first, int g)
 
 /* Dependencies: the op a wait names; the last writer, on another stream, of
  * each buffer an op reads — of each part it reads of a buffer accessed by
- * part (Buffer.nparts: a gradient bucket, the parameters gathered ahead), so
+ * part (Buffer.nparts: a gradient bucket, the parameters gathered ahead;
+ * Buffer.rows: a token-row chunk of tp_comm_overlap full's forward), so
  * that a layer depends on its own bucket's writer, not on the last one's. */
 static void class_deps(Ctx *x, int c)
 {
