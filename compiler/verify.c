@@ -19,7 +19,8 @@
  *  3. events: a vector clock per stream over the list (an OP_WAIT takes in
  *     the clock of the op it waits for); a read or write of a buffer on stream
  *     S after a write on stream T != S needs S's clock to have seen that write,
- *     and a write after a read likewise (ZeRO 0-1's gradients by bucket);
+ *     and a write after a read likewise (ZeRO 0-1's gradients by bucket,
+ *     tp_comm_overlap full's part outputs by token-row chunk: buf_op_parts);
  *  4. the arena: no two buffers share bytes while both are live, and when a
  *     buffer takes bytes another held earlier, every use of the earlier one
  *     happens before every use of the later one — swept over each arena in
