@@ -45,17 +45,19 @@ layouts gpt specs/tiny-gpt.tspec "2 off none 4" "2 off selective 8" "4 off full 
     "2 on full 4"
 layouts llama specs/tiny-llama.tspec "4 off full 4" "2 on selective 4"
 # The race checker proves each chunk's order: the trainer compiled from code
-# without the tp stream's wait for chunk 1's GEMM (its all-reduce would read
-# rows the GEMM may still write), or without the compute stream's wait for
-# the last chunk's all-reduce (the MLP part would read r1 while it is being
-# reduced), must report the race and fail.  $CC edits the source it compiles.
+# without the tp stream's wait for chunk 1's GEMM (its all-reduce, or under
+# sequence parallelism its reduce-scatter, would read rows the GEMM may still
+# write), or without the compute stream's wait for the last chunk's
+# all-reduce (the MLP part would read r1 while it is being reduced), must
+# report the race and fail.  $CC edits the source it compiles.
 drop_wait() {
     local name=$1 wait=$2
+    shift 2
     printf '#!/usr/bin/env bash\nfor a in "$@"; do case "$a" in *.c) grep -vF %q "$a" > "$a.x" && mv "$a.x" "$a";; esac; done\nexec cc "$@"\n' \
         "$wait" > "$T/cc-$name"
     chmod +x "$T/cc-$name"
     if ! CC="$T/cc-$name" "$SHARDC" build specs/tiny-gpt.tspec -o "$T/$name" -D parallel.tp=2 -D parallel.dp=2 \
-            -D zero.stage=0 -D parallel.tp_comm_overlap=full --no-loops > "$T/$name.build" 2>&1; then
+            -D zero.stage=0 -D parallel.tp_comm_overlap=full --no-loops "$@" > "$T/$name.build" 2>&1; then
         echo "FAIL: $name does not build:"; cat "$T/$name.build"; fail=1; return
     fi
     if train_run 4 "$name" --data "$DATA" --steps 1 || ! grep -q "race: " "$T/$name.err" "$T/$name.out"; then
@@ -68,5 +70,7 @@ drop_wait() {
 }
 drop_wait nowait-chunk "WAIT(TP_COMM, COMPUTE, 1);  /* wait(fwd L0 mb0 rows1 attn) */"
 drop_wait nowait-last "WAIT(COMPUTE, TP_COMM, 1);  /* wait(tp_allreduce L0 mb0 rows3 attn) */"
+# under sequence parallelism: chunk 1's reduce-scatter without the wait for its GEMM
+drop_wait nowait-chunk-sp "WAIT(TP_COMM, COMPUTE, 1);  /* wait(fwd L0 mb0 rows1 mlp) */" -D parallel.sequence_parallel=on
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
