@@ -87,13 +87,36 @@ enum { PC_QKV = 1, PC_PROJ = 2, PC_CORE = 4, PC_MLP_IN = 8, PC_MLP_OUT = 16,
 /* The pieces an op runs: a whole layer, its attention or MLP half (tp > 1
  * splits the layer around its collectives), or the attention core alone
  * (selective recompute); a backward's weight op (tp_comm_overlap) runs only
- * the linears' weight GEMMs. */
+ * the linears' weight GEMMs; tp_comm_overlap full splits a forward half into
+ * its op up to the row-parallel GEMM (GR_HEAD) and that GEMM's token-row
+ * chunks (GR_ROWS). */
 static int op_pieces(const Partition *p, const Op *o)
 {
     if (o->kind == OP_RECOMPUTE && p->spec->checkpointing.activations == CKPT_SELECTIVE) return PC_CORE;
     int pc = o->sub == SUB_ATTN ? PC_ATTN : o->sub == SUB_MLP ? PC_MLP : PC_ALL;
+    if (o->grads == GR_HEAD) return pc & ~(PC_PROJ | PC_MLP_OUT);
+    if (o->grads == GR_ROWS) return pc & (PC_PROJ | PC_MLP_OUT);
     return o->grads == GR_WEIGHT ? pc & ~PC_CORE : pc;
 }
+
+/* The token rows of each of an op's GEMM calls: a microbatch's, or one
+ * chunk's (tp_comm_overlap full's GR_ROWS), T / k, under sequence
+ * parallelism one call per tp rank's block, T / (tp·k): the smaller GEMMs
+ * reach a lower efficiency, which is what chunking costs. */
+static double op_rows(const Partition *p, const Op *o)
+{
+    if (o->grads != GR_ROWS) return (double)p->T;
+    return (double)p->T / (double)p->tpc / (double)(p->T_sp < p->T ? p->tp : 1);
+}
+
+/* The kernels of a chunk (GR_ROWS): its GEMM calls (tp under sequence
+ * parallelism) and the residual's add. */
+static int rows_kernels(const Partition *p) { return (int)(p->T_sp < p->T ? p->tp : 1) + 1; }
+
+/* Bytes of the residual folded into a forward half's row-parallel GEMM's
+ * partial sums (one pass of [T_sp, h] read twice and written): the chunks
+ * of tp_comm_overlap full add it row by row, the head does not. */
+static double resid_bytes(const Partition *p) { return 3.0 * (double)p->T_sp * (double)p->model->h * p->wbytes; }
 
 /* The attention core's FLOPs against the linears' in an op, relative to a
  * forward's: a backward's data op (tp_comm_overlap) runs each linear's data
@@ -253,7 +276,7 @@ static int cpu_extra_gemms(const Partition *p, int pieces)
  * attention core, each at its own efficiency, FLOP-weighted.  bwd: the
  * backward's own measured rates (the CPU model; the GPU's curve is the same
  * both ways). */
-static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, double core_w)
+static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, double core_w, double rows)
 {
     const Model *m = p->model;
     double T = (double)p->T, t = (double)p->tp, hd = (double)m->hd, a = (double)m->a;
@@ -266,15 +289,15 @@ static double layer_sec_per_flop(const Partition *p, int pieces, bool bwd, doubl
     double flops = 0, sec = 0;
     for (int i = 0; i < 4; i++) {
         if (!(pieces & g[i].piece)) continue;
-        double f = 2 * g[i].M * g[i].N * g[i].K;
+        double f = 2 * rows * g[i].N * g[i].K;
         flops += f;
-        if (!cpu) sec += f / (peak * cost_gemm_eff(cp, g[i].M, g[i].N, g[i].K));
+        if (!cpu) sec += f / (peak * cost_gemm_eff(cp, rows, g[i].N, g[i].K));
     }
     if (cpu) {   /* the same FLOPs, at the rates of the GEMMs the trainer calls */
         Linear x[8];
         int n = cpu_layer_gemms(p, x);
         for (int i = 0; i < n; i++)
-            if (pieces & x[i].piece) sec += cpu_gemm(&r, bwd, x[i].M, x[i].N, x[i].K) / (bwd ? 2 : 1);
+            if (pieces & x[i].piece) sec += cpu_gemm(&r, bwd, rows, x[i].N, x[i].K) / (bwd ? 2 : 1);
     }
     if (pieces & PC_CORE) {
         double fa = core_w * 4 * T * (double)m->s * a * hd / t;  /* QK^T and P·V, as model.c counts */
@@ -343,7 +366,7 @@ static double cpu_act_time(const Partition *p, const CpuRank *r, bool bwd)
  * adds its product there (so the GEMM also reads its output), and
  * kc_matmul_backward sums the output gradient's columns; fp32 (staged) bytes
  * at the measured bandwidth, and a parallel loop each. */
-static double cpu_bias_time(const Partition *p, const CpuRank *r, int pieces, bool bwd)
+static double cpu_bias_time(const Partition *p, const CpuRank *r, int pieces, bool bwd, double rows)
 {
     if (!p->model->bias) return 0;
     Linear g[4];
@@ -353,7 +376,7 @@ static double cpu_bias_time(const Partition *p, const CpuRank *r, int pieces, bo
     double t = 0;
     for (int i = 0; i < 4; i++) {
         if (!(pieces & g[i].piece)) continue;
-        double out = g[i].M * g[i].N * 4;
+        double out = rows * g[i].N * 4;
         t += cpu_stream(&f, (bwd ? 1 : 2) * out, out) + cpu_kernels(&f, 1);
     }
     return t;
@@ -377,16 +400,25 @@ static void sp_norm_share(const Partition *p, int pieces, bool bwd, double *byte
 static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int pieces)
 {
     CpuRank r = cpu_rank(p);
-    double t = o->flops * layer_sec_per_flop(p, pieces, bwd, op_core_weight(o));
+    double rows = op_rows(p, o);
+    double t = o->flops * layer_sec_per_flop(p, pieces, bwd, op_core_weight(o), rows);
     if (o->grads == GR_WEIGHT) return t + cpu_kernels(&r, weight_kernels(o, pieces));
+    if (o->grads == GR_ROWS) {   /* a chunk: its GEMM calls (and biases), the residual on its rows */
+        double rb = resid_bytes(p) / (double)p->tpc;
+        double calls = (double)(rows_kernels(p) - 1);      /* its GEMM calls, each with its bias */
+        return t + cpu_stream(&r, rb, rb) + calls * cpu_bias_time(p, &r, pieces, bwd, rows) + cpu_kernels(&r, rows_kernels(p));
+    }
     int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, pieces);
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
+    if (o->grads == GR_HEAD) kernels -= 2;      /* the GEMM and the residual: the chunks' */
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
+    if (o->grads == GR_HEAD) bytes -= resid_bytes(p);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the parts' norm ops' */
     double act = pieces & PC_MLP_IN ? cpu_act_time(p, &r, bwd) : -1;
     if (act >= 0) bytes -= act_bytes(p, bwd);   /* priced by its own rate instead */
-    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, pieces, bwd) + cpu_kernels(&r, kernels);
+    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, pieces, bwd, rows) +
+           cpu_kernels(&r, kernels);
 }
 
 /* Sequence parallelism's norm op (GR_NORM), on this rank's tokens.  A
@@ -410,11 +442,14 @@ static double norm_op_time(const Partition *p, bool bwd)
 static double layer_time_of(const Partition *p, const Op *o, bool bwd, int pieces)
 {
     if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
-    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o));
+    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o), op_rows(p, o));
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
-    int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0);
-    double bytes = layer_elementwise_bytes(p, pieces, bwd);
+    /* tp_comm_overlap full: a chunk is its GEMM calls at their own shape and the residual on its rows */
+    if (o->grads == GR_ROWS)
+        return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, rows_kernels(p));
+    int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (o->grads == GR_HEAD ? 2 : 0);
+    double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
 }

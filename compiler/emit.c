@@ -167,8 +167,8 @@ static void canon_fn(FILE *f, const void *spec) { canon_print(f, spec); }
 static void report_fn(FILE *f, const void *mp) { report_text(f, mp); }
 
 /* The dimensions a GEMM of the generated code names: its enum constants. */
-typedef enum Dim { D_N, D_C, D_QKV, D_QD, D_KVD, D_FF, D_VP, NDIMS } Dim;
-static const char *const dim_c[NDIMS] = {"N", "C", "QKV", "QD", "KVD", "FF", "VP"};
+typedef enum Dim { D_N, D_C, D_QKV, D_QD, D_KVD, D_FF, D_VP, D_NR, NDIMS } Dim;    /* NR: a token-row chunk's */
+static const char *const dim_c[NDIMS] = {"N", "C", "QKV", "QD", "KVD", "FF", "VP", "NR"};
 
 /* An optional operand of a call: its text, on which ranks it is there, and
  * whether the call writes a parameter gradient through it (a PG place of the
@@ -627,7 +627,8 @@ static void saved_views(const CE *e, Str *o, const Views *sv, bool fwd)
     else    /* under SP the split backward's data op runs while the norm output is regathered: none */
         sf(o, "    srt_t x = %sDV(a->x, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
            sp && e->p->wsplit ? "a->x < 0 ? NONE : " : "", sp ? "part's norm output, gathered again over tp" : "layer's input");
-    const char *lnsp = fwd ? "DV(a->r1, (int64_t)N * C, WDT)" : "x";
+    const char *lnsp = !fwd ? "x" : e->p->tpc > 1 ? "a->r1 < 0 ? NONE : DV(a->r1, (int64_t)N * C, WDT)"  /* none: a chunk */
+                                                 : "DV(a->r1, (int64_t)N * C, WDT)";
     if (sp) {
         sf(o, "    srt_t ln1 = %s;  /* (B,T,C) the part's norm output, gathered */\n", lnsp);
     } else {
@@ -744,6 +745,26 @@ static void gen_fwd_norm_fn(const CE *e, Str *o)
     sput(o, "}\n\n");
 }
 
+/* tp_comm_overlap = full under sequence parallelism: token-row chunk a->rows
+ * of a row-parallel GEMM (attention output projection, MLP down projection)
+ * from its input `in` (width w, dim d) into the partial sums y, laid out
+ * chunk by chunk: block (a->rows, r) holds tp rank r's token rows a->rows
+ * of its NS (token rows (r·K + a->rows)·NR ..), so that the chunk's
+ * reduce-scatter over its tp blocks leaves each rank its own rows; this
+ * rank's block then gets its residual (x, its rows a->rows). */
+static void sp_rows_fwd(const CE *e, Str *o, const char *label, const char *in, const char *w, const char *wt, Opnd bias,
+                        Dim d)
+{
+    long long tp = (long long)e->p->tp, k = (long long)e->p->tpc;
+    sf(o, "%s:\n    for (int r = 0; r < %lld; r++)  /* each rank's rows of the chunk, block r */\n", label, tp);
+    mm_fwd(o, "        ", "the chunk's partial sums", arena_printf(&g_arena, "ROWS(y, a->rows * %lld + r, C)", tp),
+           arena_printf(&g_arena, "ROWS(%s, r * %lld + a->rows, %s)", in, k, w), wt, bias, D_NR, d, D_C);
+    const char *mine = arena_printf(&g_arena, "ROWS(y, a->rows * %lld + srt_group_rank(c, SRT_TP), C)", tp);
+    rt_call(o, "    ", RT_add_fwd, "SRT_COMPUTE", "this rank's block += its tokens' residual", mine, mine,
+            "ROWS(x, a->rows, C)", NULL);
+    sput(o, "    return;  /* the chunk's reduce-scatter next, while the next chunk computes */\n");
+}
+
 /* The layer's forward (kind "fwd"), or under full checkpointing its replay
  * (kind "recompute"): the same code keeping everything, so the recomputed
  * tensors are the forward's bit for bit; a group's last layer replays
@@ -767,24 +788,31 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
        : e->pol == CKPT_SELECTIVE ? ", but for the attention core (selective checkpointing)" : "",
        px, kind, px, px);
     bool tp = e->p->tp > 1, sp = lower_sp(e);
+    /* tp_comm_overlap full: a part's op up to its row-parallel GEMM (GR_HEAD),
+       or one token-row chunk of that GEMM and its residual (GR_ROWS) */
+    bool rows = tp && !replay && e->p->tpc > 1;
     if (sp) sf(o, "    if (a->grads == %d) {  /* the part's norm on this rank's tokens */\n"
                   "        %s_fwd_norm(c, a);\n        return;\n    }\n", GR_NORM, px);
     saved_views(e, o, kv, true);
     sf(o, "    srt_t y = %sDV(a->y, (int64_t)N * C, WDT);  /* (B,T,C) the %s */\n",
-       replay ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
+       replay || rows ? "a->y < 0 ? NONE : " : "", sp ? "part's partial sums (reduce-scattered next)" : "layer's output");
     if (sp) {   /* each rank adds the residual of its own tokens: the reduce-scatter sums one copy */
-        sf(o, "    srt_t y_own = %sDV(a->y + own * WB, NS * C, WDT);\n", replay ? "a->y < 0 ? NONE : " : "");
+        sf(o, "    srt_t y_own = %sDV(a->y + own * WB, NS * C, WDT);\n", replay || rows ? "a->y < 0 ? NONE : " : "");
         if (g->ct[R_ATTN_OUT_B] >= 0 || g->ct[R_FC2_B] >= 0)   /* the row-parallel biases */
             sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n");
         sput(o, "    if (a->part == 2) goto mlp;\n");
+        if (rows)
+            sf(o, "    if (a->grads == %d) goto attn_rows;  /* a token-row chunk of the output projection */\n", GR_ROWS);
     } else {
         sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
            piece(&sc, AP_PROJ_PARTIAL, 0, "(int64_t)N * C", "WDT"));
     }
     if (tp && !sp) {   /* Megatron: this rank's heads and MLP columns; tp rank 0 adds the residuals and biases */
-        sput(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
-                "    srt_t r1 = DV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
-                "    if (a->part == 2) goto mlp;\n");
+        sf(o, "    bool tp0 = srt_group_rank(c, SRT_TP) == 0;\n"
+              "    srt_t r1 = %sDV(a->r1, (int64_t)N * C, WDT);  /* (B,T,C) the attention part's output */\n"
+              "    if (a->part == 2) goto mlp;\n", rows ? "a->r1 < 0 ? NONE : " : "");
+        if (rows)
+            sf(o, "    if (a->grads == %d) goto attn_rows;  /* a token-row chunk of the output projection */\n", GR_ROWS);
     }
     uwait(e, o, I, R_NORM1_W);
     if (!sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
@@ -798,18 +826,37 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     Opnd pb = opt_w(g, R_ATTN_OUT_B, D_C, false), fb = opt_w(g, R_FC2_B, D_C, false);
     if (tp) pb = on_tp0(pb), fb = on_tp0(fb);
     uwait(e, o, I, R_ATTN_OUT_W);
+    if (rows)
+        sf(o, "    if (a->grads == %d) return;  /* the output projection next, by token rows (all-reduced each) */\n",
+           GR_HEAD);
     mm_fwd(o, I, tp ? "row-parallel attention output projection: partial sums" : "attention output projection",
            sp ? "y" : "tmp", "att", "PW(PROJ_W, (int64_t)C * QD)", pb, D_N, D_QD, D_C);
     if (sp) {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x", NULL);
-        sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\nmlp:\n");
+        sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\n");
+        if (rows) sp_rows_fwd(e, o, "attn_rows", "att", "QD", "PW(PROJ_W, (int64_t)C * QD)", pb, D_QD);
+        sput(o, "mlp:\n");
+        if (rows) sf(o, "    if (a->grads == %d) goto mlp_rows;  /* a token-row chunk of the down projection */\n", GR_ROWS);
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = this rank's tokens of x2 (kept for backward)", "x2", "x", NULL);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "r1 = x + this rank's partial attention", "r1", "x", "tmp", NULL);
         sput(o, "    } else {\n");
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "r1 = this rank's partial attention", "r1", "tmp", NULL);
-        sput(o, "    }\n    return;  /* the all-reduce over tp makes r1 = x2 */\nmlp:\n");
+        sput(o, "    }\n    return;  /* the all-reduce over tp makes r1 = x2 */\n");
+        if (rows) {     /* the same GEMM and residual on token rows a->rows · NR .. + NR */
+            mm_fwd(o, "attn_rows:\n    ", "the output projection's token-row chunk a->rows", "ROWS(tmp, a->rows, C)",
+                   "ROWS(att, a->rows, QD)", "PW(PROJ_W, (int64_t)C * QD)", pb, D_NR, D_QD, D_C);
+            sput(o, "    if (tp0) {\n");
+            rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "r1 = x + this rank's partial attention, the chunk's rows",
+                    "ROWS(r1, a->rows, C)", "ROWS(x, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    } else {\n");
+            rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "r1 = this rank's partial attention, the chunk's rows",
+                    "ROWS(r1, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    }\n    return;  /* the chunk's all-reduce next, while the next chunk computes */\n");
+        }
+        sput(o, "mlp:\n");
+        if (rows) sf(o, "    if (a->grads == %d) goto mlp_rows;  /* a token-row chunk of the down projection */\n", GR_ROWS);
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = the reduced r1 (kept for backward)", "x2", "r1", NULL);
     } else {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "x2 = x + attention", "x2", "x", "tmp", NULL);
@@ -839,12 +886,20 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     uwait(e, o, I, R_FC2_W);    /* (before a recompute's return: its wait is the call's) */
     if (replay)
         sput(o, "    if (a->y < 0) return;  /* the last layer of a recompute group: no output needed */\n");
-    if (!sp && carve_off(scr, AP_FC2_PARTIAL) != carve_off(scr, AP_PROJ_PARTIAL))  /* apart under full checkpointing's packing */
+    bool apart = !sp && carve_off(scr, AP_FC2_PARTIAL) != carve_off(scr, AP_PROJ_PARTIAL);
+    if (apart)  /* apart under full checkpointing's packing */
         sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(&sc, AP_FC2_PARTIAL, 0, "(int64_t)N * C", "WDT"));
+    if (rows)
+        sf(o, "    if (a->grads == %d) return;  /* the down projection next, by token rows (all-reduced each) */\n",
+           GR_HEAD);
     mm_fwd(o, I, "MLP down projection: (B,T,FF) -> (B,T,C)", sp ? "y" : "tmp", "act", "PW(FC2_W, (int64_t)C * FF)", fb,
            D_N, D_FF, D_C);
     if (sp) {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x2", "y_own", "y_own", "x", NULL);
+        if (rows) {
+            sput(o, "    return;\n");
+            sp_rows_fwd(e, o, "mlp_rows", "act", "FF", "PW(FC2_W, (int64_t)C * FF)", fb, D_FF);
+        }
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);
@@ -852,6 +907,19 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "y = this rank's partial mlp (all-reduced next)", "y", "tmp",
                 NULL);
         sput(o, "    }\n");
+        if (rows) {
+            sput(o, "    return;\nmlp_rows:\n");
+            if (apart) sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(&sc, AP_FC2_PARTIAL, 0, "(int64_t)N * C", "WDT"));
+            mm_fwd(o, I, "the down projection's token-row chunk a->rows", "ROWS(tmp, a->rows, C)", "ROWS(act, a->rows, FF)",
+                   "PW(FC2_W, (int64_t)C * FF)", fb, D_NR, D_FF, D_C);
+            sput(o, "    if (tp0) {\n");
+            rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp, the chunk's rows",
+                    "ROWS(y, a->rows, C)", "ROWS(x2, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    } else {\n");
+            rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "y = this rank's partial mlp, the chunk's rows",
+                    "ROWS(y, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
+            sput(o, "    }\n");
+        }
     } else {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);
     }
@@ -1599,6 +1667,9 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
        (long long)m->hd, m->family == FAM_GPT ? "QKV" : "QD", m->family == FAM_GPT ? "QKV" : "KVD",
        (long long)(m->ffn / p->tp), (long long)m->V, (long long)(m->Vpad / p->tp), p->zero, p->wbytes,
        p->gbytes, R_NROLES);
+    if (p->tpc > 1)     /* under sequence parallelism a chunk is NR rows of each tp rank's tokens */
+        sf(o, "enum { NR = N / %lld };  /* tp_comm_overlap = full: the token rows of a chunk of a row-parallel GEMM%s */\n",
+           (long long)(p->tpc * (p->T_sp < p->T ? p->tp : 1)), p->T_sp < p->T ? ", on one tp rank's tokens" : "");
     sput(o, "enum {");
     for (int r = 0; r < R_NROLES; r++) sf(o, "%s%s = %d", r ? ", " : " ", role_c[r], r);
     sput(o, " };\n");
@@ -1619,7 +1690,7 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
             "#define PW(r, n) DV(w->w[r], (n), WDT)\n"
             "#define PG(r, n) DV(w->g[r]%s, (n), GDT)\n"
             "/* The view of t from element k on (q, k, v inside one buffer). */\n"
-            "#define AT(t, k) ((srt_t){(char *)(t).p + (int64_t)(k) * WB, (t).n - (int64_t)(k), (t).dt})\n\n"
+            "#define AT(t, k) ((srt_t){(char *)(t).p + (int64_t)(k) * WB, (t).n - (int64_t)(k), (t).dt})\n%s\n"
             "typedef srt_segment trainer_seg;  /* shardrt.h: the flat segments */\n"
             "/* Events: each stream's records take the ids of its ring (base, ring) in\n"
             " * turn; n counts the records so far.  REC(S): record stream S's next event;\n"
@@ -1631,7 +1702,11 @@ static void gen_prologue(const Plan *mp, const CatalogExtern *x, const char *nam
             "%s"
 
             "enum { OWN_SUMSQ, OWN_OPT, OWN_D2H, OWN_H2D };\n\n",
-       slots ? " + (int64_t)(a->mb % w->gw[r]) * w->gs[r]" : "", mw ? " int ev[NROLES];" : "",
+       slots ? " + (int64_t)(a->mb % w->gw[r]) * w->gs[r]" : "",
+       p->tpc > 1 ? "/* Token-row chunk j of t, (NR, w) of (N, w) (tp_comm_overlap = full). */\n"
+                    "#define ROWS(t, j, w) ((srt_t){(char *)(t).p + (int64_t)(j) * NR * (w) * WB, (int64_t)NR * (w), (t).dt})\n"
+                  : "",
+       mw ? " int ev[NROLES];" : "",
        mw ? "/* ZeRO-3 waits per module, as DeepSpeed: AWAIT(R, FROM, k) hands the next\n"
             " * layer call (its ev) the k-th latest record on FROM, the all-gather of the\n"
             " * module whose weight has role R; UWAIT(R) in the layer function waits for\n"
@@ -1735,7 +1810,10 @@ static void gen_types(const CE *e, Str *o)
     if (e->uses[K_FWD] || e->uses[K_RECOMPUTE]) {
         if (lower_sp(e))    /* part: SUB_ATTN / SUB_MLP; r1: the part's gathered norm output; grads: GR_NORM
                                for the part's norm op on this rank's tokens */
-            sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads; } "
+            sf(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads;%s } "
+                  "tr_fwd_t;\n", e->p->tpc > 1 ? " int rows;" : "");   /* rows: tp_comm_overlap = full's chunk */
+        else if (e->p->tpc > 1)  /* ... and grads: GR_HEAD / GR_ROWS, rows: the chunk (tp_comm_overlap = full) */
+            sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; int grads, rows; } "
                     "tr_fwd_t;\n");
         else if (e->p->tp > 1)   /* part: SUB_ATTN / SUB_MLP; r1: the attention part's output (partial, then reduced) */
             sput(o, "typedef struct { const tr_part_t *p; int64_t x, saved, y, scratch; int part; int64_t r1; } tr_fwd_t;\n");

@@ -819,8 +819,15 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
         bool into = !ag && out->role == BR_RECOMPUTED_IN && out->bytes == shard + e->saved.total;
         if (!into && out->bytes != (ag ? full : shard))     /* into: the next layer's replayed input, first */
             die("lower: %s writes %lld bytes, not a %s", label, (long long)out->bytes, ag ? "full tensor" : "sequence shard");
-        CALL(e, K_TP, label, atext(st), aint(ag ? 1 : 2, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], 0),
-             abuf(e, o->rd[0], at), aint(full / e->wb, IT_OTHER));
+        /* tp_comm_overlap full: chunk j of the partial sums, a block of full / k (each rank's
+           rows j of its tokens, the forward's layout), into rows j of this rank's shard */
+        int64_t k = o->rows >= 0 ? e->p->tpc : 1;
+        if (o->rows >= 0 && (ag || into || o->rows >= k || full % (k * e->wb) || o->bytes * k != full))
+            die("lower: %s moves %lld bytes as chunk %d of %lld of %lld", label, (long long)o->bytes, o->rows,
+                (long long)k, (long long)full);
+        int64_t j = o->rows >= 0 ? o->rows : 0;
+        CALL(e, K_TP, label, atext(st), aint(ag ? 1 : 2, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], j * (shard / k)),
+             abuf(e, o->rd[0], at + j * (full / k)), aint(full / k / e->wb, IT_OTHER));
         return;
     }
     if (o->kind != OP_TP_ALLREDUCE || o->nrd != 1 || o->nwr != 1 || o->rd[0] != o->wr[0])
@@ -828,8 +835,13 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
     const Buffer *b = &e->s->bufs[o->wr[0]];
     if (b->bytes != e->p->act.x)
         die("lower: %s reduces %lld bytes, a [T, C] activation has %lld", label, (long long)b->bytes, (long long)e->p->act.x);
-    CALL(e, K_TP, label, atext(st), aint(0, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], 0), abuf(e, o->wr[0], 0),
-         aint(b->bytes / e->wb, IT_OTHER));
+    /* tp_comm_overlap full: one token-row chunk of the part's output, in place */
+    int64_t k = o->rows >= 0 ? e->p->tpc : 1, at = o->rows >= 0 ? o->rows * (b->bytes / k) : 0;
+    if (o->rows >= k || b->bytes % (k * e->wb) || o->bytes * k != b->bytes)
+        die("lower: %s reduces %lld bytes as chunk %d of %lld of %lld", label, (long long)o->bytes, o->rows, (long long)k,
+            (long long)b->bytes);
+    CALL(e, K_TP, label, atext(st), aint(0, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], at), abuf(e, o->wr[0], at),
+         aint(b->bytes / k / e->wb, IT_OTHER));
 }
 
 /* A transfer between pipeline stages on the pp stream: a send of a stage
@@ -997,9 +1009,15 @@ static int bwd_state(const CE *e, const Op *o, int *so, int64_t *soff, int *ao)
  * saved, output, scratch, and under tp the part and the attention part's output. */
 static void fwd_call(CE *e, int kind, const Op *o, const char *label, Arg x, Arg saved, Arg y, int scr, int r1)
 {
-    if (lower_sp(e))    /* grads: GR_NORM for a part's norm op */
+    if (lower_sp(e) && e->p->tpc > 1)   /* ... and GR_HEAD, GR_ROWS and the chunk (tp_comm_overlap full) */
+        CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0),
+             aint(o->grads, IT_OTHER), aint(o->rows, IT_OTHER));
+    else if (lower_sp(e))    /* grads: GR_NORM for a part's norm op */
         CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0),
              aint(o->grads, IT_OTHER));
+    else if (e->p->tpc > 1)     /* grads: GR_HEAD, GR_ROWS (tp_comm_overlap full) and the chunk */
+        CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0),
+             aint(o->grads, IT_OTHER), aint(o->rows, IT_OTHER));
     else if (e->p->tp > 1)
         CALL(e, kind, label, arow(op_slot(e, o)), x, saved, y, abuf(e, scr, 0), aint(o->sub, IT_OTHER), abuf(e, r1, 0));
     else if (e->modwaits)   /* the events of its modules' gathers (AWAIT) */
@@ -1114,7 +1132,10 @@ static void recompute_op(CE *e, const Op *o, const char *label)
     fwd_call(e, K_RECOMPUTE, o, label, xo, so, yo, scr, r1);
 }
 
-/* OP_LAYER_FWD: the layer's forward (tp > 1: one part of it). */
+/* OP_LAYER_FWD: the layer's forward (tp > 1: one part of it; tp_comm_overlap
+ * full: the part up to its row-parallel GEMM, GR_HEAD, which writes no
+ * output, or one token-row chunk of that GEMM, GR_ROWS, which reads the
+ * tensors the head kept). */
 static void layer_fwd_op(CE *e, const Op *o, const char *label)
 {
     if (o->grads == GR_NORM) {
@@ -1122,13 +1143,17 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
         return;
     }
     need_compute(e, o);
+    bool head = o->grads == GR_HEAD, rows = o->grads == GR_ROWS;
+    if ((head || rows) && (e->p->tpc < 2 || (rows && (o->rows < 0 || o->rows >= e->p->tpc))))
+        die("lower: %s: a token-row chunk of a part without tp_comm_overlap = full (chunk %d of %lld)", label, o->rows,
+            (long long)e->p->tpc);
     /* full checkpointing keeps nothing: no saved buffer (-1) */
-    int saved = e->kept.total ? op_need(e, o, false, BK_SAVED, "saved") : -1, x, y = -1, r1 = -1;
+    int saved = e->kept.total ? op_need(e, o, rows, BK_SAVED, "saved") : -1, x, y = -1, r1 = -1;
     int64_t xat = 0;
     if (lower_sp(e)) {             /* SP: the input shard and the gathered norm output in, the partial sums (full) out */
         sp_part_in(e, o, label, &x, &xat);
-        r1 = op_role_need(e, o, true, BR_TP_GATHERED);
-        y = op_role_need(e, o, false, BR_TP_PARTIAL);
+        r1 = rows ? -1 : op_role_need(e, o, true, BR_TP_GATHERED);    /* a chunk reads the head's kept tensors */
+        y = head ? -1 : op_role_need(e, o, false, BR_TP_PARTIAL);     /* the chunks write the partial sums */
     } else if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
         r1 = op_role_need(e, o, true, BR_RESID1);
         x = r1;
@@ -1136,7 +1161,8 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
         x = layer_input(e, o, true, o->layer);
         if (x < 0) die("lower: op %s has no input buffer", label);
     }
-    if (!lower_sp(e) && o->sub == SUB_ATTN) {   /* out: the partial sums of the attention part */
+    if (head) {                 /* the chunks write the output */
+    } else if (!lower_sp(e) && o->sub == SUB_ATTN) {   /* out: the partial sums of the attention part */
         r1 = op_role_need(e, o, false, BR_RESID1);
         y = r1;
     } else if (!lower_sp(e)) {
@@ -1145,14 +1171,14 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
     }
     int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
     if (saved >= 0) lower_expect(e, saved, e->kept.total, "a layer's saved tensors");
-    lower_expect(e, y, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's output");
-    if (lower_sp(e)) lower_expect(e, r1, e->p->act.full, "a part's gathered norm output");
+    if (y >= 0 || !head) lower_expect(e, y, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's output");
+    if (lower_sp(e) && r1 >= 0) lower_expect(e, r1, e->p->act.full, "a part's gathered norm output");
     if (e->s->bufs[scr].bytes < e->fscr.total)
         die("lower: a layer's forward needs %lld bytes of scratch, the plan gives it %lld", (long long)e->fscr.total,
             (long long)e->s->bufs[scr].bytes);
     check_group(e, &e->layer[op_slot(e, o)], o, true, false);
     fwd_call(e, K_FWD, o, label, abuf(e, x, xat), abuf(e, saved, 0), abuf(e, y, 0), scr, r1);
-    if (o->sub != SUB_MLP) ckpt_slice(e, o, x, label);
+    if (o->sub != SUB_MLP && !rows) ckpt_slice(e, o, x, label);
 }
 
 /* OP_HEAD: the final norm, the logits, the loss and the head's backward. */

@@ -515,7 +515,8 @@ void part_build(const Spec *s, const Model *m, Partition *p)
     p->pad_unit = p->zero >= 1 ? p->dp * 128 : 128;
     p->T = p->b * m->s;
     p->T_sp = s->parallel.sequence_parallel && p->tp > 1 ? p->T / p->tp : p->T;
-    p->wsplit = p->tp > 1 && s->parallel.tp_comm_overlap == TPO_WGRAD;
+    p->wsplit = p->tp > 1 && s->parallel.tp_comm_overlap != TPO_NONE;
+    p->tpc = p->tp > 1 && s->parallel.tp_comm_overlap == TPO_FULL ? s->parallel.tp_overlap_chunks : 1;
     plan_chunks(s, m, p);
     p->nclasses = (int)p->pp;
     p->classes = arena_alloc(&g_arena, sizeof(RankClass) * (size_t)p->pp);

@@ -281,6 +281,9 @@ typedef struct Partition {
     int64_t T, T_sp;            /* tokens per microbatch, per rank under SP        */
     bool wsplit;                /* tp_comm_overlap with tp > 1: each tp part's backward is a
                                    data op and a weight op (OpGrads), its collective between */
+    int64_t tpc;                /* tp_comm_overlap full with tp > 1: each forward part's
+                                   row-parallel GEMM and all-reduce in tpc token-row chunks
+                                   (GR_HEAD, GR_ROWS); else 1                      */
 } Partition;
 
 /* Checks what the planner needs of a spec (divisibility, stage lists).  With
@@ -394,6 +397,11 @@ typedef enum OpGrads {
                            recompute): its output shard, all-gathered next; backward: the
                            norm's backward (its weights' partial gradients) and residual,
                            after the reduce-scatter of its output's partial gradient   */
+    GR_HEAD,            /* tp_comm_overlap full, a forward part: all of it up to its
+                           row-parallel GEMM (attention output projection, MLP down
+                           projection), whose token-row chunks are GR_ROWS ops     */
+    GR_ROWS,            /* ... one token-row chunk (Op.rows) of that GEMM and of the
+                           residual added to it, all-reduced on its own next        */
 } OpGrads;
 
 typedef struct Op {
@@ -403,8 +411,11 @@ typedef struct Op {
     int mb;                     /* microbatch, or -1                               */
     int chunk;                  /* chunk index on this rank, or -1                 */
     int aux;                    /* bucket, segment or sub-group index; OP_WAIT: the op waited for */
-    int sub;                    /* OpSub                                           */
-    int grads;                  /* OpGrads (OP_LAYER_BWD; GR_ALL elsewhere)         */
+    int16_t sub;                /* OpSub                                           */
+    int16_t grads;              /* OpGrads (OP_LAYER_BWD; GR_ALL elsewhere)         */
+    int16_t rows;               /* tp_comm_overlap full: the token-row chunk (of
+                                   Partition.tpc) of the row-chunked buffers (Buffer.rows)
+                                   it touches; -1: all of them                     */
     int part_lo, part_hi;       /* the parts of parted buffers (Buffer.nparts) it touches,
                                    inclusive; -1: every part                       */
     int nrd, nwr;               /* how many of rd and wr are used                  */
@@ -510,7 +521,30 @@ typedef struct Buffer {
     int nparts;                 /* > 0: accessed by part (ZeRO 0-1's flat gradients, one
                                    part per bucket), so ops on disjoint parts of it may
                                    run on different streams at once                 */
+    int rows;                   /* > 0: accessed by token-row chunk (tp_comm_overlap full:
+                                   a part's output, chunk Op.rows of Partition.tpc), the
+                                   same way; never with nparts                     */
 } Buffer;
+
+/* The parts [*lo, *hi] of buffer b that op o touches, when it touches b by
+ * part (a bucket of Buffer.nparts, a token-row chunk of Buffer.rows); false:
+ * the whole buffer.  The scheduler's events, the verifier and the
+ * simulation all ask this. */
+static inline bool buf_op_parts(const Buffer *b, const Op *o, int *lo, int *hi)
+{
+    if (b->nparts > 0 && o->part_lo >= 0) {
+        *lo = o->part_lo < b->nparts ? o->part_lo : b->nparts - 1;
+        *hi = o->part_hi < b->nparts ? o->part_hi : b->nparts - 1;
+        return true;
+    }
+    if (b->rows > 0 && o->rows >= 0) {
+        *lo = *hi = o->rows < b->rows ? o->rows : b->rows - 1;
+        return true;
+    }
+    return false;
+}
+/* Parts a buffer is accessed by (0: none). */
+static inline int buf_parts(const Buffer *b) { return b->nparts > 0 ? b->nparts : b->rows; }
 
 typedef struct Sched {
     const Partition *part;

@@ -69,6 +69,7 @@ typedef struct Bld {
     bool tpx, sp;               /* tp > 1 (layers split around collectives); sequence parallel */
     double mlp_share;           /* the MLP's share of a layer's FLOPs */
     bool wsplit;                /* tp_comm_overlap: each part's backward split into data and weight ops */
+    int tpc;                    /* tp_comm_overlap full: a forward part's row-parallel GEMM in tpc chunks */
     bool unnamed;               /* Schedule.unnamed: activations not named */
     double wshare[2];           /* the weight GEMMs' share of a layer backward's FLOPs: attention, MLP */
     /* persistent buffers (-1: none) */
@@ -167,6 +168,7 @@ static int op_new(Bld *b, int kind, int stream, int layer, int mb, int chunk)
     o->aux = -1;
     for (int k = 0; k < OP_MAX_UNITS; k++) o->unit[k] = -1;
     o->sub = SUB_WHOLE;
+    o->rows = -1;
     o->part_lo = o->part_hi = -1;
     return s->nops++;
 }
@@ -935,6 +937,60 @@ static int sp_norm_fwd(Bld *b, int sub, int L, int mb, int chunk, const FwdIO *i
     return out;
 }
 
+/* FLOPs per sequence of the row-parallel GEMM ending part sub (the attention
+ * output projection, the MLP down projection): 2 per weight per token, as
+ * model.c counts a layer's. */
+static double rows_gemm_fl(const Bld *b, int sub)
+{
+    const Model *m = b->m;
+    int role = sub == SUB_MLP ? R_FC2_W : R_ATTN_OUT_W;
+    for (int i = m->layer_first[1]; i < m->layer_first[2]; i++)
+        if (m->t[i].role == role) return 2.0 * (double)m->s * (double)m->t[i].numel;
+    die("sched: the layer has no row-parallel linear %s", model_role_name(role));
+}
+
+/* tp_comm_overlap full: the end of a forward part, its row-parallel GEMM and
+ * the residual folded into its partial sums, in tpc token-row chunks
+ * (GR_ROWS), each all-reduced on the tp stream as soon as it is written while
+ * the next chunk computes (Megatron-Core's --tp-comm-overlap, Transformer
+ * Engine's pipelined GEMM and collective).  head: the part's op, made the
+ * part up to the GEMM (GR_HEAD: the GEMM's FLOPs move to the chunks), whose
+ * kept tensors and scratch the chunks read (its scratch they write: the
+ * GEMM's output rows); out: the part's partial sums, all-reduced in place
+ * (dst == out), or under sequence parallelism reduce-scattered into dst, this
+ * rank's tokens; both accessed by chunk (Buffer.rows) so that a chunk's
+ * collective and the next chunk's GEMM run at once; res: the residual.  Under
+ * sequence parallelism chunk j is local rows [j·n/k, (j+1)·n/k) of every
+ * rank's n tokens, whose partial sums the chunk writes as one block (the
+ * generated code's layout), so that its reduce-scatter leaves each rank its
+ * own rows.  Token rows are independent in the GEMM and in the sum over tp,
+ * so the chunks compute and reduce exactly what the whole would.  Returns the
+ * last chunk's collective: the tp stream runs them in order, so waiting for
+ * it waits for all. */
+static int rows_fwd(Bld *b, int head, int scr, int out, int dst, int res)
+{
+    double fl = rows_gemm_fl(b, b->s->ops[head].sub), moved = fl * (double)b->p->b / (double)b->p->tp;
+    b->s->ops[head].grads = GR_HEAD;
+    b->s->ops[head].flops -= moved, b->s->flops -= moved;     /* the chunks' FLOPs now */
+    const Op h = b->s->ops[head];      /* a copy: the list grows below */
+    int k = b->tpc, red = -1;
+    fl /= k;
+    b->s->bufs[out].rows = b->s->bufs[dst].rows = k;
+    for (int j = 0; j < k; j++) {
+        int o = part_op(b, h.kind, h.sub, h.layer, h.mb, h.chunk, fl);
+        b->s->ops[o].grads = GR_ROWS, b->s->ops[o].rows = (int16_t)j;
+        for (int i = 0; i < h.nwr; i++) op_rd(b, o, h.wr[i]);
+        op_rd(b, o, res);
+        op_wr(b, o, scr);
+        op_wr(b, o, out);
+        compute_done(b);
+        red = out == dst ? tp_comm(b, OP_TP_ALLREDUCE, h.sub, h.layer, h.mb, h.chunk, out, out, b->p->act.x / k)
+                         : tp_comm(b, OP_TP_REDUCE_SCATTER, h.sub, h.layer, h.mb, h.chunk, out, dst, b->p->act.full / k);
+        b->s->ops[red].rows = (int16_t)j;
+    }
+    return red;
+}
+
 /* A layer's forward as one op (tp = 1), or split around its TP collectives:
  * [SP: the norm on the shard, all-gather its output] attention part, all-
  * reduce (SP: reduce-scatter) of its partial sums, [SP: norm, all-gather]
@@ -959,6 +1015,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     }
     double fm = io->fl * b->mlp_share, fa = io->fl - fm;
     int in = io->in;
+    bool rows = b->tpc > 1 && io->kind == OP_LAYER_FWD;     /* tp_comm_overlap full */
     if (b->sp) {
         int ln = sp_norm_fwd(b, SUB_ATTN, L, mb, chunk, io, io->in);
         int g = act_buf(b, BR_TP_GATHERED, SUB_ATTN, L, mb, "gathered", a->full);
@@ -972,14 +1029,25 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     int r1 = act_buf(b, BR_RESID1, SUB_ATTN, L, mb, "resid1", a->x), red;
     if (b->sp) {
         int part = act_buf(b, BR_TP_PARTIAL, SUB_ATTN, L, mb, "partial", a->full);
-        op_wr(b, A, part);
-        op_scratch(b, A, io->scratch);
-        compute_done(b);
-        emit_wait(b, tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full));
+        if (rows) {             /* tp_comm_overlap full: the output projection by token rows */
+            int scr = op_scratch(b, A, io->scratch);
+            compute_done(b);
+            emit_wait(b, rows_fwd(b, A, scr, part, r1, io->in));
+        } else {
+            op_wr(b, A, part);
+            op_scratch(b, A, io->scratch);
+            compute_done(b);
+            emit_wait(b, tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_ATTN, L, mb, chunk, part, r1, a->full));
+        }
         int ln = sp_norm_fwd(b, SUB_MLP, L, mb, chunk, io, r1);
         int g2 = act_buf(b, BR_TP_GATHERED, SUB_MLP, L, mb, "gathered", a->full);
         red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, ln, g2, a->full);
         in = g2;
+    } else if (rows) {          /* tp_comm_overlap full: the output projection by token rows */
+        int scr = op_scratch(b, A, io->scratch);
+        compute_done(b);
+        red = rows_fwd(b, A, scr, r1, r1, io->in);
+        in = r1;
     } else {
         op_wr(b, A, r1);
         op_scratch(b, A, io->scratch);
@@ -992,16 +1060,20 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     op_rd(b, M, in);
     op_rd(b, M, r1);
     fwd_keep(b, M, io);
-    op_scratch(b, M, io->scratch);
+    int mscr = op_scratch(b, M, io->scratch);
     if (io->out < 0) {          /* the last layer of a recompute group: its output is not needed */
         compute_done(b);
         return;
     }
     if (b->sp) {
         int part = act_buf(b, BR_TP_PARTIAL, SUB_MLP, L, mb, "partial", a->full);
-        op_wr(b, M, part);
+        if (!rows) op_wr(b, M, part);
         compute_done(b);
-        red = tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
+        red = rows ? rows_fwd(b, M, mscr, part, io->out, r1)     /* the residual x2: this rank's tokens, r1 */
+                   : tp_comm(b, OP_TP_REDUCE_SCATTER, SUB_MLP, L, mb, chunk, part, io->out, a->full);
+    } else if (rows) {          /* the MLP down projection by token rows; x2 (kept, or in the scratch) the residual */
+        compute_done(b);
+        red = rows_fwd(b, M, mscr, io->out, io->out, r1);
     } else {
         op_wr(b, M, io->out);
         compute_done(b);
@@ -1945,7 +2017,7 @@ static void ev_init(Ev *e, Sched *s)
     free(fill);
     e->acc_at = ev_alloc(sizeof(int) * (size_t)(nb + 1));
     int na = 0;
-    for (int k = 0; k < nb; k++) e->acc_at[k] = na, na += s->bufs[k].nparts > 0 ? 2 + s->bufs[k].nparts : 1;
+    for (int k = 0; k < nb; k++) e->acc_at[k] = na, na += buf_parts(&s->bufs[k]) > 0 ? 2 + buf_parts(&s->bufs[k]) : 1;
     e->acc = ev_alloc(sizeof(Acc) * (size_t)(na + 1));
     ev_clear((int *)e->acc, (size_t)na * 2 * NSTREAMS);
     e->lastuse = ev_alloc(sizeof(int) * NSTREAMS * (size_t)(nb + 1));
@@ -1976,13 +2048,12 @@ static bool ev_reused(const Sched *s, int k)
  * has entry 1 (its whole-buffer accesses) and 2 + p (part p's). */
 static void ev_range(const Ev *e, int k, const Op *o, int *lo, int *hi, bool *parted)
 {
-    int at = e->acc_at[k], np = e->s->bufs[k].nparts;
-    *parted = np > 0 && o->part_lo >= 0;
+    int at = e->acc_at[k], a, z;
+    *parted = buf_op_parts(&e->s->bufs[k], o, &a, &z);
     if (!*parted) {
         *lo = at, *hi = at + 1;
         return;
     }
-    int a = o->part_lo < np ? o->part_lo : np - 1, z = o->part_hi < np ? o->part_hi : np - 1;
     *lo = at + 2 + a, *hi = at + 3 + z;
 }
 
@@ -2021,7 +2092,7 @@ static void ev_record(Ev *e, int k, const Op *o, bool write, int st, int n)
         *(write ? &e->acc[at].w[st] : &e->acc[at].r[st]) = n;
     } else {
         *(write ? &e->acc[at].w[st] : &e->acc[at].r[st]) = n;
-        if (e->s->bufs[k].nparts > 0) *(write ? &e->acc[at + 1].w[st] : &e->acc[at + 1].r[st]) = n;
+        if (buf_parts(&e->s->bufs[k]) > 0) *(write ? &e->acc[at + 1].w[st] : &e->acc[at + 1].r[st]) = n;
     }
     e->lastuse[k][st] = n;
     e->seen[k] |= (unsigned char)(1u << st);
@@ -2146,7 +2217,8 @@ static void ev_expand(Ev *e)
             const Ins *w = &e->ins[k];
             const Op *t = &e->old[w->old];
             ops[w->at] = (Op){.kind = OP_WAIT, .stream = w->stream, .layer = t->layer, .mb = t->mb, .chunk = t->chunk,
-                              .aux = w->target, .unit = {-1, -1}, .sub = t->sub, .part_lo = -1, .part_hi = -1};
+                              .aux = w->target, .unit = {-1, -1}, .sub = t->sub, .rows = -1, .part_lo = -1,
+                              .part_hi = -1};
         }
         ops[to] = e->old[j];
         if (ops[to].kind == OP_WAIT && ops[to].aux >= 0) ops[to].aux = e->map[ops[to].aux];
@@ -2223,6 +2295,7 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     b.sp = b.tpx && p->T_sp < p->T;
     b.mlp_share = mlp_share(p->model);
     b.wsplit = p->wsplit;
+    b.tpc = (int)p->tpc;
     b.unnamed = unnamed;
     weight_shares(p->model, b.mlp_share, b.wshare);
     build_keys(&b);
@@ -2352,7 +2425,10 @@ const char *sched_op_label(const Sched *s, int i)
         snprintf(aux, sizeof aux, " chunk%d", o->chunk);
     const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
     static const char *const grads_names[] = {[GR_ALL] = "", [GR_DATA] = " data", [GR_WEIGHT] = " wgrad",
-                                              [GR_NORM] = " norm"};
-    const char *grads = o->grads >= 0 && o->grads <= GR_NORM ? grads_names[o->grads] : "";
-    return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub, grads);
+                                              [GR_NORM] = " norm", [GR_HEAD] = " head", [GR_ROWS] = " rows"};
+    const char *grads = o->grads >= 0 && o->grads <= GR_ROWS ? grads_names[o->grads] : "";
+    if (o->rows >= 0 && o->kind != OP_WAIT)    /* tp_comm_overlap full: a token-row chunk */
+        snprintf(aux + strlen(aux), sizeof aux - strlen(aux), " rows%d", o->rows);
+    return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub,
+                        o->rows >= 0 ? "" : grads);
 }

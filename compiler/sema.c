@@ -1097,6 +1097,20 @@ static void rules_parallel(Sema *cx)
             diag_hint("%lld / %lld = %s", (long long)s->model.seq_len, (long long)tp, ratio(s->model.seq_len, tp));
         }
     }
+    if (s->parallel.tp_comm_overlap == TPO_FULL && tp > 1) {
+        /* each chunk is a block of token rows: the all-reduce of every chunk sums exactly
+           what the unchunked one sums, so the chunks must tile the microbatch's tokens */
+        /* under sequence parallelism a chunk is a block of each rank's tokens */
+        bool sp = s->parallel.sequence_parallel;
+        int64_t k = s->parallel.tp_overlap_chunks, n = s->train.micro_batch * s->model.seq_len / (sp ? tp : 1);
+        if (ok(cx, "parallel.tp_overlap_chunks", "train.micro_batch", "model.seq_len", NULL) && n > 0 && n % k != 0) {
+            diag_error(where(cx, "parallel.tp_overlap_chunks", NULL),
+                       "tp_overlap_chunks = %lld does not divide the %lld tokens of a microbatch%s", (long long)k,
+                       (long long)n, sp ? " on one tp rank (micro_batch·seq_len / tp, sequence parallel)"
+                                        : " (micro_batch·seq_len)");
+            diag_hint("each chunk is n / k token rows: k must divide %lld (%s)", (long long)n, divisors(n));
+        }
+    }
     IntList sl = s->parallel.stage_layers;
     if (s->parallel.schedule == SCHED_INTERLEAVED) {
         Loc sloc = where(cx, "parallel.schedule", NULL);

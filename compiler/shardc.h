@@ -220,7 +220,7 @@ enum Family       { FAM_GPT, FAM_LLAMA };
 enum Activation   { ACT_GELU, ACT_SWIGLU, ACT_RELU, ACT_EXTERN };
 enum PipeSchedule { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED };
 enum RankOrder    { ORDER_TP_DP_PP, ORDER_TP_PP_DP };
-enum TpCommOverlap { TPO_NONE, TPO_WGRAD };
+enum TpCommOverlap { TPO_NONE, TPO_WGRAD, TPO_FULL };
 enum OffloadDev   { OFF_NONE, OFF_CPU, OFF_NVME };
 enum DType        { DT_FP32, DT_BF16, DT_FP16 };
 enum LossScale    { LS_DYNAMIC, LS_STATIC };
@@ -267,6 +267,7 @@ typedef struct Spec {
         IntList stage_layers;
         int rank_order;         /* enum RankOrder                           */
         int tp_comm_overlap;    /* enum TpCommOverlap                       */
+        int64_t tp_overlap_chunks;      /* TPO_FULL: token-row chunks     */
     } parallel;
     struct {
         int64_t stage;

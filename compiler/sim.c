@@ -108,14 +108,15 @@ static void dep_add(Ctx *x, int first, int g)
 
 /* Dependencies: the op a wait names; the last writer, on another stream, of
  * each buffer an op reads — of each part it reads of a buffer accessed by
- * part (Buffer.nparts: a gradient bucket, the parameters gathered ahead), so
+ * part (Buffer.nparts: a gradient bucket, the parameters gathered ahead;
+ * Buffer.rows: a token-row chunk of tp_comm_overlap full's forward), so
  * that a layer depends on its own bucket's writer, not on the last one's. */
 static void class_deps(Ctx *x, int c)
 {
     const Sched *s = sched_of(x, c);
     /* per buffer: the last writer of any part at at[b], then of each part */
     int *at = malloc(sizeof(int) * (size_t)(s->nbufs + 1)), na = 0;
-    for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + (s->bufs[b].nparts > 0 ? s->bufs[b].nparts : 0);
+    for (int b = 0; b < s->nbufs; b++) at[b] = na, na += 1 + buf_parts(&s->bufs[b]);
     int *last = malloc(sizeof(int) * (size_t)(na + 1));
     for (int k = 0; k < na; k++) last[k] = -1;
     int pend[NSTREAMS];         /* per stream: the first stage of the inner waits before its next op */
@@ -146,24 +147,21 @@ static void class_deps(Ctx *x, int c)
         }
         if (pend[o->stream] >= 0) x->stage_lo[g] = pend[o->stream], pend[o->stream] = -1;   /* its inner waits */
         for (int k = 0; k < o->nrd; k++) {
-            int b = o->rd[k], np = s->bufs[b].nparts;
+            int b = o->rd[k], lo, hi;
             bool staged = false;    /* a unit an inner wait gathers: its stage, not the op's start */
             for (int j = x->stage_lo[g]; j < x->stage_hi[g] && s->bufs[b].role == BR_GATHERED; j++)
                 staged |= s->ops[x->stage_dep[j] - x->base[c]].aux == s->bufs[b].idx;
             if (staged) continue;
-            bool parted = np > 0 && o->part_lo >= 0;
-            int lo = parted ? at[b] + 1 + (o->part_lo < np ? o->part_lo : np - 1) : at[b];
-            int hi = parted ? at[b] + 1 + (o->part_hi < np ? o->part_hi : np - 1) : at[b];
+            if (buf_op_parts(&s->bufs[b], o, &lo, &hi)) lo += at[b] + 1, hi += at[b] + 1;
+            else lo = hi = at[b];
             for (int a = lo; a <= hi; a++) {
                 int w = last[a];
                 if (w >= 0 && x->stream[x->base[c] + w] != o->stream) dep_add(x, first, x->base[c] + w);
             }
         }
         for (int k = 0; k < o->nwr; k++) {
-            int b = o->wr[k], np = s->bufs[b].nparts;
-            bool parted = np > 0 && o->part_lo >= 0;
-            int lo = parted ? (o->part_lo < np ? o->part_lo : np - 1) : 0;
-            int hi = parted ? (o->part_hi < np ? o->part_hi : np - 1) : np - 1;
+            int b = o->wr[k], lo, hi;
+            if (!buf_op_parts(&s->bufs[b], o, &lo, &hi)) lo = 0, hi = buf_parts(&s->bufs[b]) - 1;
             last[at[b]] = i;
             for (int a = lo; a <= hi; a++) last[at[b] + 1 + a] = i;
         }

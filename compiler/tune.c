@@ -339,7 +339,7 @@ static void layer_times(const Spec *s, const Model *m, double *fwd, double *bwd,
     double hd = (double)m->hd, a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
     double attn = gemm_time(s, T, (a + 2 * kv) * hd / t, h) + gemm_time(s, T, h, a * hd / t);
     double gemms = attn + gemm_time(s, T, (m->gated ? 2 : 1) * ffn / t, h) + gemm_time(s, T, h, ffn / t);
-    *wa = t > 1 && s->parallel.tp_comm_overlap == TPO_WGRAD ? attn : 0;
+    *wa = t > 1 && s->parallel.tp_comm_overlap != TPO_NONE ? attn : 0;
     double core = 4 * T * (double)m->s * a * hd / t / (cost_peak(s) * cost_attn_eff(cost_profile(s), hd));
     *fwd = gemms + core;
     *bwd = 2 * *fwd;

@@ -19,7 +19,8 @@
  *  3. events: a vector clock per stream over the list (an OP_WAIT takes in
  *     the clock of the op it waits for); a read or write of a buffer on stream
  *     S after a write on stream T != S needs S's clock to have seen that write,
- *     and a write after a read likewise (ZeRO 0-1's gradients by bucket).  A
+ *     and a write after a read likewise (ZeRO 0-1's gradients by bucket,
+ *     tp_comm_overlap full's part outputs by token-row chunk: buf_op_parts).  A
  *     ZeRO-3 inner wait (Op.inner) must name the gather of a unit the next op
  *     on its stream computes with, and covers only that op's read of that
  *     unit: each module's parameters are read after their own wait, not
@@ -152,13 +153,12 @@ typedef struct VBufs { VAcc *acc; int *at; } VBufs;
  * by part (checked against whole accesses too). */
 static void vrange(const Sched *s, const VBufs *vb, int k, const Op *o, int *lo, int *hi, bool *parted)
 {
-    int np = s->bufs[k].nparts, at = vb->at[k];
-    *parted = np > 0 && o->part_lo >= 0;
+    int at = vb->at[k], a, z;
+    *parted = buf_op_parts(&s->bufs[k], o, &a, &z);
     if (!*parted) {
         *lo = at, *hi = at + 1;
         return;
     }
-    int a = o->part_lo < np ? o->part_lo : np - 1, z = o->part_hi < np ? o->part_hi : np - 1;
     *lo = at + 2 + a, *hi = at + 3 + (z < a ? a : z);
 }
 
@@ -200,7 +200,7 @@ static void vrecord(const Sched *s, VBufs *vb, int k, int i, bool write)
     *(write ? &all->w[st] : &all->r[st]) = i;
     if (parted) {
         for (int a = lo; a < hi; a++) *(write ? &vb->acc[a].w[st] : &vb->acc[a].r[st]) = i;
-    } else if (s->bufs[k].nparts > 0) {
+    } else if (buf_parts(&s->bufs[k]) > 0) {
         *(write ? &vb->acc[at + 1].w[st] : &vb->acc[at + 1].r[st]) = i;
     }
 }
@@ -215,7 +215,7 @@ static void check_events(V *v, int c)
     VBufs vb;
     vb.at = vscratch(v, P_AT, sizeof(int) * (size_t)(s->nbufs + 1));
     int na = 0;
-    for (int k = 0; k < s->nbufs; k++) vb.at[k] = na, na += s->bufs[k].nparts > 0 ? 2 + s->bufs[k].nparts : 1;
+    for (int k = 0; k < s->nbufs; k++) vb.at[k] = na, na += buf_parts(&s->bufs[k]) > 0 ? 2 + buf_parts(&s->bufs[k]) : 1;
     vb.acc = vscratch(v, P_ACC, sizeof(VAcc) * (size_t)(na + 1));
     memset(vb.acc, 0xff, sizeof(VAcc) * (size_t)na);    /* -1: no access */
     Clock cur[NSTREAMS];

@@ -10,8 +10,10 @@
 # bf16 2.7e-5, fp32 5.9e-9 relative; tolerances 1e-4 and 1e-6).  Then
 # 2 steps each of: the optimizer offloaded to the host (the SRT_HOST worker
 # thread) and to NVMe, and under mpirun -np 2 dp 2 ZeRO-3 (its parameters
-# persistent, then every one partitioned: per-module waits), tp 2 and pp 2
-# (NCCL over MPI), losses and exported weights against the CPU backend; full
+# persistent, then every one partitioned: per-module waits), tp 2 (also with
+# tp_comm_overlap = full, bit for bit tp 2's wgrad run, and with it under
+# sequence parallelism) and pp 2 (NCCL over MPI), losses and exported weights
+# against the CPU backend; full
 # activation checkpointing bit for bit the emulated run without it; fp16
 # from a loss scale of 2^24, the same steps skipped and the same scales as
 # on the CPU backend; no host synchronisation inside a step; and a user op's
@@ -74,6 +76,15 @@ emu dp2_zero3 2 -D parallel.dp=2 -D zero.stage=3
 # waited for inside the layer call just before the module's GEMM (AWAIT/UWAIT)
 emu dp2_zero3_units 2 -D parallel.dp=2 -D zero.stage=3 -D zero.param_persistence_threshold=0
 emu tp2 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1
+# tp_comm_overlap = full: the forward's row-parallel GEMMs in 4 token-row
+# chunks (NR-row GEMM shapes planned at start-up), each chunk's all-reduce, or
+# under sequence parallelism reduce-scatter, on the tp-comm stream's NCCL
+# communicator behind the next chunk: the same sums, bit for bit the wgrad run
+if emu tp2_full 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1 -D parallel.tp_comm_overlap=full; then
+    train_same tp2 tp2_full 0 "emulated CUDA, tp_comm_overlap = full against wgrad"
+fi
+emu tp2_sp_full 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1 -D parallel.sequence_parallel=on \
+    -D parallel.tp_comm_overlap=full
 emu pp2 2 -D parallel.pp=2 -D parallel.dp=1 -D zero.stage=1
 # full activation checkpointing: the recompute on the CUDA path, bit for bit
 # the emulated run without it (the same kernels in the same order)

@@ -145,7 +145,7 @@ static bool compute_waits(const Sched *s, int from, int at, int target)
 static const char *layer_ops(const Plan *mp, int c, int L, int mb)
 {
     static const char *const subs[] = {"", ".attn", ".mlp", ".grads"};
-    static const char *const grads[] = {"", ".data", ".wgrad", ".norm"};
+    static const char *const grads[] = {"", ".data", ".wgrad", ".norm", ".head", ".rows"};
     const Sched *s = &mp->sched.classes[c];
     char *out = "";
     for (int i = 0; i < s->nops; i++) {
@@ -622,11 +622,85 @@ static void test_tp_comm_overlap(void)
         for (int i = 0; i < mp->sched.classes[0].nops; i++) CHECK(mp->sched.classes[0].ops[i].grads == GR_ALL);
 }
 
+/* tp_comm_overlap = full: each forward part is its head, then k chunks of
+ * its row-parallel GEMM, each followed by its own collective (1/k of the
+ * bytes, chunk index in Op.rows) on the tp stream, with no compute wait
+ * between the chunks (the next chunk runs while the collective does) and one
+ * after the last chunk's collective; the part's output (and under sequence
+ * parallelism its partial sums) is accessed by chunk; the step's FLOPs and
+ * the backward are wgrad's; a full recompute's replay is not chunked. */
+static void test_tp_comm_overlap_full(void)
+{
+    const char *sps[2] = {"parallel.sequence_parallel=off", "parallel.sequence_parallel=on"};
+    for (int sp = 0; sp < 2; sp++) {
+        Plan *full = PLAN("parallel.tp=2", "parallel.microbatches=2", sps[sp], "parallel.tp_comm_overlap=full",
+                          "parallel.tp_overlap_chunks=4");
+        Plan *w = PLAN("parallel.tp=2", "parallel.microbatches=2", sps[sp]);
+        if (!full || !w) continue;
+        CHECK_EQ(full->part.tpc, 4);
+        const Sched *s = &full->sched.classes[0], *s0 = &w->sched.classes[0];
+        CHECK_NEAR(s->flops, s0->flops, 1e-9 * s0->flops);
+        const char *rows = sp ? "fwd.attn.rows tp_reduce_scatter.attn " : "fwd.attn.rows tp_allreduce.attn ";
+        const char *mrows = sp ? "fwd.mlp.rows tp_reduce_scatter.mlp " : "fwd.mlp.rows tp_allreduce.mlp ";
+        const char *fwd = sp ? arena_printf(&g_arena, "fwd.attn.norm tp_allgather.attn fwd.attn.head %s%s%s%s"
+                                            "fwd.mlp.norm tp_allgather.mlp fwd.mlp.head %s%s%s%s", rows, rows, rows, rows,
+                                            mrows, mrows, mrows, mrows)
+                             : arena_printf(&g_arena, "fwd.attn.head %s%s%s%sfwd.mlp.head %s%s%s%s", rows, rows, rows, rows,
+                                            mrows, mrows, mrows, mrows);
+        const char *all = layer_ops(full, 0, 3, 0), *ref = layer_ops(w, 0, 3, 0);
+        const char *bwd = strstr(ref, "bwd") ? strstr(ref, sp ? "tp_allgather.mlp tp_allgather.mlp bwd" : "bwd") : ref;
+        CHECK_STR(all, arena_printf(&g_arena, "%s%s", fwd, bwd));
+        for (int sub = SUB_ATTN; sub <= SUB_MLP; sub++) {
+            int64_t bytes = 0, bytes0 = 0;
+            int next = 0, first = -1, last = -1;
+            for (int i = 0; i < s->nops; i++) {
+                const Op *o = &s->ops[i];
+                if (o->layer != 3 || o->mb != 0 || o->sub != sub || o->kind == OP_WAIT) continue;
+                if (o->kind == OP_LAYER_FWD && o->grads == GR_ROWS) {
+                    CHECK_EQ(o->rows, next);
+                    if (first < 0) first = i;
+                    for (int k = 0; k < o->nwr; k++)    /* the part's output: by chunk */
+                        if (s->bufs[o->wr[k]].cat == CAT_ACTIVATIONS) CHECK_EQ(s->bufs[o->wr[k]].rows, 4);
+                } else if (o->stream == ST_TP_COMM && o->rows >= 0) {
+                    CHECK_EQ(o->rows, next);
+                    next++, bytes += o->bytes, last = i;
+                }
+            }
+            for (int i = 0; i < s0->nops && !bytes0; i++) {    /* wgrad's: the part's first (forward) reduction */
+                const Op *o = &s0->ops[i];
+                if (o->layer == 3 && o->mb == 0 && o->sub == sub && o->stream == ST_TP_COMM &&
+                    (o->kind == OP_TP_ALLREDUCE || o->kind == OP_TP_REDUCE_SCATTER))
+                    bytes0 = o->bytes;
+            }
+            CHECK_EQ(next, 4);
+            CHECK_EQ(bytes, bytes0);
+            int waits = 0;          /* the compute stream never waits for tp between the chunks */
+            for (int i = first; i <= last && first >= 0; i++)
+                waits += s->ops[i].kind == OP_WAIT && s->ops[i].stream == ST_COMPUTE;
+            CHECK_EQ(waits, 0);
+        }
+    }
+    /* full checkpointing: the forward is chunked, the recompute is not */
+    Plan *ck = PLAN("parallel.tp=2", "parallel.microbatches=2", "parallel.tp_comm_overlap=full",
+                    "checkpointing.activations=full");
+    if (ck) {
+        int fwd_rows = 0, re_rows = 0;
+        for (int i = 0; i < ck->sched.classes[0].nops; i++) {
+            const Op *o = &ck->sched.classes[0].ops[i];
+            fwd_rows += o->kind == OP_LAYER_FWD && o->grads == GR_ROWS;
+            re_rows += o->kind == OP_RECOMPUTE && o->grads != GR_ALL;
+        }
+        CHECK_EQ(fwd_rows, 2 * 4 * (int)(ck->part.m * ck->model.l));
+        CHECK_EQ(re_rows, 0);
+    }
+}
+
 int main(void)
 {
     test_pipeline_orders();
     test_tp_split();
     test_tp_comm_overlap();
+    test_tp_comm_overlap_full();
     test_sp_norm_fwd();
     test_zero();
     test_offload();

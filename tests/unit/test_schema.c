@@ -18,7 +18,7 @@ static const struct { const char *name; size_t offset, size; } fields[] = {
     F(model.bias), F(model.tie_embeddings), F(model.norm_eps), F(model.rope_theta), F(model.init_std),
     F(parallel.tp), F(parallel.pp), F(parallel.dp), F(parallel.sequence_parallel), F(parallel.pp_scatter_gather), F(parallel.schedule),
     F(parallel.microbatches), F(parallel.virtual_stages), F(parallel.stage_layers), F(parallel.rank_order),
-    F(parallel.tp_comm_overlap),
+    F(parallel.tp_comm_overlap), F(parallel.tp_overlap_chunks),
     F(zero.stage), F(zero.overlap_comm), F(zero.overlap_param_gather), F(zero.contiguous_gradients), F(zero.reduce_scatter),
     F(zero.reduce_bucket), F(zero.allgather_bucket), F(zero.prefetch_bucket),
     F(zero.param_persistence_threshold), F(zero.max_live_parameters), F(zero.max_reuse_distance),
@@ -190,6 +190,7 @@ static void test_enums(void)
     CHECK(schema_enum_index(schema_find("parallel.schedule"), "interleaved") == SCHED_INTERLEAVED);
     CHECK(schema_enum_index(schema_find("parallel.rank_order"), "tp_pp_dp") == ORDER_TP_PP_DP);
     CHECK(schema_enum_index(schema_find("parallel.tp_comm_overlap"), "wgrad") == TPO_WGRAD);
+    CHECK(schema_enum_index(schema_find("parallel.tp_comm_overlap"), "full") == TPO_FULL);
     CHECK(schema_enum_index(schema_find("offload.params"), "nvme") == OFF_NVME);
     CHECK(schema_enum_index(schema_find("precision.dtype"), "fp16") == DT_FP16);
     CHECK(schema_enum_index(schema_find("precision.master_weights"), "bf16") == DT_BF16);

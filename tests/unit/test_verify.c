@@ -16,11 +16,13 @@
  *    ZeRO-3's per-module waits: a later module's inner wait dropped, moved
  *    after its op, or naming a unit the op does not use; each must be caught
  *    and named;
+ *    (i) under tp_comm_overlap = full a wait for a token-row chunk's GEMM, or for
+ *    a part's last chunk all-reduce, dropped; each must be caught and named;
  *  - a schedule stripped of its cross-stream events fails;
  *  - the verifier passes on a matrix of 60 layouts (tp, pp, dp, ZeRO 0-3,
  *    gpipe / 1f1b / interleaved, offload none / cpu / nvme, checkpointing
  *    none / full / selective / partitioned / cpu, micro-batches, sequence
- *    parallelism, tp_comm_overlap on and off, fp16), each planned from spec
+ *    parallelism, tp_comm_overlap none / wgrad / full, fp16), each planned from spec
  *    text with overrides.
  */
 #include "plan_text.h"
@@ -175,6 +177,49 @@ static void test_module_waits(void)
     }
     CHECK(g >= 0);
     expect_caught(mp2, "an inner wait for no unit", "(h) an inner wait for another op's unit");
+}
+
+/* ---- (i) tp_comm_overlap = full: the token-row chunks' waits ---------------------------- */
+
+/* tp_comm_overlap = full, with and without sequence parallelism: every
+ * token-row chunk's order is proven.  Each tp stream wait for a chunk's GEMM
+ * (its collective reads the rows the GEMM writes), and each compute wait for
+ * a part's last chunk collective (the next part reads the whole output),
+ * dropped alone, is caught; the chunks' collectives and the next chunk's GEMM, which touch disjoint rows, need no
+ * event between them (the verifier passes as the schedule is). */
+static void test_drop_chunk_wait(void)
+{
+    for (int sp = 0; sp < 2; sp++) {
+        const char *rep;
+        Plan *mp = pt_planv("parallel.tp=2", "parallel.dp=2", "parallel.tp_comm_overlap=full",
+                            "parallel.tp_overlap_chunks=4", "parallel.microbatches=2",
+                            sp ? "parallel.sequence_parallel=on" : "parallel.sequence_parallel=off", NULL);
+        CHECK(mp != NULL);
+        if (!mp) return;
+        CHECK(pt_verify(mp, &rep));
+        Sched *s = &mp->sched.classes[0];
+        int chunk_waits = 0, last_waits = 0;
+        for (int i = 0; i < s->nops; i++) {
+            const Op *o = &s->ops[i];
+            if (o->kind != OP_WAIT || o->aux < 0 || o->mb != 0) continue;
+            const Op *t = &s->ops[o->aux];
+            bool chunk = o->stream == ST_TP_COMM && t->kind == OP_LAYER_FWD && t->grads == GR_ROWS;
+            bool last = o->stream == ST_COMPUTE && (t->kind == OP_TP_ALLREDUCE || t->kind == OP_TP_REDUCE_SCATTER) &&
+                        t->rows == mp->part.tpc - 1;
+            /* under sp the head reads the last layer's output gathered again (the gather follows
+               the reduce-scatter on the tp stream): that wait has nothing to order */
+            if (!chunk && !last) continue;
+            if (last && sp && t->layer == mp->model.l - 1 && t->sub == SUB_MLP) continue;
+            chunk_waits += chunk, last_waits += last;
+            Op keep = *o;
+            mut_noop(mp, 0, i);
+            expect_caught(mp, "by an event", chunk ? "(i) tp-comm wait for a chunk's GEMM" : "(i) compute wait for the last chunk");
+            s->ops[i] = keep;
+        }
+        CHECK_EQ(chunk_waits, 4 * 2 * (int)mp->model.l);      /* every chunk of both parts of every layer */
+        CHECK_EQ(last_waits, 2 * (int)mp->model.l - sp);
+        CHECK(pt_verify(mp, &rep));
+    }
 }
 
 /* Some wait exists only so that an arena region is not handed on while a use
@@ -548,6 +593,7 @@ static const char **layout(int n)
     d[k++] = arena_printf(&g_arena, "parallel.microbatches=%d", m);
     d[k++] = sp ? "parallel.sequence_parallel=on" : "parallel.sequence_parallel=off";
     if (tp > 1 && n % 5 == 2) d[k++] = "parallel.tp_comm_overlap=none";
+    if (tp > 1 && n % 5 != 2 && n % 2) d[k++] = "parallel.tp_comm_overlap=full";   /* its chunks under every other key */
     d[k++] = n % 3 == 1 ? "zero.overlap_comm=off" : "zero.overlap_comm=on";
     if (off == 1) d[k++] = "offload.optimizer=cpu";
     if (off == 2) d[k++] = "offload.optimizer=nvme", d[k++] = "offload.optimizer.path=\"/nvme\"",
@@ -632,6 +678,7 @@ int main(void)
     test_sp_regather_wait();
     test_sp_norm_gather_wait();
     test_module_waits();
+    test_drop_chunk_wait();
     test_matrix();
     test_specs();
     arena_free(&g_arena);
