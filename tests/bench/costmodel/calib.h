@@ -162,7 +162,8 @@ static inline int cal_chunks(const CalRow *r)
  * recompute, dp over every GPU; the Azure rows with their recipe's buckets and
  * limits, the optimizer and the checkpoints on the host.  Megatron-Core: bf16, no recompute, the
  * distributed optimizer (ZeRO-1) with its overlapped reduce-scatter and
- * all-gather, sequence parallelism, untied embeddings. */
+ * all-gather, sequence parallelism, untied embeddings, and tp_comm_overlap =
+ * full (the runs' --tp-comm-overlap: docs/cost-model.md). */
 static inline const char *cal_spec(const CalRow *r)
 {
     int v = cal_chunks(r), dp = r->gpus / (r->tp * r->pp);
