@@ -99,19 +99,27 @@ static int op_pieces(const Partition *p, const Op *o)
     return o->grads == GR_WEIGHT ? pc & ~PC_CORE : pc;
 }
 
+/* The GEMM calls of a chunk (GR_ROWS) on a backend: one, except on the
+ * CPU under sequence parallelism, where srt_matmul_fwd_batched runs its tp
+ * blocks (each tp rank's rows of the chunk) as tp calls (OpenBLAS has no
+ * batched sgemm); cuBLASLt runs the strided batch as one kernel. */
+static int rows_calls(const Partition *p, bool cpu) { return cpu && p->T_sp < p->T ? (int)p->tp : 1; }
+
 /* The token rows of each of an op's GEMM calls: a microbatch's, or one
- * chunk's (tp_comm_overlap full's GR_ROWS), T / k, under sequence
- * parallelism one call per tp rank's block, T / (tp·k): the smaller GEMMs
- * reach a lower efficiency, which is what chunking costs. */
-static double op_rows(const Partition *p, const Op *o)
+ * chunk's (tp_comm_overlap full's GR_ROWS), T / k, split among its calls
+ * (rows_calls): the smaller GEMMs reach a lower efficiency, which is what
+ * chunking costs.  A GPU's strided batch is priced as one GEMM of its
+ * T / k rows: the approximation that the batch's kernel reaches the
+ * efficiency of one matrix of all its rows (the tiles of a batch's matrices
+ * fill the SMs together, as one matrix's do). */
+static double op_rows(const Partition *p, const Op *o, bool cpu)
 {
     if (o->grads != GR_ROWS) return (double)p->T;
-    return (double)p->T / (double)p->tpc / (double)(p->T_sp < p->T ? p->tp : 1);
+    return (double)p->T / (double)p->tpc / (double)rows_calls(p, cpu);
 }
 
-/* The kernels of a chunk (GR_ROWS): its GEMM calls (tp under sequence
- * parallelism) and the residual's add. */
-static int rows_kernels(const Partition *p) { return (int)(p->T_sp < p->T ? p->tp : 1) + 1; }
+/* The kernels of a chunk (GR_ROWS): its GEMM calls and the residual's add. */
+static int rows_kernels(const Partition *p, bool cpu) { return rows_calls(p, cpu) + 1; }
 
 /* Bytes of the residual folded into a forward half's row-parallel GEMM's
  * partial sums (one pass of [T_sp, h] read twice and written): the chunks
@@ -400,13 +408,14 @@ static void sp_norm_share(const Partition *p, int pieces, bool bwd, double *byte
 static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int pieces)
 {
     CpuRank r = cpu_rank(p);
-    double rows = op_rows(p, o);
+    double rows = op_rows(p, o, true);
     double t = o->flops * layer_sec_per_flop(p, pieces, bwd, op_core_weight(o), rows);
     if (o->grads == GR_WEIGHT) return t + cpu_kernels(&r, weight_kernels(o, pieces));
     if (o->grads == GR_ROWS) {   /* a chunk: its GEMM calls (and biases), the residual on its rows */
         double rb = resid_bytes(p) / (double)p->tpc;
-        double calls = (double)(rows_kernels(p) - 1);      /* its GEMM calls, each with its bias */
-        return t + cpu_stream(&r, rb, rb) + calls * cpu_bias_time(p, &r, pieces, bwd, rows) + cpu_kernels(&r, rows_kernels(p));
+        double calls = (double)rows_calls(p, true);      /* its GEMM calls, each with its bias */
+        return t + cpu_stream(&r, rb, rb) + calls * cpu_bias_time(p, &r, pieces, bwd, rows) +
+               cpu_kernels(&r, rows_kernels(p, true));
     }
     int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, pieces);
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
@@ -442,12 +451,12 @@ static double norm_op_time(const Partition *p, bool bwd)
 static double layer_time_of(const Partition *p, const Op *o, bool bwd, int pieces)
 {
     if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
-    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o), op_rows(p, o));
+    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o), op_rows(p, o, false));
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
-    /* tp_comm_overlap full: a chunk is its GEMM calls at their own shape and the residual on its rows */
+    /* tp_comm_overlap full: a chunk is its GEMM call at its own shape and the residual on its rows */
     if (o->grads == GR_ROWS)
-        return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, rows_kernels(p));
+        return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, rows_kernels(p, false));
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (o->grads == GR_HEAD ? 2 : 0);
     double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */

@@ -184,17 +184,22 @@ static Opnd opnd(const char *c) { return (Opnd){c, ON_ALL, false}; }
  * srt_matmul_* call is written by mm_fwd, mm_gelu_fwd, mm_bwd or
  * mm_bwd_dgelu, which record its shape, so no path (eval, recompute, sequence
  * parallelism, a custom op's layer) can call a shape the table lacks; emit_c
- * resets them.  kind: shardrt.h's SRT_GEMM_*. */
-typedef struct EmGemm { int kind; Dim N, C, OC; bool bias; } EmGemm;
+ * resets them.  kind: shardrt.h's SRT_GEMM_*; batch and step: an
+ * SRT_GEMM_FWD_BATCHED's batch and its input stride in (N, C) blocks (its
+ * output blocks are contiguous), 0 for the other kinds. */
+typedef struct EmGemm { int kind; Dim N, C, OC; bool bias; long long batch, step; } EmGemm;
 static EmGemm *em_gemms;
 static int em_ngemms, em_capgemms;
 
-/* Adds one GEMM shape to the program's table unless it is there already. */
-static void gemm_note(int kind, Dim N, Dim C, Dim OC, bool bias)
+/* Adds one GEMM shape (a strided batch when batch > 0) to the program's
+ * table unless it is there already. */
+static void gemm_note_batch(int kind, Dim N, Dim C, Dim OC, bool bias, long long batch, long long step)
 {
     for (int i = 0; i < em_ngemms; i++) {
         const EmGemm *g = &em_gemms[i];
-        if (g->kind == kind && g->bias == bias && g->N == N && g->C == C && g->OC == OC) return;
+        if (g->kind == kind && g->bias == bias && g->N == N && g->C == C && g->OC == OC && g->batch == batch &&
+            g->step == step)
+            return;
     }
     if (em_ngemms == em_capgemms) {
         int cap = em_capgemms ? 2 * em_capgemms : 16;
@@ -203,7 +208,13 @@ static void gemm_note(int kind, Dim N, Dim C, Dim OC, bool bias)
         em_gemms = n;
         em_capgemms = cap;
     }
-    em_gemms[em_ngemms++] = (EmGemm){kind, N, C, OC, bias};
+    em_gemms[em_ngemms++] = (EmGemm){kind, N, C, OC, bias, batch, step};
+}
+
+/* Adds one GEMM shape of a single matrix. */
+static void gemm_note(int kind, Dim N, Dim C, Dim OC, bool bias)
+{
+    gemm_note_batch(kind, N, C, OC, bias, 0, 0);
 }
 
 /* A forward GEMM kind with its bias present on some ranks, all, or none:
@@ -217,18 +228,23 @@ static void gemm_bias(int kind, Dim N, Dim C, Dim OC, Presence bias)
 /* The table of the recorded GEMM shapes (before the srt_program). */
 static void gen_gemms(Str *o)
 {
-    static const char *const kind_c[5] = {[SRT_GEMM_FWD] = "SRT_GEMM_FWD", [SRT_GEMM_BWD_DATA] = "SRT_GEMM_BWD_DATA",
+    static const char *const kind_c[6] = {[SRT_GEMM_FWD] = "SRT_GEMM_FWD", [SRT_GEMM_BWD_DATA] = "SRT_GEMM_BWD_DATA",
                                           [SRT_GEMM_BWD_WEIGHT] = "SRT_GEMM_BWD_WEIGHT",
                                           [SRT_GEMM_FWD_GELU] = "SRT_GEMM_FWD_GELU",
-                                          [SRT_GEMM_BWD_DGELU] = "SRT_GEMM_BWD_DGELU"};
+                                          [SRT_GEMM_BWD_DGELU] = "SRT_GEMM_BWD_DGELU",
+                                          [SRT_GEMM_FWD_BATCHED] = "SRT_GEMM_FWD_BATCHED"};
     if (!em_ngemms) return;
     sf(o, "/* every GEMM shape the code above calls: the CUDA backend plans them at start-up */\n"
           "static const srt_gemm_shape gemm_shapes[%d] = {\n", em_ngemms);
     for (int i = 0; i < em_ngemms; i++) {
         const EmGemm *g = &em_gemms[i];
-        sf(o, "    {.kind = %s, .N = %s, .C = %s, .OC = %s, .bias = %s, .dt = WDT, .out_dt = %s},\n", kind_c[g->kind],
+        sf(o, "    {.kind = %s, .N = %s, .C = %s, .OC = %s, .bias = %s, .dt = WDT, .out_dt = %s", kind_c[g->kind],
            dim_c[g->N], dim_c[g->C], dim_c[g->OC], g->bias ? "true" : "false",
            g->kind == SRT_GEMM_BWD_WEIGHT ? "GDT" : "WDT");
+        if (g->batch)
+            sf(o, ", .batch = %lld, .out_stride = (int64_t)%s * %s, .inp_stride = (int64_t)%lld * %s * %s", g->batch,
+               dim_c[g->N], dim_c[g->OC], g->step, dim_c[g->N], dim_c[g->C]);
+        sput(o, "},\n");
     }
     sput(o, "};\n\n");
 }
@@ -267,6 +283,19 @@ static void mm_fwd(Str *s, const char *ind, const char *comment, const char *out
 {
     rt_call(s, ind, RT_matmul_fwd, "SRT_COMPUTE", comment, out, inp, w, bias.c, dim_c[N], dim_c[C], dim_c[OC], NULL);
     gemm_bias(SRT_GEMM_FWD, N, C, OC, bias.on);
+}
+
+/* srt_matmul_fwd_batched: batch blocks out_b (N,OC) = inp_b (N,C) · w^T (+ bias),
+ * the output blocks contiguous, the input blocks step (N,C) blocks apart. */
+static void mm_fwd_batched(Str *s, const char *ind, const char *comment, const char *out, const char *inp,
+                           const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch, long long step)
+{
+    rt_call(s, ind, RT_matmul_fwd_batched, "SRT_COMPUTE", comment, out, inp, w, bias.c, dim_c[N], dim_c[C],
+            dim_c[OC], arena_printf(&g_arena, "%lld", batch),
+            arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[N], dim_c[OC]),
+            arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[N], dim_c[C]), NULL);
+    if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, true, batch, step);
+    if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, false, batch, step);
 }
 
 /* srt_matmul_gelu_fwd: pre = inp · w^T (+ bias), out = gelu(pre). */
@@ -751,14 +780,18 @@ static void gen_fwd_norm_fn(const CE *e, Str *o)
  * chunk by chunk: block (a->rows, r) holds tp rank r's token rows a->rows
  * of its NS (token rows (r·K + a->rows)·NR ..), so that the chunk's
  * reduce-scatter over its tp blocks leaves each rank its own rows; this
- * rank's block then gets its residual (x, its rows a->rows). */
+ * rank's block then gets its residual (x, its rows a->rows).  The tp blocks
+ * are one strided-batched GEMM, as Transformer Engine's userbuffers run a
+ * chunk: its input blocks (ROWS(in, r·K + a->rows, w)) are K blocks apart,
+ * its output blocks contiguous. */
 static void sp_rows_fwd(const CE *e, Str *o, const char *label, const char *in, const char *w, const char *wt, Opnd bias,
                         Dim d)
 {
     long long tp = (long long)e->p->tp, k = (long long)e->p->tpc;
-    sf(o, "%s:\n    for (int r = 0; r < %lld; r++)  /* each rank's rows of the chunk, block r */\n", label, tp);
-    mm_fwd(o, "        ", "the chunk's partial sums", arena_printf(&g_arena, "ROWS(y, a->rows * %lld + r, C)", tp),
-           arena_printf(&g_arena, "ROWS(%s, r * %lld + a->rows, %s)", in, k, w), wt, bias, D_NR, d, D_C);
+    sf(o, "%s:\n", label);
+    mm_fwd_batched(o, "    ", "the chunk's partial sums: block r from rank r's token rows a->rows, one strided GEMM",
+                   arena_printf(&g_arena, "AT(y, (int64_t)a->rows * %lld * NR * C)", tp),
+                   arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", in, w), wt, bias, D_NR, d, D_C, tp, k);
     const char *mine = arena_printf(&g_arena, "ROWS(y, a->rows * %lld + srt_group_rank(c, SRT_TP), C)", tp);
     rt_call(o, "    ", RT_add_fwd, "SRT_COMPUTE", "this rank's block += its tokens' residual", mine, mine,
             "ROWS(x, a->rows, C)", NULL);

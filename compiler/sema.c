@@ -378,7 +378,7 @@ static void assign(Sema *cx, const SchemaKey *k, const Value *v, Loc at)
 const char *const sema_tunable_keys[] = {
     "parallel.tp", "parallel.pp", "parallel.schedule", "parallel.virtual_stages", "parallel.sequence_parallel",
     "zero.stage", "train.micro_batch", "checkpointing.activations", "checkpointing.every", "offload.optimizer",
-    "offload.params", NULL,
+    "offload.params", "parallel.tp_comm_overlap", NULL,
 };
 
 /* True if key k may be left open (`auto` or a set of values). */

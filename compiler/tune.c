@@ -36,7 +36,7 @@
 /* The tunable keys, in sema_tunable_keys' order. */
 typedef enum Axis {
     AX_TP, AX_PP, AX_SCHED, AX_VSTAGES, AX_SP, AX_ZERO, AX_MICRO, AX_CKPT, AX_EVERY, AX_OPT_OFF, AX_PARAM_OFF,
-    NAXES
+    AX_TPO, NAXES
 } Axis;
 
 /* What became of a candidate. */
@@ -169,6 +169,9 @@ static int auto_values(const Tune *t, const int64_t *pick, int a, int64_t *v)
     case AX_PARAM_OFF:
         if (value_of(t, pick, AX_ZERO) != 3) return v[0] = OFF_NONE, 1;
         return v[0] = OFF_NONE, v[1] = OFF_CPU, 2;
+    case AX_TPO:   /* none never hides more than wgrad: not a candidate of auto */
+        if (tp == 1) return v[0] = SEMA_UNBOUND, 1;
+        return v[0] = TPO_WGRAD, v[1] = TPO_FULL, 2;
     }
     die("no axis %d", a);
 }
@@ -235,6 +238,7 @@ static void layout_key(const Spec *s, int64_t *key)
     for (int a = 0; a < NAXES; a++) key[a] = sema_value(s, axis_key(a));
     if (s->checkpointing.activations != CKPT_FULL) key[AX_EVERY] = 1;
     if (s->parallel.schedule != SCHED_INTERLEAVED) key[AX_VSTAGES] = 1;
+    if (s->parallel.tp == 1) key[AX_TPO] = TPO_WGRAD;   /* no tp collective to overlap */
     key[NAXES] = s->parallel.dp;
     key[NAXES + 1] = s->parallel.microbatches;
 }
@@ -360,12 +364,19 @@ static double head_time(const Spec *s, const Model *m)
  * forward: two all-reduces of [T, h] (or, under sequence parallelism, the
  * all-gathers and reduce-scatters that move as much) on the fastest link
  * there is and no latency; the next GEMM waits for each.  (The backward's
- * may overlap its weight-gradient GEMMs: not counted.) */
+ * may overlap its weight-gradient GEMMs: not counted.)  tp_comm_overlap full
+ * runs the collective after each part's row-parallel GEMM (the all-reduce;
+ * under sequence parallelism the reduce-scatter, half of the bytes) in k
+ * chunks, each behind the next chunk's GEMM: only the last chunk's, 1/k of
+ * it at no latency, is sure to be waited for. */
 static double tp_comm(const Spec *s)
 {
     double bytes = (double)work_bytes(s) * (double)s->train.micro_batch * (double)s->model.seq_len *
                    (double)s->model.hidden;
-    return 2 * cost_collective(COLL_ALLREDUCE, bytes, s->parallel.tp, s->cluster.intra_node, 0);
+    double all = 2 * cost_collective(COLL_ALLREDUCE, bytes, s->parallel.tp, s->cluster.intra_node, 0);
+    if (s->parallel.tp == 1 || s->parallel.tp_comm_overlap != TPO_FULL) return all;
+    double k = (double)s->parallel.tp_overlap_chunks, chunked = s->parallel.sequence_parallel ? all / 2 : all;
+    return all - chunked + chunked / k;
 }
 
 /* Whether the time bounds hold for this spec: they price the GEMMs at the
@@ -637,8 +648,9 @@ static const char *layout_text(const int64_t *key)
                             : schema_enum_name(axis_key(AX_SCHED), (int)key[AX_SCHED]);
     const char *off = key[AX_PARAM_OFF] != OFF_NONE ? "opt+params"
                     : key[AX_OPT_OFF] != OFF_NONE   ? "opt" : "-";
-    return arena_printf(&g_arena, "%3lld %3lld %5lld  %-14s %-3s %4lld %4lld %5lld  %-9s %-10s", (long long)key[AX_TP],
-                        (long long)key[AX_PP], (long long)key[NAXES], sched, key[AX_SP] ? "on" : "off",
+    return arena_printf(&g_arena, "%3lld %3lld %5lld  %-14s %-3s %-5s %4lld %4lld %5lld  %-9s %-10s",
+                        (long long)key[AX_TP], (long long)key[AX_PP], (long long)key[NAXES], sched,
+                        key[AX_SP] ? "on" : "off", schema_enum_name(axis_key(AX_TPO), (int)key[AX_TPO]),
                         (long long)key[AX_ZERO], (long long)key[AX_MICRO], (long long)key[NAXES + 1], ck, off);
 }
 
@@ -665,7 +677,7 @@ static void text_rejected(FILE *out, const Tune *t)
 /* The ranked table. */
 static void text_table(FILE *out, const Tune *t)
 {
-    fprintf(out, "rank  tp  pp    dp  schedule       sp  zero   mb   mbs  ckpt      offload     step s  tokens/s    MFU"
+    fprintf(out, "rank  tp  pp    dp  schedule       sp  tpo   zero   mb   mbs  ckpt      offload     step s  tokens/s    MFU"
                  "   peak mem  bubble  exposed\n");
     for (int i = 0; i < t->ntop; i++) {
         const Cand *c = &t->c[t->top[i]];
@@ -684,6 +696,7 @@ static cJSON *json_cand(const Cand *c)
     cJSON_AddStringToObject(l, "schedule", schema_enum_name(axis_key(AX_SCHED), (int)c->key[AX_SCHED]));
     cJSON_AddNumberToObject(l, "virtual_stages", (double)c->key[AX_VSTAGES]);
     cJSON_AddBoolToObject(l, "sequence_parallel", c->key[AX_SP] != 0);
+    cJSON_AddStringToObject(l, "tp_comm_overlap", schema_enum_name(axis_key(AX_TPO), (int)c->key[AX_TPO]));
     cJSON_AddNumberToObject(l, "zero_stage", (double)c->key[AX_ZERO]);
     cJSON_AddNumberToObject(l, "micro_batch", (double)c->key[AX_MICRO]);
     cJSON_AddNumberToObject(l, "microbatches", (double)c->key[NAXES + 1]);

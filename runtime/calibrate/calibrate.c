@@ -276,7 +276,7 @@ static srt_ctx *make_ctx(int64_t tp, int64_t dp, int64_t pp, int order, int64_t 
 static void declare_gemm(int kind, int N, int C, int OC, srt_dtype dt)
 {
     if (g_prog.ngemms == (int)(sizeof g_gemms / sizeof g_gemms[0])) return;
-    g_gemms[g_prog.ngemms++] = (srt_gemm_shape){kind, N, C, OC, false, dt, dt};
+    g_gemms[g_prog.ngemms++] = (srt_gemm_shape){.kind = kind, .N = N, .C = C, .OC = OC, .dt = dt, .out_dt = dt};
 }
 
 /* ---- compute benchmarks ------------------------------------------------------------- */

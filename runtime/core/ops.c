@@ -233,6 +233,32 @@ void srt_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt
     RUN(matmul_fwd, out, inp, w, bias, N, C, OC);
 }
 
+/* The strided-batched forward GEMM: each block's operands are checked and
+ * recorded on their own, so that the race checker sees the rows the batch
+ * reads and writes, not the rows between its strided blocks. */
+void srt_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
+                            int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride)
+{
+    ops_frame f = ops_begin(c, SRT_OP_matmul_fwd_batched, s);
+    ops_dim(f, "N", N, true), ops_dim(f, "C", C, false), ops_dim(f, "OC", OC, false);
+    ops_dim(f, "batch", batch, false);
+    /* blocks that overlap would make the output depend on the order the batch runs in */
+    if (out_stride < (int64_t)N * OC || inp_stride < 0)
+        ctx_die(c, "matmul_fwd_batched: out_stride %lld (the blocks are %lld elements), inp_stride %lld",
+                (long long)out_stride, (long long)N * OC, (long long)inp_stride);
+    IN("w", w, (int64_t)OC * C);
+    IN_OPT("bias", bias, OC);
+    ops_arg(f, "inp", inp, ops_span(batch, (int64_t)N * C, inp_stride), OPS_FLOAT, 0, false);
+    ops_arg(f, "out", out, ops_span(batch, (int64_t)N * OC, out_stride), OPS_FLOAT, 0, false);
+    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt);
+    if (c->chk)   /* the blocks themselves, not the rows between them */
+        for (int64_t b = 0; b < batch; b++) {
+            chk_read(c, (const char *)inp.p + b * inp_stride * ib, (int64_t)N * C * ib);
+            chk_write(c, (char *)out.p + b * out_stride * ob, (int64_t)N * OC * ob);
+        }
+    RUN(matmul_fwd_batched, out, inp, w, bias, N, C, OC, batch, out_stride, inp_stride);
+}
+
 /* The linear layer's gradients (+=). */
 void srt_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                     srt_t inp, srt_t w, int N, int C, int OC)

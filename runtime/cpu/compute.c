@@ -50,6 +50,20 @@ void cpu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt
     cpu_unstage(c);
 }
 
+/* Block by block through cpu_matmul_fwd: Debian's OpenBLAS has no batched
+ * sgemm (no cblas_sgemm_batch), and the same calls keep the losses those of
+ * the unbatched code bit for bit. */
+void cpu_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias, int N, int C,
+                            int OC, int batch, int64_t out_stride, int64_t inp_stride)
+{
+    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt);
+    for (int64_t b = 0; b < batch; b++) {
+        srt_t o = { (char *)out.p + b * out_stride * ob, (int64_t)N * OC, out.dt };
+        srt_t i = { (char *)inp.p + b * inp_stride * ib, (int64_t)N * C, inp.dt };
+        cpu_matmul_fwd(c, s, o, i, w, bias, N, C, OC);
+    }
+}
+
 /* kc_matmul_backward on staged operands. */
 void cpu_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                     srt_t inp, srt_t w, int N, int C, int OC)

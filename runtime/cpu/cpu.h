@@ -111,6 +111,8 @@ void cpu_load_batch(srt_ctx *c, srt_stream s, int mb, srt_t tokens, srt_t target
 void cpu_loss_add(srt_ctx *c, srt_stream s, srt_t losses, int N);
 void cpu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
                     int N, int C, int OC);
+void cpu_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias, int N, int C,
+                            int OC, int batch, int64_t out_stride, int64_t inp_stride);
 void cpu_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                     srt_t inp, srt_t w, int N, int C, int OC);
 void cpu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,

@@ -50,7 +50,7 @@ typedef struct cu_norm { KgSumsq acc; cu_norm_out out; } cu_norm;
 
 /* One cached cuBLASLt matmul: its key and its descriptors and algorithm. */
 typedef struct cu_gemm {
-    int64_t key[14];
+    int64_t key[17];
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -215,6 +215,8 @@ void cu_gemm_init(srt_ctx *c);
 void cu_gemm_fini(srt_ctx *c);
 void cu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
                    int N, int C, int OC);
+void cu_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias, int N, int C,
+                           int OC, int batch, int64_t out_stride, int64_t inp_stride);
 void cu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w, srt_t bias,
                         int N, int C, int OC);
 void cu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout, srt_t w,

@@ -119,6 +119,21 @@ static cublasLtMatrixLayout_t cu_layout(srt_ctx *c, srt_dtype dt, int64_t rows, 
     return l;
 }
 
+/* A strided batch in cuBLASLt's terms: count matrices, B's and D's
+ * strides in elements (A, the weight, is shared: stride 0); count 1 for
+ * one matrix. */
+typedef struct cu_batch { int count; int64_t b, d; } cu_batch;
+static const cu_batch cu_one = { 1, 0, 0 };
+
+/* Makes layout l a batch of count matrices, stride elements apart. */
+static void cu_batch_layout(srt_ctx *c, cublasLtMatrixLayout_t l, int count, int64_t stride)
+{
+    int32_t n = count;
+    cu_lt(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n), "BATCH_COUNT");
+    cu_lt(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+          "STRIDED_BATCH_OFFSET");
+}
+
 /* One GEMM in cuBLASLt's terms (see the file comment): transposes, m n k,
  * leading dimensions, dtypes, the bias epilogue and beta = 1. */
 typedef struct cu_form {
@@ -135,6 +150,7 @@ static cu_form cu_form_of(const srt_gemm_shape *g)
     int N = g->N, C = g->C, OC = g->OC;
     switch (g->kind) {
     case SRT_GEMM_FWD:
+    case SRT_GEMM_FWD_BATCHED:
     case SRT_GEMM_FWD_GELU: return (cu_form){true, false, OC, N, C, C, C, OC, g->dt, g->dt, g->out_dt, g->bias, false};
     case SRT_GEMM_BWD_DATA: return (cu_form){false, false, C, N, OC, C, OC, C, g->dt, g->dt, g->out_dt, false, true};
     case SRT_GEMM_BWD_DGELU: return (cu_form){false, false, C, N, OC, C, OC, C, g->dt, g->dt, g->out_dt, false, false};
@@ -175,12 +191,13 @@ static bool cu_gemm_in_startup;
  * end of the job when cuBLASLt has no algorithm (the fused op falls back). */
 static cu_gemm *cu_gemm_plan_epi(srt_ctx *c, const char *what, bool ta, bool tb, int m, int n, int k, srt_dtype adt,
                                  int lda, srt_dtype bdt, int ldb, srt_dtype ddt, int ldd, bool bias, srt_dtype biasdt,
-                                 bool accumulate, int64_t al_a, int64_t al_b, int64_t al_d, int32_t gelu, bool soft)
+                                 bool accumulate, int64_t al_a, int64_t al_b, int64_t al_d, int32_t gelu, bool soft,
+                                 cu_batch bt)
 {
     cu_state *st = cu_st(c);
-    int64_t key[14] = { ta, tb, m, n, k, adt, lda, bdt, ldb,
+    int64_t key[17] = { ta, tb, m, n, k, adt, lda, bdt, ldb,
                         ((int64_t)gelu << 16) + ddt * 16 + (bias ? 1 + biasdt : 0), ldd, accumulate,
-                        al_a * 1024 + al_b, al_d };
+                        al_a * 1024 + al_b, al_d, bt.count, bt.b, bt.d };
     for (int i = 0; i < st->ngemm; i++)
         if (memcmp(st->gemm[i].key, key, sizeof key) == 0) return st->gemm[i].failed ? NULL : &st->gemm[i];
     if (st->ngemm == CU_GEMM_CACHE) ctx_die(c, "%s: more than %d matmul shapes", what, CU_GEMM_CACHE);
@@ -211,6 +228,15 @@ static cu_gemm *cu_gemm_plan_epi(srt_ctx *c, const char *what, bool ta, bool tb,
     g->a = ta ? cu_layout(c, adt, k, m, lda) : cu_layout(c, adt, m, k, lda);
     g->b = tb ? cu_layout(c, bdt, n, k, ldb) : cu_layout(c, bdt, k, n, ldb);
     g->d = cu_layout(c, ddt, m, n, ldd);
+    if (bt.count > 1) {   /* A shared (stride 0), B and D strided; the bias shared (its batch stride 0) */
+        int64_t zero = 0;
+        cu_batch_layout(c, g->a, bt.count, 0);
+        cu_batch_layout(c, g->b, bt.count, bt.b);
+        cu_batch_layout(c, g->d, bt.count, bt.d);
+        if (bias)
+            cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &zero, sizeof zero),
+                  "BIAS_BATCH_STRIDE");
+    }
     cublasLtMatmulPreference_t pref;
     cu_lt(c, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     uint64_t ws = st->ws_bytes;
@@ -252,7 +278,7 @@ static cu_gemm *cu_gemm_plan(srt_ctx *c, const char *what, bool ta, bool tb, int
                              bool accumulate, int64_t al_a, int64_t al_b, int64_t al_d)
 {
     return cu_gemm_plan_epi(c, what, ta, tb, m, n, k, adt, lda, bdt, ldb, ddt, ldd, bias, biasdt, accumulate, al_a,
-                            al_b, al_d, 0, false);
+                            al_b, al_d, 0, false, cu_one);
 }
 
 /* The GELU epilogue a fused op uses for D of m rows (the aux leading
@@ -279,15 +305,22 @@ static void cu_gemm_startup(srt_ctx *c)
     cu_gemm_in_startup = true;
     for (int i = 0; i < c->prog->ngemms; i++) {
         const srt_gemm_shape *g = &c->prog->gemms[i];
-        if (g->kind < SRT_GEMM_FWD || g->kind > SRT_GEMM_BWD_DGELU)
+        if (g->kind < SRT_GEMM_FWD || g->kind > SRT_GEMM_FWD_BATCHED)
             ctx_die(c, "srt_program.gemms[%d]: kind %d is not an SRT_GEMM_* kind", i, g->kind);
         cu_form f = cu_form_of(g);
+        if (g->kind == SRT_GEMM_FWD_BATCHED) {   /* its bias in the epilogue, as cu_matmul_fwd_batched asks */
+            cu_batch bt = { g->batch, g->inp_stride, g->out_stride };
+            cu_gemm_plan_epi(c, "matmul_fwd_batched", f.ta, f.tb, f.m, f.n, f.k, f.adt, f.lda, f.bdt, f.ldb, f.ddt,
+                             f.ldd, f.bias, g->dt, f.acc, 16, 16, 16, 0, false, g->batch > 1 ? bt : cu_one);
+            continue;
+        }
         if (g->kind > SRT_GEMM_BWD_WEIGHT) {   /* with the epilogue the op will ask for (cu_gelu_epilogue) */
             int32_t gelu = cu_gelu_epilogue(g->kind == SRT_GEMM_FWD_GELU, g->bias, g->out_dt, f.m);
             if (gelu)
                 cu_gemm_plan_epi(c, g->kind == SRT_GEMM_FWD_GELU ? "matmul_gelu_fwd" : "matmul_bwd_dgelu", f.ta,
                                  f.tb, f.m, f.n, f.k, f.adt, f.lda, f.bdt, f.ldb, f.ddt, f.ldd,
-                                 g->kind == SRT_GEMM_FWD_GELU && f.bias, g->dt, f.acc, 16, 16, 16, gelu, true);
+                                 g->kind == SRT_GEMM_FWD_GELU && f.bias, g->dt, f.acc, 16, 16, 16, gelu, true,
+                                 cu_one);
             else
                 fused++;
             continue;
@@ -306,19 +339,28 @@ static void cu_gemm_startup(srt_ctx *c)
 }
 
 /* D = op(A)·op(B) (+ D when accumulate; + bias in the epilogue) on s. */
-static void cu_gemm_run(srt_ctx *c, srt_stream s, const char *what, bool ta, bool tb, int m, int n, int k,
-                        srt_t A, int lda, srt_t B, int ldb, srt_t D, int ldd, srt_t bias, bool accumulate)
+static void cu_gemm_run_batch(srt_ctx *c, srt_stream s, const char *what, bool ta, bool tb, int m, int n, int k,
+                              srt_t A, int lda, srt_t B, int ldb, srt_t D, int ldd, srt_t bias, bool accumulate,
+                              cu_batch bt)
 {
     cu_state *st = cu_st(c);
     bool has_bias = bias.p != NULL;
-    cu_gemm *g = cu_gemm_plan(c, what, ta, tb, m, n, k, A.dt, lda, B.dt, ldb, D.dt, ldd, has_bias,
-                              has_bias ? bias.dt : SRT_F32, accumulate, cu_align(A.p), cu_align(B.p), cu_align(D.p));
+    cu_gemm *g = cu_gemm_plan_epi(c, what, ta, tb, m, n, k, A.dt, lda, B.dt, ldb, D.dt, ldd, has_bias,
+                                  has_bias ? bias.dt : SRT_F32, accumulate, cu_align(A.p), cu_align(B.p),
+                                  cu_align(D.p), 0, false, bt);
     if (has_bias)
         cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias.p, sizeof bias.p),
               "BIAS_POINTER");
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     cu_lt(c, cublasLtMatmul(st->lt, g->op, &alpha, A.p, g->a, B.p, g->b, &beta, D.p, g->d, D.p, g->d, &g->algo,
                             st->ws, st->ws_bytes, cu_stream(c, s)), what);
+}
+
+/* One matrix: D = op(A)·op(B) (+ D when accumulate; + bias in the epilogue) on s. */
+static void cu_gemm_run(srt_ctx *c, srt_stream s, const char *what, bool ta, bool tb, int m, int n, int k,
+                        srt_t A, int lda, srt_t B, int ldb, srt_t D, int ldd, srt_t bias, bool accumulate)
+{
+    cu_gemm_run_batch(c, s, what, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, bias, accumulate, cu_one);
 }
 
 /* D = op(A)·op(B) with a GELU epilogue on s, beta 0: aux the GELU input
@@ -331,7 +373,7 @@ static bool cu_gemm_gelu(srt_ctx *c, srt_stream s, const char *what, bool ta, bo
     bool fwd_bias = gelu == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     cu_gemm *g = cu_gemm_plan_epi(c, what, ta, tb, m, n, k, A.dt, lda, B.dt, ldb, D.dt, ldd, fwd_bias,
                                   fwd_bias ? bias.dt : SRT_F32, false, cu_align(A.p), cu_align(B.p), cu_align(D.p),
-                                  gelu, true);
+                                  gelu, true, cu_one);
     if (!g) return false;
     if (bias.p)
         cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias.p, sizeof bias.p),
@@ -365,6 +407,22 @@ void cu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_
     if (bias.p && !epi)
         CU_CHECK(c, cu_k_bias_add(out.p, cu_rtk_dt(out.dt), bias.p, cu_rtk_dt(bias.dt), N, OC, cu_stream(c, s)),
                  "matmul_fwd (bias)");
+}
+
+/* out_b = inp_b·w^T + bias for each of the batch's blocks, one cuBLASLt
+ * call (B and D strided, the weight shared); a bias the epilogue cannot take
+ * is added block by block after. */
+void cu_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias, int N, int C,
+                           int OC, int batch, int64_t out_stride, int64_t inp_stride)
+{
+    srt_t none = { NULL, 0, SRT_F32 };
+    bool epi = cu_bias_epi_ok(bias, out.dt, inp.dt);
+    cu_batch bt = { batch, inp_stride, out_stride };
+    cu_gemm_run_batch(c, s, "matmul_fwd_batched", true, false, OC, N, C, w, C, inp, C, out, OC, epi ? bias : none,
+                      false, batch > 1 ? bt : cu_one);
+    for (int64_t b = 0; bias.p && !epi && b < batch; b++)
+        CU_CHECK(c, cu_k_bias_add((char *)out.p + b * out_stride * ops_dtype_size(out.dt), cu_rtk_dt(out.dt),
+                                  bias.p, cu_rtk_dt(bias.dt), N, OC, cu_stream(c, s)), "matmul_fwd_batched (bias)");
 }
 
 /* dinp += dout·w; dw += dout^T·inp; dbias += column sums of dout. */

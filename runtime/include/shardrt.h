@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRT_ABI_VERSION 2
+#define SRT_ABI_VERSION 3
 
 /* How long a CPU rank that waits for a collective, a send or a receive keeps
  * testing it with sched_yield between the tests before it naps (seconds;
@@ -144,14 +144,19 @@ typedef struct srt_class {
  * dinp(N,C) += dout·w; SRT_GEMM_BWD_WEIGHT: its dw(OC,C) += dout^T·inp (the
  * bias gradient is no GEMM); SRT_GEMM_FWD_GELU: srt_matmul_gelu_fwd (bias as
  * for FWD); SRT_GEMM_BWD_DGELU: srt_matmul_bwd_dgelu (bias: with dbias_pre).
+ * SRT_GEMM_FWD_BATCHED: srt_matmul_fwd_batched's (bias as for FWD; batch
+ * and the two strides its arguments, 0 for the other kinds).
  * dt: the inputs' dtype (and the bias's, dinp's, out's); out_dt: the
  * output's (dw: the gradients' dtype). */
-enum { SRT_GEMM_FWD, SRT_GEMM_BWD_DATA, SRT_GEMM_BWD_WEIGHT, SRT_GEMM_FWD_GELU, SRT_GEMM_BWD_DGELU };
+enum { SRT_GEMM_FWD, SRT_GEMM_BWD_DATA, SRT_GEMM_BWD_WEIGHT, SRT_GEMM_FWD_GELU, SRT_GEMM_BWD_DGELU,
+       SRT_GEMM_FWD_BATCHED };
 typedef struct srt_gemm_shape {
     int kind;                   /* SRT_GEMM_*                                       */
     int N, C, OC;               /* the srt_matmul_fwd / _bwd arguments              */
     bool bias;                  /* SRT_GEMM_FWD with a bias                         */
     srt_dtype dt, out_dt;
+    int batch;                  /* SRT_GEMM_FWD_BATCHED: its batch and strides      */
+    int64_t out_stride, inp_stride;
 } srt_gemm_shape;
 
 /* How fp16 scales its loss (DeepSpeed's loss_scale settings). */
@@ -246,6 +251,15 @@ void srt_loss_add(srt_ctx *c, srt_stream s, srt_t losses, int N);
 /* out(N,OC) = inp(N,C) · w(OC,C)^T + bias(OC) (bias.p may be NULL); overwrites out. */
 void srt_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
                     int N, int C, int OC);
+/* The strided-batched form, one GEMM for `batch` row blocks sharing w and bias:
+ * out_b(N,OC) = inp_b(N,C) · w(OC,C)^T + bias(OC) for b in [0, batch), where
+ * inp_b starts inp_stride elements after inp_{b-1} and out_b out_stride after
+ * out_{b-1} (each stride at least the block it steps over); inp and out are
+ * the views of the first block through the last.  The CUDA backend runs it as
+ * one cuBLASLt call (the layouts' BATCH_COUNT and STRIDED_BATCH_OFFSET, w's
+ * stride 0); the CPU backend as srt_matmul_fwd block by block, bit for bit. */
+void srt_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
+                            int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride);
 /* dinp(N,C) += dout·w; dw(OC,C) += dout^T·inp; dbias(OC) += Σ dout (any .p may be NULL). */
 void srt_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias, srt_t dout,
                     srt_t inp, srt_t w, int N, int C, int OC);
@@ -364,6 +378,7 @@ void srt_nvme_write(srt_ctx *c, srt_stream s, srt_t src, int64_t offset);
     SRT_OP(load_batch, 3, SRT_KIND_COPY)                 \
     SRT_OP(loss_add, 2, SRT_KIND_COMPUTE)                \
     SRT_OP(matmul_fwd, 7, SRT_KIND_COMPUTE)              \
+    SRT_OP(matmul_fwd_batched, 10, SRT_KIND_COMPUTE)     \
     SRT_OP(matmul_bwd, 9, SRT_KIND_COMPUTE)              \
     SRT_OP(matmul_gelu_fwd, 8, SRT_KIND_COMPUTE)         \
     SRT_OP(matmul_bwd_dgelu, 8, SRT_KIND_COMPUTE)        \

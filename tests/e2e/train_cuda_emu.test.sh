@@ -12,7 +12,8 @@
 # thread) and to NVMe, and under mpirun -np 2 dp 2 ZeRO-3 (its parameters
 # persistent, then every one partitioned: per-module waits), tp 2 (also with
 # tp_comm_overlap = full, bit for bit tp 2's wgrad run, and with it under
-# sequence parallelism) and pp 2 (NCCL over MPI), losses and exported weights
+# sequence parallelism, its chunks' strided-batched GEMMs bit for bit the
+# per-block GEMMs of tp 2's sequence-parallel wgrad run) and pp 2 (NCCL over MPI), losses and exported weights
 # against the CPU backend; full
 # activation checkpointing bit for bit the emulated run without it; fp16
 # from a loss scale of 2^24, the same steps skipped and the same scales as
@@ -83,8 +84,20 @@ emu tp2 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1
 if emu tp2_full 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1 -D parallel.tp_comm_overlap=full; then
     train_same tp2 tp2_full 0 "emulated CUDA, tp_comm_overlap = full against wgrad"
 fi
-emu tp2_sp_full 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1 -D parallel.sequence_parallel=on \
-    -D parallel.tp_comm_overlap=full
+# under sequence parallelism each chunk's tp blocks are one strided-batched
+# cuBLASLt call (srt_matmul_fwd_batched, planned at start-up: no plan made on
+# first use), bit for bit the wgrad run's per-block GEMMs under the emulation
+# (it runs a batch matrix by matrix; a GPU's kernel may sum in another order)
+if emu tp2_sp 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1 -D parallel.sequence_parallel=on &&
+    emu tp2_sp_full 2 -D parallel.tp=2 -D parallel.dp=1 -D zero.stage=1 -D parallel.sequence_parallel=on \
+        -D parallel.tp_comm_overlap=full; then
+    train_same tp2_sp tp2_sp_full 0 "emulated CUDA, sequence parallel, tp_comm_overlap = full against wgrad"
+    if grep -q "planned on first use" "$T/tp2_sp_full.out" "$T/tp2_sp_full.err"; then
+        echo "FAIL: tp2_sp_full planned a GEMM on first use:"
+        grep -h "planned on first use" "$T/tp2_sp_full.out" "$T/tp2_sp_full.err" | head -3
+        fail=1
+    fi
+fi
 emu pp2 2 -D parallel.pp=2 -D parallel.dp=1 -D zero.stage=1
 # full activation checkpointing: the recompute on the CUDA path, bit for bit
 # the emulated run without it (the same kernels in the same order)

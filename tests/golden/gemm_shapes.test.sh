@@ -4,7 +4,9 @@
 # at start-up), and nothing else.
 #
 # For several layouts (tiny-gpt dp 2 bf16, tp 2 with its rank-0-only biases,
-# folded and straight-line; tiny-llama tp 2 with sequence parallelism; pp 2
+# folded and straight-line; tiny-llama tp 2 with sequence parallelism;
+# tiny-gpt's with tp_comm_overlap = full, its chunks' batched GEMMs (whose
+# batch and strides are part of the shape); pp 2
 # interleaved; full checkpointing; the custom op of examples/custom-op) the
 # generated C is compiled warning-free and read: every srt_matmul_* call's
 # N, C, OC arguments and its optional operands give the shapes it needs
@@ -63,6 +65,8 @@ for m in re.finditer(r"\bsrt_(matmul\w*|head_xent)\s*\(", src):
     op, a = m.group(1), call_args(src, m.end() - 1)[2:]   # after (c, stream
     if op == "matmul_fwd":
         need |= {("SRT_GEMM_FWD", a[4], a[5], a[6], b) for b in variants(a[3])}
+    elif op == "matmul_fwd_batched":   # its batch and strides are part of the shape
+        need |= {("SRT_GEMM_FWD_BATCHED", a[4], a[5], a[6], b, a[7], a[8], a[9]) for b in variants(a[3])}
     elif op == "matmul_gelu_fwd":
         need |= {("SRT_GEMM_FWD_GELU", a[5], a[6], a[7], b) for b in variants(a[4])}
     elif op == "matmul_bwd_dgelu":
@@ -77,8 +81,10 @@ for m in re.finditer(r"\bsrt_(matmul\w*|head_xent)\s*\(", src):
     else:
         print(f"  srt_{op}: a GEMM op this checker does not know"); sys.exit(1)
 have = set()
-for m in re.finditer(r"\{\.kind = (\w+), \.N = ([^,]+), \.C = ([^,]+), \.OC = ([^,]+), \.bias = (\w+),", src):
-    have.add((m.group(1), m.group(2), m.group(3), m.group(4), m.group(5) == "true"))
+for m in re.finditer(r"\{\.kind = (\w+), \.N = ([^,]+), \.C = ([^,]+), \.OC = ([^,]+), \.bias = (\w+),[^}\n]*?"
+                     r"(?:, \.batch = (\d+), \.out_stride = ([^,]+), \.inp_stride = ([^}]+))?\}", src):
+    batch = (m.group(6), m.group(7), m.group(8)) if m.group(6) else ()
+    have.add((m.group(1), m.group(2), m.group(3), m.group(4), m.group(5) == "true") + batch)
 decl = re.search(r"\.gemms = gemm_shapes, \.ngemms = (\d+),", src)
 ok = True
 if not need: print("  no srt_matmul calls found"); ok = False
@@ -110,6 +116,9 @@ layout gpt-tp2 specs/tiny-gpt.tspec -D parallel.tp=2 -D parallel.dp=1 -D cluster
 layout gpt-tp2-noloops specs/tiny-gpt.tspec -D parallel.tp=2 -D parallel.dp=1 -D cluster.gpus_per_node=2 --no-loops
 layout llama-tp2-sp specs/tiny-llama.tspec -D parallel.tp=2 -D parallel.sequence_parallel=on -D parallel.dp=1 \
     -D cluster.gpus_per_node=2
+# tp_comm_overlap = full under sequence parallelism: each chunk one strided-batched GEMM
+layout gpt-tp2-sp-full specs/tiny-gpt.tspec -D parallel.tp=2 -D parallel.sequence_parallel=on -D parallel.dp=1 \
+    -D cluster.gpus_per_node=2 -D parallel.tp_comm_overlap=full
 layout gpt-pp2-interleaved specs/tiny-gpt.tspec -D model.layers=4 -D parallel.pp=2 -D parallel.dp=1 \
     -D cluster.gpus_per_node=2 -D zero.stage=0 -D parallel.schedule=interleaved -D parallel.virtual_stages=2
 layout llama-full-ckpt specs/tiny-llama.tspec -D checkpointing.activations=full -D parallel.dp=1 \

@@ -29,7 +29,7 @@ bad() { echo "FAIL: $1"; fail=1; }
 ask() { python3 - "$@"; }
 
 # 1. pruning is sound: the same top step times as the exhaustive search, no bound above its value
-for spec in gpt-8ranks gpt-8ranks-profile llama-tight gpt-a100 gpt-fixed; do
+for spec in gpt-8ranks gpt-8ranks-profile llama-tight gpt-a100 gpt-fixed gpt-h100-tpo; do
     "$SHARDC" tune "$D/$spec.tspec" --quiet --top 6 --json "$T/p.json" > "$T/p.txt" 2> "$T/p.err" || { bad "$spec: tune exit $?"; cat "$T/p.err"; continue; }
     "$SHARDC" tune "$D/$spec.tspec" --quiet --top 6 --exhaustive --json "$T/e.json" > "$T/e.txt" 2> "$T/e.err" || { bad "$spec: exhaustive exit $?"; continue; }
     if ask "$T/p.json" "$T/e.json" <<'PY'
@@ -74,6 +74,25 @@ for b in bad: print("FAIL:", b)
 sys.exit(1 if bad else 0)
 PY
 then ok "fixed keys and sets"; else bad "fixed keys and sets"; fi
+
+# 2b. tp_comm_overlap = auto: wgrad and full are both searched where tp > 1 (both
+#     ranked among every layout that fits), tp = 1 counts once, as wgrad
+"$SHARDC" tune "$D/gpt-h100-tpo.tspec" --quiet --top 100 --json "$T/o.json" > /dev/null &&
+if ask "$T/o.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+bad = []
+seen = {}
+for r in j["ranked"]:
+    l = r["layout"]
+    seen.setdefault(l["tp"] > 1, set()).add(l["tp_comm_overlap"])
+if seen.get(True) != {"wgrad", "full"}: bad.append(f"tp > 1 ranked {seen.get(True)}, not wgrad and full")
+if seen.get(False, {"wgrad"}) != {"wgrad"}: bad.append(f"tp = 1 ranked {seen.get(False)}")
+if len(j["ranked"]) != j["counts"]["fits"]: bad.append("not every fitting layout ranked")
+for b in bad: print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+then ok "tp_comm_overlap = auto: wgrad and full where tp > 1"; else bad "tp_comm_overlap = auto"; fi
 
 # 3. -o: check resolves the written spec to the winner's layout; the top three build
 #    (closed with -D on the keys that were open)

@@ -522,6 +522,90 @@ static void t_refusals(void)
     }
 }
 
+/* The strided batch gemm.c runs for srt_matmul_fwd_batched: out_b(N,OC) =
+ * inp_b·w^T + bias, i.e. D_b (OC x N) = op_T(w) · inp_b, the weight A shared
+ * (stride 0), B and D strided with gaps between the matrices, the bias
+ * shared (BIAS_BATCH_STRIDE 0), in bf16 and fp32: each matrix equals the
+ * reference; the gaps of B hold NaN (a read of them would show) and those of
+ * D stay as they were.  Then what it refuses: batch counts that differ,
+ * a batched GELU epilogue (gemm.c batches none). */
+static void t_batch(void)
+{
+    static const cudaDataType_t ab[2] = {CUDA_R_16BF, CUDA_R_32F};
+    const int N = 8, C = 16, OC = 24, batch = 3;
+    const int64_t sb = 3 * (int64_t)C * N, sd = (int64_t)OC * N + 8;   /* B: 2 gaps of a matrix; D: 8 elements */
+    for (int t = 0; t < 2; t++) {
+        cudaDataType_t ty = ab[t];
+        size_t es = t_esize(ty);
+        void *A = t_alloc((size_t)(C * OC) * es), *B = t_alloc((size_t)(sb * batch) * es);
+        void *D = t_alloc((size_t)(sd * batch) * es), *bias = t_alloc((size_t)OC * es);
+        for (int64_t i = 0; i < (int64_t)C * OC; i++) t_put(A, ty, (size_t)i, t_rand());
+        for (int64_t i = 0; i < sb * batch; i++) t_put(B, ty, (size_t)i, i % sb < (int64_t)C * N ? t_rand() : NAN);
+        for (int64_t i = 0; i < sd * batch; i++) t_put(D, ty, (size_t)i, 7.0);
+        for (int i = 0; i < OC; i++) t_put(bias, ty, (size_t)i, t_rand());
+        cublasLtMatmulDesc_t op;
+        cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        int32_t opt = CUBLAS_OP_T, epi = CUBLASLT_EPILOGUE_BIAS;
+        int64_t zero = 0;
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opt, sizeof opt);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &zero, sizeof zero);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        cublasLtMatrixLayout_t la, lb, ld;
+        cublasLtMatrixLayoutCreate(&la, ty, C, OC, C);
+        cublasLtMatrixLayoutCreate(&lb, ty, C, N, C);
+        cublasLtMatrixLayoutCreate(&ld, ty, OC, N, OC);
+        cublasLtMatrixLayout_t ls[3] = {la, lb, ld};
+        int64_t strides[3] = {0, sb, sd};
+        int32_t nb = batch;
+        for (int i = 0; i < 3; i++) {
+            cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &nb, sizeof nb);
+            cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                             sizeof strides[i]);
+        }
+        cublasLtMatmulPreference_t pref;
+        cublasLtMatmulPreferenceCreate(&pref);
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        t_expect(cublasLtMatmulAlgoGetHeuristic(t_lt, op, la, lb, ld, ld, pref, 1, &res, &found),
+                 CUBLAS_STATUS_SUCCESS, "the batched forward's heuristic");
+        float alpha = 1.0f, beta = 0.0f;
+        t_expect(cublasLtMatmul(t_lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, t_ws, t_ws_bytes, 0),
+                 CUBLAS_STATUS_SUCCESS, "the batched forward");
+        int bad = 0;
+        for (int b = 0; b < batch; b++)
+            for (int64_t e = 0; e < sd; e++) {
+                double got = t_get(D, ty, (size_t)(b * sd + e));
+                if (e >= (int64_t)OC * N) {   /* a gap */
+                    if (!(got == 7.0) && bad++ < 3) fprintf(stderr, "  batch %d: D's gap %lld written\n", b, (long long)e);
+                    continue;
+                }
+                int i = (int)(e % OC), j = (int)(e / OC);
+                double r = t_get(bias, ty, (size_t)i);
+                for (int l = 0; l < C; l++)
+                    r += t_get(A, ty, (size_t)(l + i * C)) * t_get(B, ty, (size_t)(b * sb + l + j * C));
+                if (!t_close(got, r, ty, false) && bad++ < 3)
+                    fprintf(stderr, "  batch %d: D(%d,%d) = %.9g, reference %.9g\n", b, i, j, got, r);
+            }
+        t_check(bad == 0, "the batched forward (type %d): %d elements off", (int)ty, bad);
+        /* B's batch count other than A's and D's */
+        int32_t two = 2;
+        cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &two, sizeof two);
+        t_expect(cublasLtMatmul(t_lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res.algo, t_ws, t_ws_bytes, 0),
+                 CUBLAS_STATUS_INVALID_VALUE, "batch counts 3, 2, 3");
+        cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &nb, sizeof nb);
+        /* a batched GELU epilogue: not emulated */
+        epi = CUBLASLT_EPILOGUE_GELU;
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        t_expect(cublasLtMatmulAlgoGetHeuristic(t_lt, op, la, lb, ld, ld, pref, 1, &res, &found),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "a batched GELU epilogue");
+        cublasLtMatmulPreferenceDestroy(pref);
+        for (int i = 0; i < 3; i++) cublasLtMatrixLayoutDestroy(ls[i]);
+        cublasLtMatmulDescDestroy(op);
+        t_free(A), t_free(B), t_free(D), t_free(bias);
+    }
+}
+
 /* A D layout running past its allocation is a device fault, not a result. */
 static void t_fault(void)
 {
@@ -551,6 +635,7 @@ int main(void)
     t_ws = t_alloc(t_ws_bytes);
     t_math();
     t_refusals();
+    t_batch();
     t_fault();
     t_free(t_ws);
     cublasLtDestroy(t_lt);

@@ -679,6 +679,56 @@ static void test_bf16(srt_ctx *c)
     free(p), free(g), free(mm), free(vv);
 }
 
+/* ---- the strided-batched forward GEMM ------------------------------------------------------------ */
+
+/* srt_matmul_fwd_batched as tp_comm_overlap = full runs a token-row chunk
+ * under sequence parallelism: 3 blocks of 5 rows, the input blocks 2 blocks
+ * apart (the rows between belong to other chunks: NaN, so a read of them
+ * would show), the output blocks 7 elements apart (the gaps must stay), the
+ * weight and the bias shared; each block equals srt_matmul_fwd's on it, bit
+ * for bit (the CPU backend's batch is those calls), with and without a bias. */
+static void test_matmul_batched(srt_ctx *c, srt_dtype dt, const char *what)
+{
+    g_top = 0;
+    enum { R = 5, NB = 3, OCB = 2 * C };
+    const int64_t is = 2 * R * C, os = R * OCB + 7;
+    float *inp = rnd(is * NB, 1), *w = rnd(OCB * C, 0.2f), *bias = rnd(OCB, 0.1f), *gap = malloc(sizeof(float) * os * NB);
+    for (int64_t i = 0; i < is * NB; i++)
+        if (i % is >= R * C) inp[i] = NAN;
+    for (int64_t i = 0; i < os * NB; i++) gap[i] = 3.0f;
+    srt_t vin = put(c, inp, is * NB, dt), vw = put(c, w, OCB * C, dt), vb = put(c, bias, OCB, dt);
+    for (int withb = 0; withb < 2; withb++) {
+        srt_t b = withb ? vb : NONE;
+        srt_t vout = put(c, gap, os * NB, dt), one = view(c, R * OCB, dt);
+        srt_matmul_fwd_batched(c, SRT_COMPUTE, vout, vin, vw, b, R, C, OCB, NB, os, is);
+        int ok = 1;
+        for (int k = 0; k < NB; k++) {
+            srt_t in_k = { (char *)vin.p + k * is * ops_dtype_size(dt), R * C, dt };
+            srt_t out_k = { (char *)vout.p + k * os * ops_dtype_size(dt), R * OCB, dt };
+            srt_matmul_fwd(c, SRT_COMPUTE, one, in_k, vw, b, R, C, OCB);
+            ok &= memcmp(out_k.p, one.p, (size_t)(R * OCB * ops_dtype_size(dt))) == 0;
+            srt_t gap_k = { (char *)out_k.p + R * OCB * ops_dtype_size(dt), 7, dt };
+            ok &= same(gap_k, gap, 7);
+            /* and finite: a NaN from the rows between the input blocks would compare equal above */
+            for (int64_t i = 0; i < R * OCB; i++) {
+                float v = dt == SRT_F32 ? ((float *)out_k.p)[i] : kc_f32_from_bf16(((uint16_t *)out_k.p)[i]);
+                ok &= !!isfinite(v);
+            }
+        }
+        check(ok, msg(withb ? "matmul_fwd_batched %s with a bias = matmul_fwd block by block, gaps kept"
+                            : "matmul_fwd_batched %s = matmul_fwd block by block, gaps kept", what));
+    }
+    free(inp), free(w), free(bias), free(gap);
+}
+
+/* Output blocks that overlap: an internal error, not an order-dependent result. */
+static void batched_overlap(srt_ctx *c)
+{
+    g_top = 0;
+    srt_t out = view(c, 4 * 8, SRT_F32), inp = view(c, 4 * 8, SRT_F32), w = view(c, 8 * 8, SRT_F32);
+    srt_matmul_fwd_batched(c, SRT_COMPUTE, out, inp, w, NONE, 2, 8, 8, 2, 8, 16);
+}
+
 /* ---- errors that must end the process: run in a child ------------------------------------------ */
 
 /* Runs fn(c) in a child; returns its exit status (or -1) with its stderr in err. */
@@ -758,6 +808,9 @@ int main(void)
     int code = in_child(c, late_alloc, err, sizeof err);
     check(code == 3 && strstr(err, "allocation of a late buffer (16 bytes) after start-up"),
           "an allocation after start-up is an internal error");
+    code = in_child(c, batched_overlap, err, sizeof err);
+    check(code == 3 && strstr(err, "matmul_fwd_batched: out_stride 8 (the blocks are 16 elements)"),
+          "overlapping output blocks of a batched matmul are an internal error");
     code = in_child(c, too_big, err, sizeof err);
     check(code == 3 && strstr(err, "matmul_fwd needs") && strstr(err, "fp32 scratch"),
           "an op beyond the program's shapes is an internal error naming it");
@@ -773,6 +826,7 @@ int main(void)
     check(c->opt.check && c->chk, "checking on");
     check(c->world == 1 && !c->mpi, "a 1-rank context without MPI");
     test_linear_and_norms(c), sync_all(c);
+    test_matmul_batched(c, SRT_F32, "f32"), sync_all(c);
     test_gelu_fused(c, SRT_F32, N, "f32"), sync_all(c);
     test_gelu_fused(c, SRT_F32, 77, "f32, 77 rows (past one GELU block)"), sync_all(c);
     test_pointwise(c), sync_all(c);
@@ -795,6 +849,7 @@ int main(void)
     unsetenv("SRT_NVME_URING");
     allocs = c->nallocs;
     test_bf16(c), sync_all(c);
+    test_matmul_batched(c, SRT_BF16, "bf16"), sync_all(c);
     test_gelu_fused(c, SRT_BF16, N, "bf16"), sync_all(c);
     test_head_xent(c, SRT_BF16), sync_all(c);
     test_attention_rope(c, SRT_BF16), sync_all(c);

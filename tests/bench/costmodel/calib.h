@@ -162,7 +162,8 @@ static inline int cal_chunks(const CalRow *r)
  * recompute, dp over every GPU; the Azure rows with their recipe's buckets and
  * limits, the optimizer and the checkpoints on the host.  Megatron-Core: bf16, no recompute, the
  * distributed optimizer (ZeRO-1) with its overlapped reduce-scatter and
- * all-gather, sequence parallelism, untied embeddings. */
+ * all-gather, sequence parallelism, untied embeddings, and tp_comm_overlap =
+ * full (the runs' --tp-comm-overlap: docs/cost-model.md). */
 static inline const char *cal_spec(const CalRow *r)
 {
     int v = cal_chunks(r), dp = r->gpus / (r->tp * r->pp);
@@ -189,7 +190,7 @@ static inline const char *cal_spec(const CalRow *r)
                             "precision { dtype = fp16  master_weights = fp32 }\n"
                             "checkpointing { activations = full  cpu = on }\n%s", model, dp, train);
     case SRC_MCORE:
-        return arena_printf(&g_arena, "%sparallel { tp = %d  pp = %d  dp = %d  sequence_parallel = %s  %s  tp_comm_overlap = wgrad }\n"
+        return arena_printf(&g_arena, "%sparallel { tp = %d  pp = %d  dp = %d  sequence_parallel = %s  %s  tp_comm_overlap = full }\n"
                             "zero { stage = 1  overlap_comm = on  overlap_param_gather = on  reduce_bucket = 4e7 }\n"
                             "precision { dtype = bf16  master_weights = fp32 }\n%s",
                             model, r->tp, r->pp, dp, r->tp > 1 ? "on" : "off", sched, train);

@@ -7,7 +7,10 @@
  *   D = epilogue(alpha * op(A) * op(B) + beta * C (+ bias))
  * column-major (CUBLASLT_ORDER_COL), fp32 accumulation (CUBLAS_COMPUTE_32F,
  * scale type CUDA_R_32F, alpha and beta host floats), results rounded to D's
- * type to nearest even.  Epilogues: DEFAULT, BIAS (a vector of D's rows,
+ * type to nearest even.  A strided batch (every layout's BATCH_COUNT the
+ * same, each matrix STRIDED_BATCH_OFFSET elements after the one before; 0
+ * shares one, as a weight is shared) runs matrix by matrix, the BIAS
+ * epilogue's vector BIAS_BATCH_STRIDE elements apart (0: shared).  Epilogues: DEFAULT, BIAS (a vector of D's rows,
  * broadcast along D's columns), GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS
  * (aux = the GELU input, D's shape, leading dimension EPILOGUE_AUX_LD, D's
  * type), DGELU, DGELU_BGRAD (D = the matmul times gelu'(aux); the bias
@@ -17,7 +20,8 @@
  *
  * What it refuses is what the library refuses, with the library's status:
  * type combinations outside the supported-type table, orders other than
- * COL, batches, device pointer modes (NOT_SUPPORTED: what gemm.c does not
+ * COL, batches of other epilogues than DEFAULT and BIAS, plane offsets,
+ * batch modes other than strided, device pointer modes (NOT_SUPPORTED: what gemm.c does not
  * use is not emulated, and says so rather than computing something else);
  * inconsistent shapes, ld < rows, an aux ld not a multiple of 8, a
  * workspace smaller than the algorithm's, missing or misaligned epilogue
@@ -111,6 +115,7 @@ typedef struct emlt_prob {
     bool bias_in, bias_out, aux_out, aux_in, gelu;
     uint32_t bias_t, aux_t;
     int64_t bias_n;        /* elements of the bias or bias gradient vector */
+    int64_t batch;         /* matrices in the (strided) batch */
 } emlt_prob;
 
 /* ---- element types ------------------------------------------------------------------------- */
@@ -412,11 +417,11 @@ static bool emlt_types_ok(uint32_t ab, uint32_t cd)
     return false;
 }
 
-/* Whether a layout is one this emulation runs: column-major, one matrix,
- * interleaved (NOT_SUPPORTED otherwise: gemm.c uses no other). */
+/* Whether a layout is one this emulation runs: column-major, one matrix or
+ * a strided batch, no planes (NOT_SUPPORTED otherwise: gemm.c uses no other). */
 static bool emlt_layout_plain(const emlt_layout *l)
 {
-    return l->order == CUBLASLT_ORDER_COL && l->batch == 1 && l->plane_offset == 0;
+    return l->order == CUBLASLT_ORDER_COL && l->plane_offset == 0 && l->batch_mode == 0;
 }
 
 /* Whether a layout's leading dimension fits its rows (ld >= rows, ld >= 1). */
@@ -458,6 +463,9 @@ static cublasStatus_t emlt_check(const emlt_desc *d, const emlt_layout *A, const
     if (am != p->m || bn != p->n || ak != bk) return CUBLAS_STATUS_INVALID_VALUE;
     if (C->rows != D->rows || C->cols != D->cols) return CUBLAS_STATUS_INVALID_VALUE;
     p->k = ak;
+    if (A->batch < 1 || B->batch != A->batch || C->batch != A->batch || D->batch != A->batch)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    p->batch = A->batch;
     p->epi = d->epilogue;
     switch (p->epi) {
     case CUBLASLT_EPILOGUE_DEFAULT: break;
@@ -472,6 +480,8 @@ static cublasStatus_t emlt_check(const emlt_desc *d, const emlt_layout *A, const
     case CUBLASLT_EPILOGUE_BGRADB: p->bias_out = true; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;   /* the ReLU family: not emulated */
     }
+    if (p->batch > 1 && p->epi != CUBLASLT_EPILOGUE_DEFAULT && p->epi != CUBLASLT_EPILOGUE_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;   /* gemm.c batches only the plain and the bias epilogues */
     p->bias_n = p->epi == CUBLASLT_EPILOGUE_BGRADB ? p->n : p->m;
     if (p->bias_in) {
         /* the bias has D's type by default; an A-typed (16-bit) bias with an fp32 D is the other accepted case */
@@ -502,7 +512,8 @@ static uint32_t emlt_pow2_div(uint64_t x, uint32_t cap)
 
 /* The alignment (bytes) the emulated algorithm assumes for a matrix: what
  * the preference promises, capped at 16 (the widest vector access) and at
- * what the leading dimension keeps from column to column; 0 when that is
+ * what the leading dimension keeps from column to column (and a batch's
+ * stride from matrix to matrix); 0 when that is
  * less than one element (no algorithm then). */
 static uint32_t emlt_algo_align(uint32_t promised, const emlt_layout *l)
 {
@@ -511,6 +522,10 @@ static uint32_t emlt_algo_align(uint32_t promised, const emlt_layout *l)
     if (l->cols > 1) {
         uint32_t la = emlt_pow2_div((uint64_t)l->ld * es, 16);
         if (la < a) a = la;
+    }
+    if (l->batch > 1) {   /* and from matrix to matrix of a batch */
+        uint32_t lb = emlt_pow2_div((uint64_t)(l->batch_stride < 0 ? -l->batch_stride : l->batch_stride) * es, 16);
+        if (lb < a) a = lb;
     }
     return a >= es ? a : 0;
 }
@@ -609,7 +624,7 @@ static float *emlt_op_f32(const void *x, uint32_t type, int64_t ld, bool t, int6
  * stores rounded to their types.  False when scratch memory ran out. */
 static bool emlt_run(const emlt_prob *p, const emlt_desc *d, float alpha, const void *A, const emlt_layout *LA,
                      const void *B, const emlt_layout *LB, float beta, const void *C, const emlt_layout *LC, void *D,
-                     const emlt_layout *LD)
+                     const emlt_layout *LD, const void *bias)
 {
     int64_t m = p->m, n = p->n, k = p->k;
     float *a = emlt_op_f32(A, p->at, LA->ld, p->ta, m, k);      /* (m, k): a[i + l*m] */
@@ -623,7 +638,7 @@ static bool emlt_run(const emlt_prob *p, const emlt_desc *d, float alpha, const 
             for (int64_t l = 0; l < k; l++) acc += a[i + l * m] * bt[j + l * n];
             float x = alpha * acc;
             if (beta != 0.0f) x += beta * emlt_load(C, p->ct, i + j * LC->ld);
-            if (p->bias_in) x += emlt_load(d->bias, p->bias_t, i);
+            if (p->bias_in) x += emlt_load(bias, p->bias_t, i);
             if (p->aux_out) emlt_store(d->aux, p->aux_t, i + j * d->aux_ld, x);
             if (p->gelu) x = emlt_gelu(x);
             if (p->aux_in) x *= emlt_dgelu(emlt_load(d->aux, p->aux_t, i + j * d->aux_ld));
@@ -683,27 +698,38 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     }
     if ((p.bias_in || p.bias_out) && (!d->bias || !emlt_epi_aligned(d->bias))) return CUBLAS_STATUS_INVALID_VALUE;
     if ((p.aux_in || p.aux_out) && (!d->aux || !emlt_epi_aligned(d->aux))) return CUBLAS_STATUS_INVALID_VALUE;
-    /* every byte the kernel would touch, in device memory */
-    emlt_range(A, emlt_span((int64_t)L[0]->rows, (int64_t)L[0]->cols, L[0]->ld, p.at), "A");
-    emlt_range(B, emlt_span((int64_t)L[1]->rows, (int64_t)L[1]->cols, L[1]->ld, p.bt), "B");
-    if (be != 0.0f) emlt_range(C, emlt_span(p.m, p.n, L[2]->ld, p.ct), "C");
-    emlt_range(D, emlt_span(p.m, p.n, L[3]->ld, p.dt), "D");
-    if (p.bias_in || p.bias_out) emlt_range(d->bias, (size_t)p.bias_n * emlt_esize(p.bias_t), "the bias vector");
-    if (p.aux_in || p.aux_out) emlt_range(d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), "the aux matrix");
-    /* what the kernel reads and writes, for the race detector (cuemu.h) */
-    cuemu_access("cublasLtMatmul", "A", stream, A, emlt_span((int64_t)L[0]->rows, (int64_t)L[0]->cols, L[0]->ld, p.at), false);
-    cuemu_access("cublasLtMatmul", "B", stream, B, emlt_span((int64_t)L[1]->rows, (int64_t)L[1]->cols, L[1]->ld, p.bt), false);
-    if (be != 0.0f) cuemu_access("cublasLtMatmul", "C", stream, C, emlt_span(p.m, p.n, L[2]->ld, p.ct), false);
-    if (p.bias_in) cuemu_access("cublasLtMatmul", "the bias vector", stream, d->bias, (size_t)p.bias_n * emlt_esize(p.bias_t), false);
-    if (p.aux_in) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), false);
-    if (a.ws) cuemu_access("cublasLtMatmul", "the workspace", stream, workspace, (size_t)a.ws, true);
-    cuemu_access("cublasLtMatmul", "D", stream, D, emlt_span(p.m, p.n, L[3]->ld, p.dt), true);
-    if (p.bias_out) cuemu_access("cublasLtMatmul", "the bias gradient", stream, d->bias, (size_t)p.bias_n * emlt_esize(p.bias_t), true);
-    if (p.aux_out) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), true);
-    if (a.ws) {   /* the algorithm's scratch: scribbled, as a real kernel's partial sums would */
-        emlt_range(workspace, (size_t)a.ws, "the workspace");
-        memset(workspace, 0xa5, (size_t)a.ws);
+    /* matrix by matrix of the batch (one, unbatched): every byte the kernel
+     * would touch, in device memory, and what it reads and writes, for the
+     * race detector (cuemu.h) */
+    const void *A0 = A, *B0 = B, *C0 = C, *bias0 = d->bias;
+    void *D0 = D;
+    for (int64_t bi = 0; bi < p.batch; bi++) {
+        A = (const char *)A0 + bi * L[0]->batch_stride * (int64_t)emlt_esize(p.at);
+        B = (const char *)B0 + bi * L[1]->batch_stride * (int64_t)emlt_esize(p.bt);
+        C = (const char *)C0 + bi * L[2]->batch_stride * (int64_t)emlt_esize(p.ct);
+        D = (char *)D0 + bi * L[3]->batch_stride * (int64_t)emlt_esize(p.dt);
+        const void *bias = p.bias_in ? (const char *)bias0 + bi * d->bias_bstride * (int64_t)emlt_esize(p.bias_t)
+                                     : bias0;
+        emlt_range(A, emlt_span((int64_t)L[0]->rows, (int64_t)L[0]->cols, L[0]->ld, p.at), "A");
+        emlt_range(B, emlt_span((int64_t)L[1]->rows, (int64_t)L[1]->cols, L[1]->ld, p.bt), "B");
+        if (be != 0.0f) emlt_range(C, emlt_span(p.m, p.n, L[2]->ld, p.ct), "C");
+        emlt_range(D, emlt_span(p.m, p.n, L[3]->ld, p.dt), "D");
+        if (p.bias_in || p.bias_out) emlt_range(bias, (size_t)p.bias_n * emlt_esize(p.bias_t), "the bias vector");
+        if (p.aux_in || p.aux_out) emlt_range(d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), "the aux matrix");
+        cuemu_access("cublasLtMatmul", "A", stream, A, emlt_span((int64_t)L[0]->rows, (int64_t)L[0]->cols, L[0]->ld, p.at), false);
+        cuemu_access("cublasLtMatmul", "B", stream, B, emlt_span((int64_t)L[1]->rows, (int64_t)L[1]->cols, L[1]->ld, p.bt), false);
+        if (be != 0.0f) cuemu_access("cublasLtMatmul", "C", stream, C, emlt_span(p.m, p.n, L[2]->ld, p.ct), false);
+        if (p.bias_in) cuemu_access("cublasLtMatmul", "the bias vector", stream, bias, (size_t)p.bias_n * emlt_esize(p.bias_t), false);
+        if (p.aux_in) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), false);
+        if (a.ws) cuemu_access("cublasLtMatmul", "the workspace", stream, workspace, (size_t)a.ws, true);
+        cuemu_access("cublasLtMatmul", "D", stream, D, emlt_span(p.m, p.n, L[3]->ld, p.dt), true);
+        if (p.bias_out) cuemu_access("cublasLtMatmul", "the bias gradient", stream, bias, (size_t)p.bias_n * emlt_esize(p.bias_t), true);
+        if (p.aux_out) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), true);
+        if (a.ws) {   /* the algorithm's scratch: scribbled, as a real kernel's partial sums would */
+            emlt_range(workspace, (size_t)a.ws, "the workspace");
+            memset(workspace, 0xa5, (size_t)a.ws);
+        }
+        if (!emlt_run(&p, d, al, A, L[0], B, L[1], be, C, L[2], D, L[3], bias)) return CUBLAS_STATUS_ALLOC_FAILED;
     }
-    if (!emlt_run(&p, d, al, A, L[0], B, L[1], be, C, L[2], D, L[3])) return CUBLAS_STATUS_ALLOC_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }
