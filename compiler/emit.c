@@ -798,6 +798,28 @@ static void sp_rows_fwd(const CE *e, Str *o, const char *label, const char *in, 
     sput(o, "    return;  /* the chunk's reduce-scatter next, while the next chunk computes */\n");
 }
 
+/* tp_comm_overlap = full without sequence parallelism: token-row chunk
+ * a->rows of a row-parallel GEMM (the `part`'s, from its input `in` of width
+ * w, dim d) into tmp, then the part's output `out` on those rows: tp rank 0
+ * adds the residual `res`, the others copy their partial sums, all-reduced
+ * next.  pre: what precedes the GEMM's line (its label, the indent). */
+static void tp_rows_fwd(Str *o, const char *pre, const char *gemm, const char *in, const char *w, const char *wt,
+                        Opnd bias, Dim d, const char *out, const char *res, const char *part)
+{
+    const char *rows = arena_printf(&g_arena, "ROWS(%s, a->rows, C)", out);
+    mm_fwd(o, pre, gemm, "ROWS(tmp, a->rows, C)", arena_printf(&g_arena, "ROWS(%s, a->rows, %s)", in, w), wt, bias,
+           D_NR, d, D_C);
+    sput(o, "    if (tp0) {\n");
+    rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE",
+            arena_printf(&g_arena, "%s = %s + this rank's partial %s, the chunk's rows", out, res, part), rows,
+            arena_printf(&g_arena, "ROWS(%s, a->rows, C)", res), "ROWS(tmp, a->rows, C)", NULL);
+    sput(o, "    } else {\n");
+    rt_call(o, "        ", RT_convert, "SRT_COMPUTE",
+            arena_printf(&g_arena, "%s = this rank's partial %s, the chunk's rows", out, part), rows,
+            "ROWS(tmp, a->rows, C)", NULL);
+    sput(o, "    }\n");
+}
+
 /* The layer's forward (kind "fwd"), or under full checkpointing its replay
  * (kind "recompute"): the same code keeping everything, so the recomputed
  * tensors are the forward's bit for bit; a group's last layer replays
@@ -878,15 +900,9 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
         rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "r1 = this rank's partial attention", "r1", "tmp", NULL);
         sput(o, "    }\n    return;  /* the all-reduce over tp makes r1 = x2 */\n");
         if (rows) {     /* the same GEMM and residual on token rows a->rows · NR .. + NR */
-            mm_fwd(o, "attn_rows:\n    ", "the output projection's token-row chunk a->rows", "ROWS(tmp, a->rows, C)",
-                   "ROWS(att, a->rows, QD)", "PW(PROJ_W, (int64_t)C * QD)", pb, D_NR, D_QD, D_C);
-            sput(o, "    if (tp0) {\n");
-            rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "r1 = x + this rank's partial attention, the chunk's rows",
-                    "ROWS(r1, a->rows, C)", "ROWS(x, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
-            sput(o, "    } else {\n");
-            rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "r1 = this rank's partial attention, the chunk's rows",
-                    "ROWS(r1, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
-            sput(o, "    }\n    return;  /* the chunk's all-reduce next, while the next chunk computes */\n");
+            tp_rows_fwd(o, "attn_rows:\n    ", "the output projection's token-row chunk a->rows", "att", "QD",
+                        "PW(PROJ_W, (int64_t)C * QD)", pb, D_QD, "r1", "x", "attention");
+            sput(o, "    return;  /* the chunk's all-reduce next, while the next chunk computes */\n");
         }
         sput(o, "mlp:\n");
         if (rows) sf(o, "    if (a->grads == %d) goto mlp_rows;  /* a token-row chunk of the down projection */\n", GR_ROWS);
@@ -943,15 +959,8 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
         if (rows) {
             sput(o, "    return;\nmlp_rows:\n");
             if (apart) sf(o, "    tmp = %s;  /* (B,T,C) */\n", piece(&sc, AP_FC2_PARTIAL, 0, "(int64_t)N * C", "WDT"));
-            mm_fwd(o, I, "the down projection's token-row chunk a->rows", "ROWS(tmp, a->rows, C)", "ROWS(act, a->rows, FF)",
-                   "PW(FC2_W, (int64_t)C * FF)", fb, D_NR, D_FF, D_C);
-            sput(o, "    if (tp0) {\n");
-            rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp, the chunk's rows",
-                    "ROWS(y, a->rows, C)", "ROWS(x2, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
-            sput(o, "    } else {\n");
-            rt_call(o, "        ", RT_convert, "SRT_COMPUTE", "y = this rank's partial mlp, the chunk's rows",
-                    "ROWS(y, a->rows, C)", "ROWS(tmp, a->rows, C)", NULL);
-            sput(o, "    }\n");
+            tp_rows_fwd(o, I, "the down projection's token-row chunk a->rows", "act", "FF", "PW(FC2_W, (int64_t)C * FF)", fb,
+                        D_FF, "y", "x2", "mlp");
         }
     } else {
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "y = x2 + mlp", "y", "x2", "tmp", NULL);

@@ -113,6 +113,16 @@ train_check() {
     train_cmp weights "$T/$1.safetensors" "$T/$2.safetensors" "$4" "$5"
 }
 
+# train_arenas NAME: the trainer's measured arena use ("device arena A bytes
+# (plan A), host arena H bytes (plan H)" in $T/NAME.out) equals the plan's
+train_arenas() {
+    if ! grep -Eq 'device arena ([0-9]+) bytes \(plan \1\), host arena ([0-9]+) bytes \(plan \2\)' "$T/$1.out"; then
+        echo "FAIL: $1: measured arena use differs from the plan:"
+        grep arena "$T/$1.out"
+        fail=1
+    fi
+}
+
 # train_same REF RUN TOL_W LABEL: RUN's losses equal REF's bit for bit (a
 # feature that must not change the arithmetic), its weights within TOL_W
 train_same() {

@@ -12,14 +12,6 @@
 set -u
 . "$(dirname "$0")/train_lib.sh"
 fail=0
-# arenas NAME: "device arena A bytes (plan A), host arena H bytes (plan H)"
-arenas() {
-    if ! grep -Eq 'device arena ([0-9]+) bytes \(plan \1\), host arena ([0-9]+) bytes \(plan \2\)' "$T/$1.out"; then
-        echo "FAIL: $1: measured arena use differs from the plan:"
-        grep arena "$T/$1.out"
-        fail=1
-    fi
-}
 # layouts NAME SPEC: one rank, then each "TP SP CKPT" with the key on and off
 layouts() {
     local ref=$1 spec=$2
@@ -30,11 +22,11 @@ layouts() {
         local n="$ref-tp$1-sp$2-$3"
         train_3d "$n" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D parallel.sequence_parallel="$2" \
             -D checkpointing.activations="$3" || continue
-        arenas "$n"
+        train_arenas "$n"
         train_check "$ref" "$n" 1e-5 1e-5 "$n against one rank"
         train_3d "$n-none" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D parallel.sequence_parallel="$2" \
             -D checkpointing.activations="$3" -D parallel.tp_comm_overlap=none || continue
-        arenas "$n-none"
+        train_arenas "$n-none"
         train_same "$n-none" "$n" 0 "$n against tp_comm_overlap = none"
     done
 }
@@ -50,11 +42,11 @@ layouts sqrelu examples/custom-op/sqrelu.tspec "2 on none"
 n=gpt-tp2-sp-dp2-z2
 if train_3d "$n" specs/tiny-gpt.tspec 2 1 2 -D zero.stage=2 -D train.micro_batch=4 -D parallel.sequence_parallel=on \
         -D checkpointing.activations=none; then
-    arenas "$n"
+    train_arenas "$n"
     train_check gpt "$n" 1e-5 1e-5 "$n against one rank"
     if train_3d "$n-none" specs/tiny-gpt.tspec 2 1 2 -D zero.stage=2 -D train.micro_batch=4 \
             -D parallel.sequence_parallel=on -D checkpointing.activations=none -D parallel.tp_comm_overlap=none; then
-        arenas "$n-none"
+        train_arenas "$n-none"
         train_same "$n-none" "$n" 0 "$n against tp_comm_overlap = none"
     fi
 fi

@@ -17,13 +17,6 @@
 set -u
 . "$(dirname "$0")/train_lib.sh"
 fail=0
-arenas() {
-    if ! grep -Eq 'device arena ([0-9]+) bytes \(plan \1\), host arena ([0-9]+) bytes \(plan \2\)' "$T/$1.out"; then
-        echo "FAIL: $1: measured arena use differs from the plan:"
-        grep arena "$T/$1.out"
-        fail=1
-    fi
-}
 # layouts NAME SPEC "TP SP CKPT CHUNKS" ...: one rank, then each layout with full and with wgrad
 layouts() {
     local ref=$1 spec=$2
@@ -34,7 +27,7 @@ layouts() {
         local n="$ref-tp$1-sp$2-$3-k$4"
         train_3d "$n" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D parallel.sequence_parallel="$2" \
             -D checkpointing.activations="$3" -D parallel.tp_comm_overlap=full -D parallel.tp_overlap_chunks="$4" || continue
-        arenas "$n"
+        train_arenas "$n"
         train_check "$ref" "$n" 1e-5 1e-5 "$n against one rank"
         train_3d "$n-wgrad" "$spec" "$1" 1 1 -D zero.stage=0 -D train.micro_batch=4 -D parallel.sequence_parallel="$2" \
             -D checkpointing.activations="$3" || continue

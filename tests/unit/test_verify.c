@@ -71,6 +71,16 @@ static void expect_caught(const Plan *mp, const char *what, const char *mutation
     }
 }
 
+/* Turns op i of class c into a no-op, expects the verifier to report
+ * `what`, and puts the op back. */
+static void expect_noop_caught(Plan *mp, int c, int i, const char *what, const char *mutation)
+{
+    Op keep = mp->sched.classes[c].ops[i];
+    mut_noop(mp, c, i);
+    expect_caught(mp, what, mutation);
+    mp->sched.classes[c].ops[i] = keep;
+}
+
 /* ---- (a) deleting one event ----------------------------------------------------------- */
 
 static void test_drop_wait(void)
@@ -97,29 +107,15 @@ static void test_drop_wait(void)
      * stream for the gather */
     w = find_wait(mp, 1, ST_TP_COMM, OP_RECV_FWD, OP_TP_ALLGATHER, 0);
     CHECK(w >= 0);
-    if (w >= 0) {
-        Op keep = mp->sched.classes[1].ops[w];
-        mut_noop(mp, 1, w);
-        expect_caught(mp, "act.", "(a) tp-comm wait for a receive");
-        mp->sched.classes[1].ops[w] = keep;
-    }
+    if (w >= 0) expect_noop_caught(mp, 1, w, "act.", "(a) tp-comm wait for a receive");
     w = find_wait(mp, 1, ST_COMPUTE, OP_TP_ALLGATHER, -1, 0);
     CHECK(w >= 0);
-    if (w >= 0) {
-        Op keep = mp->sched.classes[1].ops[w];
-        mut_noop(mp, 1, w);
-        expect_caught(mp, "read of act.", "(a) compute wait for the gathered boundary");
-        mp->sched.classes[1].ops[w] = keep;
-    }
+    if (w >= 0) expect_noop_caught(mp, 1, w, "read of act.", "(a) compute wait for the gathered boundary");
     /* the tp stream waits for the attention part whose partial sums it reduces */
     w = find_wait(mp, 0, ST_TP_COMM, OP_LAYER_FWD, OP_TP_ALLREDUCE, 0);
     CHECK(w >= 0);
-    if (w >= 0) {
-        Op keep = mp->sched.classes[0].ops[w];
-        mut_noop(mp, 0, w);
-        expect_caught(mp, "not ordered after its write by an event", "(a) tp-comm wait for a layer part");
-        mp->sched.classes[0].ops[w] = keep;
-    }
+    if (w >= 0)
+        expect_noop_caught(mp, 0, w, "not ordered after its write by an event", "(a) tp-comm wait for a layer part");
     CHECK(pt_verify(mp, &rep));
 }
 
@@ -147,19 +143,15 @@ static void test_module_waits(void)
     }
     CHECK(w >= 0);
     if (w < 0) return;
-    Op keep = s->ops[w];
-    mut_noop(mp, 0, w);
-    expect_caught(mp, "read of params.gathered", "(h) a later module's inner wait dropped");
-    s->ops[w] = keep;
+    expect_noop_caught(mp, 0, w, "read of params.gathered", "(h) a later module's inner wait dropped");
     CHECK(pt_verify(mp, &rep));
     /* moved after its op: the op reads the unit without it */
-    Op *ops = s->ops, lay = ops[op];
+    Op *ops = s->ops, keep = ops[w];
     memmove(&ops[w], &ops[w + 1], sizeof(Op) * (size_t)(op - w));
     ops[op] = keep;
     for (int i = 0; i < s->nops; i++)   /* the waits naming the ops that moved up one */
         if (ops[i].kind == OP_WAIT && ops[i].aux > w && ops[i].aux <= op) ops[i].aux--;
     expect_caught(mp, "read of params.gathered", "(h) an inner wait moved after its module's op");
-    (void)lay;
     /* an inner wait naming a gather of a unit the next op does not use */
     Plan *mp2 = pt_planv("parallel.dp=2", "zero.stage=3", "zero.param_persistence_threshold=0", NULL);
     CHECK(mp2 != NULL);
@@ -211,10 +203,8 @@ static void test_drop_chunk_wait(void)
             if (!chunk && !last) continue;
             if (last && sp && t->layer == mp->model.l - 1 && t->sub == SUB_MLP) continue;
             chunk_waits += chunk, last_waits += last;
-            Op keep = *o;
-            mut_noop(mp, 0, i);
-            expect_caught(mp, "by an event", chunk ? "(i) tp-comm wait for a chunk's GEMM" : "(i) compute wait for the last chunk");
-            s->ops[i] = keep;
+            expect_noop_caught(mp, 0, i, "by an event",
+                               chunk ? "(i) tp-comm wait for a chunk's GEMM" : "(i) compute wait for the last chunk");
         }
         CHECK_EQ(chunk_waits, 4 * 2 * (int)mp->model.l);      /* every chunk of both parts of every layer */
         CHECK_EQ(last_waits, 2 * (int)mp->model.l - sp);
@@ -531,10 +521,7 @@ static void test_sp_regather_wait(void)
     }
     CHECK(w >= 0);
     if (w < 0) return;
-    Op keep = s->ops[w];
-    mut_noop(mp, 0, w);
-    expect_caught(mp, "regathered", "(f) the weight op's wait for the regathered input dropped");
-    s->ops[w] = keep;
+    expect_noop_caught(mp, 0, w, "regathered", "(f) the weight op's wait for the regathered input dropped");
     CHECK(pt_verify(mp, &rep));
     mut_swap(mp, 0, w, w + 1);      /* the weight op above its wait */
     expect_caught(mp, "regathered", "(f) the weight op before its regather's wait");
@@ -562,10 +549,7 @@ static void test_sp_norm_gather_wait(void)
     }
     CHECK(w >= 0);
     if (w < 0) return;
-    Op keep = s->ops[w];
-    mut_noop(mp, 0, w);
-    expect_caught(mp, "saved", "(g) the gather's wait for the forward's norm op dropped");
-    s->ops[w] = keep;
+    expect_noop_caught(mp, 0, w, "saved", "(g) the gather's wait for the forward's norm op dropped");
     CHECK(pt_verify(mp, &rep));
 }
 
