@@ -587,6 +587,11 @@ bool sched_waits_per_module(const Partition *p, const Op *o);
  * stream) in *op and the position in that op's unit[] of the unit it waits
  * for; -1 if w is not an inner wait of a unit that op computes with. */
 int sched_wait_unit(const Sched *s, int w, int *op);
+/* Whether buffer b is the gathered copy of the unit that op gather (an
+ * OP_GATHER) all-gathers: the one read an inner wait for that gather orders.
+ * The definition only; the event pass, the simulation and the verifier
+ * each keep their own account of which inner waits are pending. */
+bool sched_gather_of(const Op *gather, const Buffer *b);
 
 /* ---- mem.c: lifetimes, the arenas, the verdict --------------------------- */
 

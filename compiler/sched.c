@@ -2176,8 +2176,8 @@ static void ev_op(Ev *e, int j)
     for (int k = 0; k < o->nrd; k++) {
         /* a unit an inner wait gathers: read from its module on, after that wait */
         bool covered = false;
-        for (int q = 0; q < e->ninner[st] && e->s->bufs[o->rd[k]].role == BR_GATHERED; q++)
-            covered |= e->old[e->rmap[e->inner[st][q]]].aux == e->s->bufs[o->rd[k]].idx;
+        for (int q = 0; q < e->ninner[st]; q++)
+            covered |= sched_gather_of(&e->old[e->rmap[e->inner[st][q]]], &e->s->bufs[o->rd[k]]);
         if (!covered) ev_conflicts(e, o->rd[k], o, false, need), ev_fence(e, o->rd[k], st, need);
     }
     for (int k = 0; k < o->nwr; k++) ev_conflicts(e, o->wr[k], o, true, need), ev_fence(e, o->wr[k], st, need);
@@ -2383,6 +2383,11 @@ bool sched_waits_per_module(const Partition *p, const Op *o)
 {
     return p->zero == 3 && p->tp == 1 && o->stream == ST_COMPUTE && o->sub == SUB_WHOLE && o->grads == GR_ALL &&
            (o->kind == OP_LAYER_FWD || o->kind == OP_LAYER_BWD || o->kind == OP_RECOMPUTE);
+}
+
+bool sched_gather_of(const Op *gather, const Buffer *b)
+{
+    return gather->kind == OP_GATHER && b->role == BR_GATHERED && b->idx == gather->aux;
 }
 
 int sched_wait_unit(const Sched *s, int w, int *op)

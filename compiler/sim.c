@@ -149,8 +149,8 @@ static void class_deps(Ctx *x, int c)
         for (int k = 0; k < o->nrd; k++) {
             int b = o->rd[k], lo, hi;
             bool staged = false;    /* a unit an inner wait gathers: its stage, not the op's start */
-            for (int j = x->stage_lo[g]; j < x->stage_hi[g] && s->bufs[b].role == BR_GATHERED; j++)
-                staged |= s->ops[x->stage_dep[j] - x->base[c]].aux == s->bufs[b].idx;
+            for (int j = x->stage_lo[g]; j < x->stage_hi[g]; j++)
+                staged |= sched_gather_of(&s->ops[x->stage_dep[j] - x->base[c]], &s->bufs[b]);
             if (staged) continue;
             if (buf_op_parts(&s->bufs[b], o, &lo, &hi)) lo += at[b] + 1, hi += at[b] + 1;
             else lo = hi = at[b];

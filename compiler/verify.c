@@ -254,8 +254,8 @@ static void check_events(V *v, int c)
                 const Buffer *b = &s->bufs[o->rd[k]];
                 Clock mine;     /* a gathered unit's read: its own inner wait's clock too */
                 memcpy(mine, cur[st], sizeof mine);
-                for (int q = 0; q < ninner[st] && b->role == BR_GATHERED; q++)
-                    if (s->ops[inner[st][q]].aux == b->idx)
+                for (int q = 0; q < ninner[st]; q++)
+                    if (sched_gather_of(&s->ops[inner[st][q]], b))
                         for (int t = 0; t < NSTREAMS; t++)
                             if (clk[inner[st][q]][t] > mine[t]) mine[t] = clk[inner[st][q]][t];
                 vcheck_access(v, c, i, o->rd[k], false, &vb, mine);
