@@ -590,8 +590,12 @@ int sched_wait_unit(const Sched *s, int w, int *op);
 /* Whether buffer b is the gathered copy of the unit that op gather (an
  * OP_GATHER) all-gathers: the one read an inner wait for that gather orders.
  * The definition only; the event pass, the simulation and the verifier
- * each keep their own account of which inner waits are pending. */
-bool sched_gather_of(const Op *gather, const Buffer *b);
+ * each keep their own account of which inner waits are pending.  Inline:
+ * the three ask it for every read while an op's inner waits are pending. */
+static inline bool sched_gather_of(const Op *gather, const Buffer *b)
+{
+    return gather->kind == OP_GATHER && b->role == BR_GATHERED && b->idx == gather->aux;
+}
 
 /* ---- mem.c: lifetimes, the arenas, the verdict --------------------------- */
 

@@ -2385,11 +2385,6 @@ bool sched_waits_per_module(const Partition *p, const Op *o)
            (o->kind == OP_LAYER_FWD || o->kind == OP_LAYER_BWD || o->kind == OP_RECOMPUTE);
 }
 
-bool sched_gather_of(const Op *gather, const Buffer *b)
-{
-    return gather->kind == OP_GATHER && b->role == BR_GATHERED && b->idx == gather->aux;
-}
-
 int sched_wait_unit(const Sched *s, int w, int *op)
 {
     const Op *o = &s->ops[w];
