@@ -15,7 +15,8 @@
  *    forward norm op, whose output shard the all-gather reads, dropped; (h)
  *    ZeRO-3's per-module waits: a later module's inner wait dropped, moved
  *    after its op, or naming a unit the op does not use; each must be caught
- *    and named;
+ *    and named; and the shared definition (sched_gather_of) pairs each inner
+ *    wait with exactly one of its op's reads;
  *    (i) under tp_comm_overlap = full a wait for a token-row chunk's GEMM, or for
  *    a part's last chunk all-reduce, dropped; each must be caught and named;
  *  - a schedule stripped of its cross-stream events fails;
@@ -135,6 +136,19 @@ static void test_module_waits(void)
     if (!mp) return;
     CHECK(pt_verify(mp, &rep));
     Sched *s = &mp->sched.classes[0];
+    /* the definition the event pass, the simulation and the verifier share
+     * (sched_gather_of), which the verifier cannot check against itself: an
+     * inner wait's gather makes exactly one buffer its op reads (one too
+     * permissive would let every module's wait cover every unit) */
+    int ninner = 0;
+    for (int i = 0; i < s->nops; i++) {
+        int at, n = 0;
+        if (sched_wait_unit(s, i, &at) < 0) continue;
+        for (int r = 0; r < s->ops[at].nrd; r++) n += sched_gather_of(&s->ops[s->ops[i].aux], &s->bufs[s->ops[at].rd[r]]);
+        CHECK(n == 1);
+        ninner++;
+    }
+    CHECK(ninner > 0);
     /* the last inner wait of the first op with several (a later module's) */
     int w = -1, op = -1;
     for (int i = 0; i < s->nops && w < 0; i++) {
