@@ -15,8 +15,12 @@ ties averaged).  The fastest of those steps is printed too, and the same two
 figures against it: `shardc calibrate` keeps each benchmark's fastest batch (the
 machine's own speed, whatever else runs), so on a shared machine the fastest
 step is the like-for-like measurement and the median also carries the others'
-load; on a quiet machine the two agree within a few percent.  Exits 1 when any
-arena differs from its plan.
+load; on a quiet machine the two agree within a few percent.  With several
+repeats, the noise ceiling: Spearman between every two rounds' per-layout
+medians (the measurement ranking the layouts against itself), their mean and
+least, and the model's Spearman against each round alone; the model's rank
+correlation means something only where the rounds agree with each other above
+the target.  Exits 1 when any arena differs from its plan.
 """
 import json
 import re
@@ -93,7 +97,7 @@ def main():
         bad += not same
         fast = min(times)
         rows.append((name, pred, meas, (pred - meas) / meas, fast, (pred - fast) / fast, minrep, (pred - minrep) / minrep,
-                     spread))
+                     spread, rep_meds))
         print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%% %6.1f%% %8.1f ms %+7.1f%% %8.1f ms %+7.1f%%  %s" % (
             name, np, pred * 1e3, meas * 1e3, 100 * rows[-1][3], 100 * spread, minrep * 1e3, 100 * rows[-1][7],
             fast * 1e3, 100 * rows[-1][5], "; ".join(arenas)))
@@ -109,6 +113,19 @@ def main():
             100 * sum(r[8] for r in rows) / n, 100 * max(r[8] for r in rows), max(rows, key=lambda r: r[8])[0]))
         print("against the fastest repeat's median: mean |error| %.1f%%; Spearman %.3f" % (
             100 * sum(abs(r[7]) for r in rows) / n, spearman([r[1] for r in rows], [r[6] for r in rows])))
+        # The noise ceiling: how well the measurement ranks the layouts against
+        # itself.  Round k's medians of all layouts are one measurement of the
+        # order; two rounds that disagree bound what any prediction can reach.
+        rounds = list(zip(*(r[9] for r in rows)))   # rounds[k][i]: layout i's median in round k
+        pairs = [(a, b, spearman(rounds[a], rounds[b])) for a in range(nrep) for b in range(a + 1, nrep)]
+        selfs = [p[2] for p in pairs]
+        print("noise ceiling: the measurement's own rank agreement, Spearman of one round's medians with another's: %s; "
+              "mean %.3f, least %.3f" % (", ".join("r%d-r%d %.3f" % (a + 1, b + 1, c) for a, b, c in pairs),
+                                         sum(selfs) / len(selfs), min(selfs)))
+        print("the model against each round's medians alone: Spearman %s; the model's rank correlation is judged "
+              "only where the rounds agree with each other above the target (0.9)%s" % (
+                  ", ".join("r%d %.3f" % (k + 1, spearman([r[1] for r in rows], rounds[k])) for k in range(nrep)),
+                  "" if min(selfs) > 0.9 else ": NOT on this run, the rounds' own agreement is below it"))
     print("against the fastest step: mean |predicted - fastest| / fastest = %.1f%%; Spearman %.3f" %
           (100 * sum(abs(r[5]) for r in rows) / n, spearman([r[1] for r in rows], [r[4] for r in rows])))
     return 1 if bad else 0
