@@ -23,6 +23,7 @@ correlation means something only where the rounds agree with each other above
 the target.  Exits 1 when any arena differs from its plan.
 """
 import json
+import os
 import re
 import sys
 
@@ -65,6 +66,30 @@ def median(xs):
     xs = sorted(xs)
     n = len(xs)
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def os_seen(runs, rows):
+    """Per layout and round, what the OS saw during the run (osrun.py's LOG.os.json
+    beside each log, where run.sh wrote one): the round's median step, the run's
+    sleeps (voluntary context switches, all ranks and threads) and its own CPU
+    seconds, the CPU seconds the rest of the machine used, the hypervisor's steal.
+    A round slow with the others' CPU or steal was descheduled; one slow with
+    nothing else running spent its own time differently."""
+    logs = [line.split()[4].split(",") for line in open(runs)]
+    seen = [[log[:-len(".jsonl")] + ".os.json" for log in ls] for ls in logs]
+    if not all(os.path.exists(f) for fs in seen for f in fs):
+        return
+    print("what the OS saw, per round: median step ms / sleeps (voluntary switches) / own CPU s / others' CPU s / steal s")
+    tot = [[0.0] * 4 for _ in seen[0]]
+    for r, fs in zip(rows, seen):
+        cells = []
+        for k, f in enumerate(fs):
+            o = json.load(open(f))
+            v = (o["own_voluntary_switches"], o["own_cpu_s"], o["others_cpu_s"], o["steal_s"])
+            tot[k] = [a + b for a, b in zip(tot[k], v)]
+            cells.append("%6.1f / %6d / %5.2f / %5.2f / %4.2f" % ((r[9][k] * 1e3,) + v))
+        print("  %-18s %s" % (r[0], "   ".join(cells)))
+    print("  %-18s %s" % ("all layouts", "   ".join("         %6d / %5.1f / %5.2f / %4.2f" % tuple(t) for t in tot)))
 
 
 def main():
@@ -128,6 +153,7 @@ def main():
                   "" if min(selfs) > 0.9 else ": NOT on this run, the rounds' own agreement is below it"))
     print("against the fastest step: mean |predicted - fastest| / fastest = %.1f%%; Spearman %.3f" %
           (100 * sum(abs(r[5]) for r in rows) / n, spearman([r[1] for r in rows], [r[4] for r in rows])))
+    os_seen(sys.argv[1], rows)
     return 1 if bad else 0
 
 

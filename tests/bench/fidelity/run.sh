@@ -31,6 +31,15 @@ STEPS=${STEPS:-20}
 REPEATS=${REPEATS:-3}   # rounds over the layouts (fidelity.py: the median over all, and the spread)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+# libgomp's own wait (300000 rounds) rather than the trainers' 1000 (docs/trainer.md,
+# "OpenMP's wait"): a one-rank layout's two threads, stopping their spin after 1000
+# rounds, fall into phases of seconds where they sleep and wake at every parallel
+# region and the step costs what one thread's does (gpt-1 alone on the idle machine:
+# medians 124-252 ms with 1000, 117-123 ms with 300000 in 4 of 6 runs; one thread
+# 216 ms; docs/cost-model.md, 2026-12-03 13:30).  The benchmark runs at nice -10 under
+# the measurement lock, where a spinning thread keeps its core against other jobs.
+# Exported, so an in-run calibration measures with the same wait; a set value stands.
+export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-300000}
 if [ -n "${REPLAN:-}" ]; then
     tmp=$(cd "$REPLAN" && pwd)
     rprof=${PROFILE:-$tmp/machine.json}
@@ -84,7 +93,9 @@ echo "training $(wc -l < "$tmp/layouts.run") layouts $STEPS steps each, $REPEATS
 for rep in $(seq 1 "$REPEATS"); do
     while read -r name np; do
         t=$((cores / np > 0 ? cores / np : 1))
-        if ! OMP_NUM_THREADS=$t timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$tmp/$name" \
+        # osrun.py: what the OS saw during the run (steal, the others' CPU, the run's own CPU and sleeps)
+        if ! OMP_NUM_THREADS=$t /usr/bin/python3 tests/bench/fidelity/osrun.py "$tmp/$name.r$rep.os.json" -- \
+               timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$tmp/$name" \
                --data examples/data/tinyshakespeare.txt --steps "$STEPS" --log "$tmp/$name.r$rep.jsonl" < /dev/null \
                > "$tmp/$name.r$rep.out" 2> "$tmp/$name.r$rep.err"; then
             echo "FAIL: $name did not train:"; tail -5 "$tmp/$name.r$rep.err"; exit 1
