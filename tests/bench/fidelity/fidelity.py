@@ -79,17 +79,22 @@ def os_seen(runs, rows):
     seen = [[log[:-len(".jsonl")] + ".os.json" for log in ls] for ls in logs]
     if not all(os.path.exists(f) for fs in seen for f in fs):
         return
-    print("what the OS saw, per round: median step ms / sleeps (voluntary switches) / own CPU s / others' CPU s / steal s")
+    print("what the OS saw, per round: median step ms / sleeps (voluntary switches) / own CPU s / others' CPU s / steal s"
+          " / canary ms (the slowest CPU's, before and after the run, median)")
     tot = [[0.0] * 4 for _ in seen[0]]
+    can = [[] for _ in seen[0]]
     for r, fs in zip(rows, seen):
         cells = []
         for k, f in enumerate(fs):
             o = json.load(open(f))
             v = (o["own_voluntary_switches"], o["own_cpu_s"], o["others_cpu_s"], o["steal_s"])
             tot[k] = [a + b for a, b in zip(tot[k], v)]
-            cells.append("%6.1f / %6d / %5.2f / %5.2f / %4.2f" % ((r[9][k] * 1e3,) + v))
+            c = 1e3 * median([max(o.get("canary_before_s", [0])), max(o.get("canary_after_s", [0]))])
+            can[k].append(c)
+            cells.append("%6.1f / %6d / %5.2f / %5.2f / %4.2f / %4.0f" % ((r[9][k] * 1e3,) + v + (c,)))
         print("  %-18s %s" % (r[0], "   ".join(cells)))
-    print("  %-18s %s" % ("all layouts", "   ".join("         %6d / %5.1f / %5.2f / %4.2f" % tuple(t) for t in tot)))
+    print("  %-18s %s" % ("all layouts", "   ".join("         %6d / %5.1f / %5.2f / %4.2f / %4.0f" % (tuple(t) + (median(c),))
+                                                  for t, c in zip(tot, can))))
 
 
 def main():
