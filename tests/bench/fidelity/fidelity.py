@@ -18,7 +18,9 @@ step is the like-for-like measurement and the median also carries the others'
 load; on a quiet machine the two agree within a few percent.  With several
 repeats, the noise ceiling: Spearman between every two rounds' per-layout
 medians (the measurement ranking the layouts against itself), their mean and
-least, and the model's Spearman against each round alone; the model's rank
+least, and the model's Spearman against each round alone; with 4 or more, the
+same between the pooled medians of the odd and of the even rounds (what a run
+of half as many rounds repeats to); the model's rank
 correlation means something only where the rounds agree with each other above
 the target.  Exits 1 when any arena differs from its plan.
 """
@@ -127,7 +129,7 @@ def main():
         bad += not same
         fast = min(times)
         rows.append((name, pred, meas, (pred - meas) / meas, fast, (pred - fast) / fast, minrep, (pred - minrep) / minrep,
-                     spread, rep_meds))
+                     spread, rep_meds, [r[0] for r in reps]))
         print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%% %6.1f%% %8.1f ms %+7.1f%% %8.1f ms %+7.1f%%  %s" % (
             name, np, pred * 1e3, meas * 1e3, 100 * rows[-1][3], 100 * spread, minrep * 1e3, 100 * rows[-1][7],
             fast * 1e3, 100 * rows[-1][5], "; ".join(arenas)))
@@ -152,6 +154,12 @@ def main():
         print("noise ceiling: the measurement's own rank agreement, Spearman of one round's medians with another's: %s; "
               "mean %.3f, least %.3f" % (", ".join("r%d-r%d %.3f" % (a + 1, b + 1, c) for a, b, c in pairs),
                                          sum(selfs) / len(selfs), min(selfs)))
+        if nrep >= 4:   # two halves of the rounds, each pooled as the headline pools all: the ceiling of a half-length run
+            half = [[median([t for k in range(h, nrep, 2) for t in r[10][k]]) for r in rows] for h in (0, 1)]
+            print("split halves: Spearman of the pooled medians of the odd rounds with the even rounds' %.3f (%d rounds each); "
+                  "the model against each half %.3f, %.3f" % (spearman(half[0], half[1]), nrep // 2,
+                                                             spearman([r[1] for r in rows], half[0]),
+                                                             spearman([r[1] for r in rows], half[1])))
         print("the model against each round's medians alone: Spearman %s; the model's rank correlation is judged "
               "only where the rounds agree with each other above the target (0.9)%s" % (
                   ", ".join("r%d %.3f" % (k + 1, spearman([r[1] for r in rows], rounds[k])) for k in range(nrep)),
