@@ -8,7 +8,7 @@
 # Each layout is built with the profile, planned (`shardc plan`: the predicted
 # step; `--json`: the planned arenas), then trained STEPS steps (20) under mpirun
 # as the README launches trainers (--bind-to none, cores / ranks threads each,
-# MPI yielding while it waits), REPEATS times (3) round robin; fidelity.py takes
+# MPI yielding while it waits), REPEATS times (6) round robin; fidelity.py takes
 # the median step time of the steps after the first two of every repeat from the
 # trainers' JSONL logs, each repeat's spread, and the arenas every rank
 # allocated from its last record, and prints per layout the prediction, the
@@ -28,7 +28,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
 STEPS=${STEPS:-20}
-REPEATS=${REPEATS:-3}   # rounds over the layouts (fidelity.py: the median over all, and the spread)
+REPEATS=${REPEATS:-6}   # rounds over the layouts (fidelity.py: the median over all, the spread, and from 4
+                        # rounds the split half: whether the ranking repeats at all; docs/cost-model.md)
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 # libgomp's own wait (300000 rounds) rather than the trainers' 1000 (docs/trainer.md,
