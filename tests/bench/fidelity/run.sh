@@ -16,7 +16,10 @@
 # mean |error| and the Spearman rank correlation (targets: <= 10 %, >= 0.9, and
 # the arenas equal everywhere); the fastest step and the same two figures against
 # it follow (the calibration keeps each benchmark's fastest batch: on a shared
-# machine the like-for-like figure).  ONLY=NAME,... runs some layouts.
+# machine the like-for-like figure); then the noise ceiling (how well the rounds
+# rank the layouts against each other, per statistic, and a rank verdict only on
+# one whose split half exceeds the target) and, per layout and round, what the OS
+# saw (osrun.py wraps every run).  ONLY=NAME,... runs some layouts.
 # The machine's other load is in the measurement: the script prints `uptime`
 # before and after; compare runs made on a quiet machine.  KEEP=DIR keeps the
 # profile, plans, logs and trainers in DIR (to re-plan the same measurements
