@@ -22,7 +22,9 @@ figures (the measurement ranking the layouts against itself), their mean and
 least, with 4 or more rounds the split half (the statistic pooled over the odd
 rounds against the even rounds': what a run of half the rounds repeats to),
 then the model's Spearman and mean |error| against it; a rank target is judged
-only on a statistic whose self-agreement exceeds it.  Exits 1 when any arena differs from its plan.
+only on a statistic whose split half exceeds it.  Then, where run.sh recorded
+it, what the OS saw during every run (os_seen).  Exits 1 when any arena
+differs from its plan.
 """
 import json
 import os
