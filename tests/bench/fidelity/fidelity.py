@@ -15,10 +15,19 @@ ties averaged).  The fastest of those steps is printed too, and the same two
 figures against it: `shardc calibrate` keeps each benchmark's fastest batch (the
 machine's own speed, whatever else runs), so on a shared machine the fastest
 step is the like-for-like measurement and the median also carries the others'
-load; on a quiet machine the two agree within a few percent.  Exits 1 when any
-arena differs from its plan.
+load; on a quiet machine the two agree within a few percent.  With several
+repeats, the noise ceiling, per statistic (each round's median step, each
+round's fastest step): the Spearman between every two rounds' per-layout
+figures (the measurement ranking the layouts against itself), their mean and
+least, with 4 or more rounds the split half (the statistic pooled over the odd
+rounds against the even rounds': what a run of half the rounds repeats to),
+then the model's Spearman and mean |error| against it; a rank target is judged
+only on a statistic whose split half exceeds it.  Then, where run.sh recorded
+it, what the OS saw during every run (os_seen).  Exits 1 when any arena
+differs from its plan.
 """
 import json
+import os
 import re
 import sys
 
@@ -63,6 +72,35 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
+def os_seen(runs, rows):
+    """Per layout and round, what the OS saw during the run (osrun.py's LOG.os.json
+    beside each log, where run.sh wrote one): the round's median step, the run's
+    sleeps (voluntary context switches, all ranks and threads) and its own CPU
+    seconds, the CPU seconds the rest of the machine used, the hypervisor's steal.
+    A round slow with the others' CPU or steal was descheduled; one slow with
+    nothing else running spent its own time differently."""
+    logs = [line.split()[4].split(",") for line in open(runs)]
+    seen = [[log[:-len(".jsonl")] + ".os.json" for log in ls] for ls in logs]
+    if not all(os.path.exists(f) for fs in seen for f in fs):
+        return
+    print("what the OS saw, per round: median step ms / sleeps (voluntary switches) / own CPU s / others' CPU s / steal s"
+          " / canary ms (the slowest CPU's, before and after the run, median)")
+    tot = [[0.0] * 4 for _ in seen[0]]
+    can = [[] for _ in seen[0]]
+    for r, fs in zip(rows, seen):
+        cells = []
+        for k, f in enumerate(fs):
+            o = json.load(open(f))
+            v = (o["own_voluntary_switches"], o["own_cpu_s"], o["others_cpu_s"], o["steal_s"])
+            tot[k] = [a + b for a, b in zip(tot[k], v)]
+            c = 1e3 * median([max(o.get("canary_before_s", [0])), max(o.get("canary_after_s", [0]))])
+            can[k].append(c)
+            cells.append("%6.1f / %6d / %5.2f / %5.2f / %4.2f / %4.0f" % ((r[9][k] * 1e3,) + v + (c,)))
+        print("  %-18s %s" % (r[0], "   ".join(cells)))
+    print("  %-18s %s" % ("all layouts", "   ".join("         %6d / %5.1f / %5.2f / %4.2f / %4.0f" % (tuple(t) + (median(c),))
+                                                  for t, c in zip(tot, can))))
+
+
 def main():
     rows, bad = [], 0
     print("%-18s %5s %11s %11s %8s %7s %11s %8s %11s %8s  %s" % (
@@ -93,7 +131,7 @@ def main():
         bad += not same
         fast = min(times)
         rows.append((name, pred, meas, (pred - meas) / meas, fast, (pred - fast) / fast, minrep, (pred - minrep) / minrep,
-                     spread))
+                     spread, rep_meds, [r[0] for r in reps]))
         print("%-18s %5s %9.1f ms %8.1f ms %+7.1f%% %6.1f%% %8.1f ms %+7.1f%% %8.1f ms %+7.1f%%  %s" % (
             name, np, pred * 1e3, meas * 1e3, 100 * rows[-1][3], 100 * spread, minrep * 1e3, 100 * rows[-1][7],
             fast * 1e3, 100 * rows[-1][5], "; ".join(arenas)))
@@ -109,8 +147,47 @@ def main():
             100 * sum(r[8] for r in rows) / n, 100 * max(r[8] for r in rows), max(rows, key=lambda r: r[8])[0]))
         print("against the fastest repeat's median: mean |error| %.1f%%; Spearman %.3f" % (
             100 * sum(abs(r[7]) for r in rows) / n, spearman([r[1] for r in rows], [r[6] for r in rows])))
+        # The noise ceiling: how well the measurement ranks the layouts against
+        # itself.  Round k's figures of all layouts are one measurement of the
+        # order; two rounds that disagree bound what any prediction can reach.
+        # Per statistic (each round's median step, each round's fastest step):
+        # the Spearman of every two rounds, and with 4 or more rounds the split
+        # half (the statistic pooled over the odd rounds against the even ones:
+        # what a run of half the rounds repeats to).  Which statistic can judge
+        # a rank target is decided by these columns alone, not by the model's.
+        pred = [r[1] for r in rows]
+        print("noise ceiling (the measurement against itself; a rank target is judged only on a statistic whose "
+              "self-agreement exceeds it):")
+        print("  %-22s %-44s %6s %6s %11s %8s" % ("statistic", "rounds' Spearman pairwise", "least", "split",
+                                                  "model: rho", "|error|"))
+        judged = []
+        for label, per_round, pooled in (
+                ("median step", lambda st: median(st), median),
+                ("fastest step", lambda st: min(st), min)):
+            rounds = [[per_round(r[10][k]) for r in rows] for k in range(nrep)]
+            pairs = [spearman(rounds[a], rounds[b]) for a in range(nrep) for b in range(a + 1, nrep)]
+            split = ("%6.3f" % spearman([pooled([t for k in range(0, nrep, 2) for t in r[10][k]]) for r in rows],
+                                        [pooled([t for k in range(1, nrep, 2) for t in r[10][k]]) for r in rows])
+                     if nrep >= 4 else "     -")
+            allr = [pooled([t for k in range(nrep) for t in r[10][k]]) for r in rows]
+            print("  %-22s %-44s %6.3f %s %11.3f %7.1f%%" % (
+                label, "mean %.3f (%s)" % (sum(pairs) / len(pairs), " ".join("%.2f" % x for x in pairs[:6]) +
+                                           (" ..." if len(pairs) > 6 else "")),
+                min(pairs), split, spearman(pred, allr), 100 * sum(abs(p - a) / a for p, a in zip(pred, allr)) / n))
+            if nrep >= 4 and float(split) > 0.9:
+                judged.append((label, float(split), spearman(pred, allr)))
+        if nrep < 4:
+            print("  rank verdict: none (the split half needs 4 or more rounds)")
+        elif not judged:
+            print("  rank verdict: none: no statistic's split half exceeds the target (0.9); the run cannot judge it")
+        for label, split, rho in judged:
+            print("  rank verdict on the %s (split half %.3f > 0.9): the model's Spearman %.3f, target %s" % (
+                label, split, rho, "met" if rho >= 0.9 else "NOT met"))
+        print("  the model against each round's median alone: Spearman %s" % ", ".join(
+            "r%d %.3f" % (k + 1, spearman(pred, [median(r[10][k]) for r in rows])) for k in range(nrep)))
     print("against the fastest step: mean |predicted - fastest| / fastest = %.1f%%; Spearman %.3f" %
           (100 * sum(abs(r[5]) for r in rows) / n, spearman([r[1] for r in rows], [r[4] for r in rows])))
+    os_seen(sys.argv[1], rows)
     return 1 if bad else 0
 
 
