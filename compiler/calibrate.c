@@ -79,9 +79,10 @@ static const char *sh_quote(const char *s)
     return q;
 }
 
-/* Appends the rows of a phase's output file to rows; false when it is not
- * readable JSON with a "rows" array. */
-static bool take_rows(const char *path, cJSON *rows)
+/* Appends the rows of a phase's output file to rows, and sets *blas from
+ * its "blas" unless set; false when it is not readable JSON with a "rows"
+ * array. */
+static bool take_rows(const char *path, cJSON *rows, const char **blas)
 {
     size_t len;
     char *text = util_read_file(path, &len, 256u << 20);
@@ -91,6 +92,8 @@ static bool take_rows(const char *path, cJSON *rows)
         cJSON_Delete(doc);
         return false;
     }
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(doc, "blas");
+    if (cJSON_IsString(b) && !*blas) *blas = arena_strdup(&g_arena, b->valuestring);
     while (cJSON_GetArraySize(r) > 0) cJSON_AddItemToArray(rows, cJSON_DetachItemFromArray(r, 0));
     cJSON_Delete(doc);
     return true;
@@ -172,6 +175,7 @@ int calibrate_run(const CalibOpts *opts)
     Progress pg = {0, nthr + o.nranks + (o.nodes > 1 ? 1 : 0), isatty(2) && !getenv("NO_COLOR")};
     double load0 = load_avg();
     cJSON *rows = cJSON_CreateArray();
+    const char *blas = NULL;    /* the BLAS kernels the compute phase ran (its first phase's) */
     bool ok = true;
     /* compute, once per thread count */
     for (int i = 0; i < nthr && ok; i++) {
@@ -179,7 +183,7 @@ int calibrate_run(const CalibOpts *opts)
         pg.phase++;
         int rc = run_phase(&pg, arena_printf(&g_arena, "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=1%s", threads[i], root),
                            arena_printf(&g_arena, "%s compute --out %s%s%s", sh_quote(bin), sh_quote(out), q, nvme));
-        ok = rc == 0 && take_rows(out, rows);
+        ok = rc == 0 && take_rows(out, rows, &blas);
         if (!ok) fprintf(stderr, "%sshardc calibrate: error: the compute benchmarks at %d thread%s failed (exit %d)\n",
                          pg.tty ? "\n" : "", threads[i], threads[i] > 1 ? "s" : "", rc);
     }
@@ -194,7 +198,7 @@ int calibrate_run(const CalibOpts *opts)
                                         (long long)t, root),
                            arena_printf(&g_arena, "%s -np %lld %s comm --out %s --ranks-per-node %lld%s", o.mpirun,
                                         (long long)np, sh_quote(bin), sh_quote(out), (long long)w, q));
-        ok = rc == 0 && take_rows(out, rows);
+        ok = rc == 0 && take_rows(out, rows, &blas);
         if (!ok) fprintf(stderr, "%sshardc calibrate: error: the communication benchmarks on %lld ranks failed (exit %d)\n"
                                  "hint: they run `%s -np %lld ...`; --mpirun sets the launcher\n",
                          pg.tty ? "\n" : "", (long long)np, rc, o.mpirun, (long long)np);
@@ -217,6 +221,7 @@ int calibrate_run(const CalibOpts *opts)
     cJSON_AddStringToObject(doc, "backend", o.backend);
     cJSON_AddStringToObject(doc, "device", cuda ? "the CUDA backend's device 0" : cpu_model());
     cJSON_AddStringToObject(doc, "host", host);
+    if (blas) cJSON_AddStringToObject(doc, "blas", blas);
     cJSON_AddStringToObject(doc, "date", date);
     cJSON_AddStringToObject(doc, "shardc", SHARDC_VERSION);
     cJSON_AddNumberToObject(doc, "cores", cores);

@@ -30,6 +30,13 @@
  * threads themselves, in chunks fixed by the shape).  Called by the matmuls on first
  * use; call it at start-up to keep that out of a timed region. */
 void kc_init(void);
+/* OpenBLAS's name for the kernels it runs ("Prescott", "SkylakeX", ...). */
+const char *kc_blas_core(void);
+/* The kernels OpenBLAS should be told to run (its OPENBLAS_CORETYPE, read
+ * when the library is loaded) because the ones it chose leave this CPU's
+ * AVX2 or AVX-512 unused — a CPU model it does not recognise, on which it
+ * falls back to SSE3 — or NULL when its choice stands. */
+const char *kc_blas_core_upgrade(void);
 /* out(N,OC) = inp(N,C) . weight(OC,C)^T + bias(OC); bias may be NULL. */
 void kc_matmul_forward(float *out, const float *inp, const float *weight,
                        const float *bias, int N, int C, int OC);

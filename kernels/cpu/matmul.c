@@ -20,6 +20,8 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <strings.h>
 
 static pthread_once_t kc_init_once = PTHREAD_ONCE_INIT;
 
@@ -33,6 +35,35 @@ static void kc_init_blas(void)
 void kc_init(void)
 {
     pthread_once(&kc_init_once, kc_init_blas);
+}
+
+const char *kc_blas_core(void) { return openblas_get_corename(); }
+
+/* A DYNAMIC_ARCH OpenBLAS picks its kernels by the CPU model it recognises;
+ * on one it does not (Debian's 0.3.21 on a vCPU reporting family 6, model
+ * 207, with AVX-512) it falls back to Prescott's SSE3 kernels: a 1024^3 sgemm
+ * on one thread ran 32.4 GFLOP/s so, 154.8 with OPENBLAS_CORETYPE=SkylakeX
+ * (docs/kernels.md, "Which kernels OpenBLAS runs").  So the upgrade is asked for only
+ * from a core below AVX2 that this table names (a core it does not name,
+ * an AMD one say, or Haswell on an AVX-512 CPU, which an OpenBLAS built
+ * without AVX-512 kernels chooses on purpose, stands), and only to a core
+ * whose instructions the CPU has (__builtin_cpu_supports: CPUID and what
+ * the OS enables). */
+const char *kc_blas_core_upgrade(void)
+{
+    static const char *const below_avx2[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Sandybridge"};
+    const char *core = openblas_get_corename();
+    bool weak = false;
+    for (size_t i = 0; core && i < sizeof below_avx2 / sizeof *below_avx2; i++) weak |= strcasecmp(core, below_avx2[i]) == 0;
+    if (!weak) return NULL;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
 }
 
 /* Chunks of an M x N x K GEMM: one per ~2 GFLOP (every chunk packs the

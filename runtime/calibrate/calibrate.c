@@ -820,10 +820,12 @@ static void run_comm(void)
 
 /* ---- main --------------------------------------------------------------------------- */
 
-/* Writes the rows as {"rows": [...]} to --out (rank 0); false on failure. */
+/* Writes the rows as {"rows": [...]} to --out (rank 0), and the BLAS kernels
+ * they ran ("blas", the CPU backend's); false on failure. */
 static bool write_rows(void)
 {
     cJSON *doc = cJSON_CreateObject();
+    if (g_backend.blas) cJSON_AddStringToObject(doc, "blas", g_backend.blas());
     cJSON_AddItemToObject(doc, "rows", R.rows);
     char *text = cJSON_Print(doc);
     FILE *f = text ? fopen(R.out, "w") : NULL;
@@ -837,7 +839,7 @@ static bool write_rows(void)
 
 int main(int argc, char **argv)
 {
-    if (g_backend.start) g_backend.start(argv);    /* the trainers' OpenMP wait policy */
+    if (g_backend.start) g_backend.start(argv);    /* the trainers' start: OpenMP's wait, OpenBLAS's kernels */
     if (argc < 2) usage(NULL);
     bool comm = strcmp(argv[1], "comm") == 0;
     if (!comm && strcmp(argv[1], "compute") != 0) usage("the phases are 'compute' and 'comm'");

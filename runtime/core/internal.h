@@ -66,9 +66,12 @@ typedef struct srt_backend {
     /* Called first by srt_main (and shardrt_calibrate), before MPI: a backend
      * whose libraries read their settings from the environment when they are
      * loaded sets its defaults there and executes the process again (the
-     * CPU backend's OpenMP wait policy, threads.c); returns when nothing is
-     * to be done.  NULL: nothing. */
+     * CPU backend's OpenMP wait policy and OpenBLAS kernels, threads.c);
+     * returns when nothing is to be done.  NULL: nothing. */
     void (*start)(char **argv);
+    /* The BLAS kernels the backend's compute runs (OpenBLAS's core name), which
+     * a calibration measures and its profile records.  NULL: not a CPU BLAS. */
+    const char *(*blas)(void);
     void (*init)(srt_ctx *c);
     void (*fini)(srt_ctx *c);
     /* Called by ops.c before every op (after checking): a backend that

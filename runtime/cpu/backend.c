@@ -256,7 +256,8 @@ static void cpu_stream_sync(srt_ctx *c, srt_stream s)
 
 const srt_backend g_backend = {
     .name = "cpu",
-    .start = cpu_wait_policy,
+    .start = cpu_start,
+    .blas = kc_blas_core,
     .init = cpu_init,
     .fini = cpu_fini,
     .before_op = cpu_before_op,

@@ -186,10 +186,12 @@ void cpu_allreduce_u64(srt_ctx *c, srt_group g, uint64_t *x, int64_t n);
  * node's CPUs) and prints one line when the node's ranks leave CPUs idle or
  * share them.  Collective over the world (the node's ranks compare). */
 void cpu_threads_init(srt_ctx *c);
-/* Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: sets GOMP_SPINCOUNT=1000
- * and executes this program again with argv, since libgomp reads it only when
- * it is loaded (the backend's start; see threads.c).  Returns if it cannot. */
-void cpu_wait_policy(char **argv);
+/* The backend's start: unless the user set them, GOMP_SPINCOUNT=1000 (the
+ * OpenMP wait) and, where OpenBLAS chose kernels below the CPU's,
+ * OPENBLAS_CORETYPE; then executes this program again with argv, since both
+ * libraries read them only when they are loaded (threads.c).  Returns if
+ * there is nothing to set or it cannot. */
+void cpu_start(char **argv);
 
 /* ---- io.c: host copies and NVMe ------------------------------------------------------- */
 void cpu_io_init(srt_ctx *c);

@@ -216,7 +216,11 @@ void cpu_threads_init(srt_ctx *c)
     if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
 }
 
-/* OpenMP's wait policy.  libgomp's default has a thread that reaches the end
+/* What two libraries read once, when they are loaded, so that the process
+ * sets it and executes itself again (once: the second time both are set);
+ * a user's setting stands.
+ *
+ * OpenMP's wait policy.  libgomp's default has a thread that reaches the end
  * of a parallel region spin for its team (GOMP_SPINCOUNT 300000 rounds)
  * before it sleeps; when another process holds one of the cores, the thread
  * it waits for is not running and the spinner takes the core it needs.
@@ -225,14 +229,21 @@ void cpu_threads_init(srt_ctx *c)
  * threads, 2 cores; one thread alone 76-145 ms a step): with other jobs
  * running (load 4-7) 207-963 ms with the default, 132-161 ms spinning 1000
  * rounds, 84-104 ms passive; on the quiet machine 51-54, 56-59 and 97-160 ms.
- * So a rank spins 1000 rounds (docs/trainer.md, "Launching").  libgomp reads
- * the variable once, when it is loaded, so the process executes itself again
- * with it set; a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT stands. */
-void cpu_wait_policy(char **argv)
+ * So a rank spins 1000 rounds (docs/trainer.md, "Launching") unless
+ * OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
+ *
+ * OpenBLAS's kernels: on a CPU model it does not recognise it runs its SSE3
+ * ones, 4.8x slower on this machine's AVX-512 (kc_blas_core_upgrade); then
+ * OPENBLAS_CORETYPE names the ones the CPU can run, unless it is set. */
+void cpu_start(char **argv)
 {
-    const char *p = getenv("OMP_WAIT_POLICY"), *n = getenv("GOMP_SPINCOUNT");
-    if ((p && *p) || (n && *n)) return;
-    if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
+    const char *p = getenv("OMP_WAIT_POLICY"), *n = getenv("GOMP_SPINCOUNT"), *b = getenv("OPENBLAS_CORETYPE");
+    const char *core = b && *b ? NULL : kc_blas_core_upgrade();
+    bool wait = !(p && *p) && !(n && *n), again = false;
+    if (wait) again |= setenv("GOMP_SPINCOUNT", "1000", 1) == 0;
+    if (core) again |= setenv("OPENBLAS_CORETYPE", core, 1) == 0;
+    if (!again) return;
     execv("/proc/self/exe", argv);
-    unsetenv("GOMP_SPINCOUNT");         /* not executed: libgomp's default stands */
+    if (wait) unsetenv("GOMP_SPINCOUNT");      /* not executed: the libraries' own choices stand */
+    if (core) unsetenv("OPENBLAS_CORETYPE");
 }

@@ -62,6 +62,9 @@ keys = [tuple(sorted((k, v) for k, v in r.items() if not k.endswith("seconds")))
         if r["table"] not in ("skew", "copy", "nvme")]
 if len(keys) != len(set(keys)):
     sys.exit("FAIL: a benchmark has several rows (the passes recorded it more than once)")
+# the BLAS kernels the compute rows ran (OpenBLAS's name for them)
+if not (isinstance(p.get("blas"), str) and p["blas"]):
+    sys.exit("FAIL: the profile does not say which BLAS kernels it measured: %r" % p.get("blas"))
 print("ok: the profile has every table and collective (%d rows, one per benchmark)" % len(p["rows"]))
 PY
     spec=(specs/tiny-gpt.tspec -D cluster.gpus_per_node=2 -D parallel.dp=2 -D "cluster.profile=\"$T/machine.json\"")

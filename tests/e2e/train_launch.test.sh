@@ -57,5 +57,32 @@ spin() {
 spin "default wait: spin 1000 rounds, then sleep" 1000
 spin "the user's OMP_WAIT_POLICY stands" 30000000000 OMP_WAIT_POLICY=active
 spin "the user's GOMP_SPINCOUNT stands" 5000 GOMP_SPINCOUNT=5000
+# blas LABEL WANT [VAR=VALUE]: OpenBLAS's kernels (kernels/cpu/matmul.c,
+# kc_blas_core_upgrade) as it reports them last (OPENBLAS_VERBOSE=2: "Core: X" when it
+# is loaded, again after the process re-executes)
+blas() {
+    local label=$1 want=$2 got
+    shift 2
+    if ! env OPENBLAS_VERBOSE=2 "$@" timeout 120 "$T/one" --data "$DATA" --steps 1 --eval-every 0 \
+            > "$T/b.out" 2> "$T/b.err"; then
+        echo "FAIL: $label: the run failed"; cat "$T/b.err"; fail=1; return
+    fi
+    got=$(sed -n 's/^Core: *\([A-Za-z0-9]*\).*/\1/p' "$T/b.out" "$T/b.err" | tail -1)
+    if [ "$got" = "$want" ]; then echo "ok: $label: OpenBLAS core $got"
+    else echo "FAIL: $label: expected OpenBLAS core $want, got ${got:-none}"; fail=1
+    fi
+}
+# what OpenBLAS chooses by itself, and what the CPU can run (the kernel's flags)
+first=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 timeout 120 "$T/one" --help 2>&1 | sed -n 's/^Core: *\([A-Za-z0-9]*\).*/\1/p' | head -1)
+flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+case "$first" in
+    Prescott|Core2|Penryn|Dunnington|Nehalem|Atom|Sandybridge)
+        if [[ $flags == *" avx512f "* && $flags == *" avx512bw "* && $flags == *" avx512dq "* && $flags == *" avx512vl "* ]]; then want=SkylakeX
+        elif [[ $flags == *" avx2 "* && $flags == *" fma "* ]]; then want=Haswell
+        else want=$first; fi;;
+    *) want=$first;;
+esac
+blas "OpenBLAS chose $first on this CPU: the trainer runs $want's kernels" "$want"
+blas "the user's OPENBLAS_CORETYPE stands" Prescott OPENBLAS_CORETYPE=Prescott
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
