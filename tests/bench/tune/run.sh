@@ -9,7 +9,7 @@
 # except 1 when the calibration fails.
 #
 # The profile: this machine calibrated in the same run (`shardc calibrate --ranks 4,8`,
-# 20 minutes or more on 2 cores; QUICK=1 calibrates with --quick), so that tune prices what these runs
+# about 10 minutes on 2 cores; QUICK=1 calibrates with --quick), so that tune prices what these runs
 # measure; PROFILE=FILE takes a given profile instead (e.g. the fidelity benchmark's).
 # It is passed as -D cluster.profile=... to tune and build alike; further -D arguments
 # are applied to both too.
