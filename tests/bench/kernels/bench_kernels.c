@@ -89,6 +89,13 @@ static void at_bwd(void *p)
 
 int main(int argc, char **argv)
 {
+    /* `core`: the OpenBLAS kernels a trainer runs here (the upgrade its start
+     * asks for, else what OpenBLAS chose), for run.sh to set for every program */
+    if (argc > 1 && !strcmp(argv[1], "core")) {
+        const char *up = kc_blas_core_upgrade();
+        puts(up ? up : kc_blas_core());
+        return 0;
+    }
     double min_s = argc > 1 ? atof(argv[1]) : 1.0;
     int whole = argc > 2 && !strcmp(argv[2], "whole");
     kc_init();

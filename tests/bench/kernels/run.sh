@@ -17,6 +17,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 ${CC:-cc} -std=gnu11 -O3 -fopenmp -fno-math-errno -fno-trapping-math -Ikernels/cpu tests/bench/kernels/bench_kernels.c \
     kernels/cpu/*.c -o "$tmp/bench" -lopenblas -lm
+# the OpenBLAS kernels a trainer runs on this CPU (its start upgrades OpenBLAS's SSE3
+# fallback, docs/kernels.md), for ours and torch's alike; a set OPENBLAS_CORETYPE stands
+OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$tmp/bench" core)}
+export OPENBLAS_CORETYPE
+echo "OpenBLAS kernels: $OPENBLAS_CORETYPE"
 : > "$tmp/all.txt"
 r=0
 while [ $r -lt "$rounds" ]; do
