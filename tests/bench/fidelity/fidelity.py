@@ -166,16 +166,18 @@ def main():
                 ("fastest step", lambda st: min(st), min)):
             rounds = [[per_round(r[10][k]) for r in rows] for k in range(nrep)]
             pairs = [spearman(rounds[a], rounds[b]) for a in range(nrep) for b in range(a + 1, nrep)]
-            split = ("%6.3f" % spearman([pooled([t for k in range(0, nrep, 2) for t in r[10][k]]) for r in rows],
-                                        [pooled([t for k in range(1, nrep, 2) for t in r[10][k]]) for r in rows])
-                     if nrep >= 4 else "     -")
+            split = (spearman([pooled([t for k in range(0, nrep, 2) for t in r[10][k]]) for r in rows],
+                              [pooled([t for k in range(1, nrep, 2) for t in r[10][k]]) for r in rows])
+                     if nrep >= 4 else None)
             allr = [pooled([t for k in range(nrep) for t in r[10][k]]) for r in rows]
+            rho = spearman(pred, allr)
             print("  %-22s %-44s %6.3f %s %11.3f %7.1f%%" % (
                 label, "mean %.3f (%s)" % (sum(pairs) / len(pairs), " ".join("%.2f" % x for x in pairs[:6]) +
                                            (" ..." if len(pairs) > 6 else "")),
-                min(pairs), split, spearman(pred, allr), 100 * sum(abs(p - a) / a for p, a in zip(pred, allr)) / n))
-            if nrep >= 4 and float(split) > 0.9:
-                judged.append((label, float(split), spearman(pred, allr)))
+                min(pairs), "     -" if split is None else "%6.3f" % split, rho,
+                100 * sum(abs(p - a) / a for p, a in zip(pred, allr)) / n))
+            if split is not None and split > 0.9:
+                judged.append((label, split, rho))
         if nrep < 4:
             print("  rank verdict: none (the split half needs 4 or more rounds)")
         elif not judged:
