@@ -668,18 +668,26 @@ static double share_ratio(const ProfShare *s, bool gemm)
     return gemm ? s->gemm_s / s->alone_gemm_s : s->ew_s / s->alone_ew_s;
 }
 
-/* The contention of ranks that run at once: over every sharing row, its
- * ratio (all at once over rank 0 alone) over the share its ranks' threads
- * took of the cores (at least 1), the smallest, never below 1.  Each row
- * estimates the same property of the machine, and whatever else runs while
- * a row is timed only makes it larger (one calibration measured 1.71 with 2
- * ranks and 1.04 and 0.99 with 4 and 8: issue 18), as the calibration keeps
- * each benchmark's fastest batch for the same reason.  1 without rows. */
-static double contention(const Profile *pf, bool gemm)
+/* The contention of ranks that run at once, for w ranks of `threads`
+ * threads: over the sharing rows of as many ranks or more (of every row
+ * where none has that many), each row's ratio (all at once over rank 0
+ * alone) over the share its ranks' threads took of the cores (at least 1),
+ * the smallest, never below 1.  Whatever else runs while a row is timed only
+ * makes its ratio larger (one calibration measured 1.71 with 2 ranks and
+ * 1.04 and 0.99 with 4 and 8: issue 18), as the calibration keeps each
+ * benchmark's fastest batch for the same reason; and more ranks on the same
+ * cores contend at least as much (more switches, more working sets in the
+ * shared cache), so a row of more ranks bounds this count's too, and one of
+ * fewer does not.  1 without rows. */
+static double contention(const Profile *pf, int64_t w, bool gemm)
 {
+    int most = 0;
+    for (int i = 0; i < pf->nshare; i++)
+        if (pf->share[i].ranks_per_node > most) most = pf->share[i].ranks_per_node;
     double c = 0;
     for (int i = 0; i < pf->nshare; i++) {
         const ProfShare *s = &pf->share[i];
+        if (s->ranks_per_node < (w < most ? w : most)) continue;
         double used = (double)s->ranks_per_node * s->threads / (double)pf->cores;
         double r = share_ratio(s, gemm) / (used > 1 ? used : 1);
         if (r == r && (c == 0 || r < c)) c = r;
@@ -697,7 +705,7 @@ static double contention(const Profile *pf, bool gemm)
 double profile_sharing(const Profile *pf, int64_t w, int threads, bool gemm)
 {
     double share = (double)w * threads / (double)pf->cores;
-    if (share > 1) return share * contention(pf, gemm);
+    if (share > 1) return share * contention(pf, w, gemm);
     double f = 1;
     for (int i = 0; i < pf->nshare; i++) {
         const ProfShare *s = &pf->share[i];

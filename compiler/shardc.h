@@ -376,8 +376,8 @@ typedef struct ProfGrid { int nd, n[3]; double *ax[3]; double *v; } ProfGrid;
 typedef struct ProfFit { double alpha, beta; int points; } ProfFit;
 typedef struct ProfColl { int op; bool inter; int ranks_per_node, group; ProfFit fit; } ProfColl;
 /* The sharing test: seconds of the reference GEMM and elementwise op when
- * ranks_per_node ranks (each with `threads`) run them at once, and when one
- * runs them alone while the others wait in MPI. */
+ * ranks_per_node ranks (each with `threads`) run them at once (until the
+ * last is done), and when one runs them alone while the others wait in MPI. */
 typedef struct ProfShare { int ranks_per_node, threads; double gemm_s, ew_s, alone_gemm_s, alone_ew_s; } ProfShare;
 /* The arrival skew (shardc calibrate): seconds a small collective (p2p: a
  * send/receive, one way) takes beyond its alpha-beta time when each of

@@ -231,7 +231,8 @@ static void test_tp_comm_overlap(void)
 
 /* The simulated step of a GPT (layers x 4096 hidden, selective recompute,
  * bf16, ZeRO-1) at tp 8 on the given GPUs with parallel.tp_comm_overlap =
- * `tpo` (and `k` chunks when full); *tp gets its exposed tp seconds. */
+ * `tpo` (and `k` chunks when full); *tp gets its exposed tp seconds (NaN,
+ * and the step -1, where it does not plan: every comparison then fails). */
 static double full_step(const char *layout, const char *gpus, int mb, const char *tpo, int k, double *tp)
 {
     Plan *mp = cal_plan(arena_printf(&g_arena,
@@ -241,6 +242,7 @@ static double full_step(const char *layout, const char *gpus, int mb, const char
         "cluster { nodes = 2  gpus_per_node = 8  %s }\n",
         layout, tpo, k ? arena_printf(&g_arena, "  tp_overlap_chunks = %d", k) : "", mb, gpus));
     Sim sim;
+    *tp = NAN;
     if (!mp || sim_simulate(mp, NULL, &sim)) return -1;
     *tp = sim.exposed[GRP_TP] * sim.step_time;
     return sim.step_time;

@@ -539,10 +539,11 @@ static void test_skew(void)
     }
 }
 
-/* The contention of oversubscribed ranks: the smallest of the sharing rows'
- * ratios over their shares (as issue 18's calibration, 2 ranks 1.71x, 4 ranks
- * 2.08x, 8 ranks 3.94x on 2 cores; here 1.5x, 2.12x, 4.4x), never below 1;
- * 2 ranks on 2 cores still read their own row. */
+/* The contention of oversubscribed ranks: the smallest of the ratios over
+ * their shares of the sharing rows of as many ranks or more (the largest
+ * row's beyond it), never below 1 (as issue 18's calibration, 2 ranks 1.71x,
+ * 4 ranks 2.08x, 8 ranks 3.94x on 2 cores; here 1.5x, 2.12x, 4.4x); 2 ranks
+ * on 2 cores still read their own row. */
 static void test_contention(void)
 {
     const char *rows = "{\"table\":\"sharing\",\"ranks_per_node\":4,\"threads\":1,\"gemm_seconds\":0.00212,"
@@ -553,11 +554,24 @@ static void test_contention(void)
     CHECK(pf != NULL);
     if (!pf) return;
     CHECK_NEAR(profile_sharing(pf, 2, 1, true), 1.5, 1e-12);        /* its own row */
-    CHECK_NEAR(profile_sharing(pf, 4, 1, true), 2 * 1.06, 1e-12);   /* 1.5, 1.06 and 1.1 a share */
-    CHECK_NEAR(profile_sharing(pf, 8, 1, true), 4 * 1.06, 1e-12);
+    CHECK_NEAR(profile_sharing(pf, 4, 1, true), 2 * 1.06, 1e-12);   /* 1.5, 1.06 and 1.1 a share: 4 and 8's */
+    CHECK_NEAR(profile_sharing(pf, 3, 1, true), 1.5 * 1.06, 1e-12); /* 4 and 8's, not the 2 ranks' */
+    CHECK_NEAR(profile_sharing(pf, 8, 1, true), 4 * 1.1, 1e-12);    /* its own: fewer ranks do not bound it */
+    CHECK_NEAR(profile_sharing(pf, 16, 1, true), 8 * 1.1, 1e-12);   /* beyond the rows: the largest's */
     CHECK_NEAR(profile_sharing(pf, 8, 1, false), 4.0, 1e-12);       /* 1, 0.5, 0.25: floored at 1 */
     CHECK_NEAR(profile_sharing(pf, 1, 2, true), 1.0, 1e-12);        /* one rank: its threads' own rates */
-    CHECK(profile_sharing(pf, 16, 1, true) >= profile_sharing(pf, 8, 1, true));
+    /* a row of more ranks that contends less bounds the fewer ranks' too */
+    const char *low8 = "{\"table\":\"sharing\",\"ranks_per_node\":4,\"threads\":1,\"gemm_seconds\":0.00212,"
+                       "\"elementwise_seconds\":0.001,\"alone_gemm_seconds\":0.001,\"alone_elementwise_seconds\":0.001},\n"
+                       "{\"table\":\"sharing\",\"ranks_per_node\":8,\"threads\":1,\"gemm_seconds\":0.00408,"
+                       "\"elementwise_seconds\":0.001,\"alone_gemm_seconds\":0.001,\"alone_elementwise_seconds\":0.001},\n";
+    const Profile *pl = load(profile_text(1, low8, true));
+    CHECK(pl != NULL);
+    if (!pl) return;
+    CHECK_NEAR(profile_sharing(pl, 4, 1, true), 2 * 1.02, 1e-12);
+    CHECK_NEAR(profile_sharing(pl, 8, 1, true), 4 * 1.02, 1e-12);
+    for (int w = 2; w < 32; w++)   /* a rank never runs faster with more ranks on the cores */
+        CHECK(profile_sharing(pf, w + 1, 1, true) >= profile_sharing(pf, w, 1, true));
 }
 
 /* The CPU trainer calls Llama's q, k, v and gate, up projections apart
