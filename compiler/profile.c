@@ -669,9 +669,9 @@ static double share_ratio(const ProfShare *s, bool gemm)
 }
 
 /* The contention of ranks that run at once, for w ranks of `threads`
- * threads: over the sharing rows of as many ranks or more (of every row
- * where none has that many), each row's ratio (all at once over rank 0
- * alone) over the share its ranks' threads took of the cores (at least 1),
+ * threads: over the sharing rows of as many ranks or more (the row of the
+ * most ranks where none has that many), each row's ratio (all at once over
+ * rank 0 alone) over the share its ranks' threads took of the cores (at least 1),
  * the smallest, never below 1.  Whatever else runs while a row is timed only
  * makes its ratio larger (one calibration measured 1.71 with 2 ranks and
  * 1.04 and 0.99 with 4 and 8: issue 18), as the calibration keeps each

@@ -2,7 +2,8 @@
  * feed (cost.c): the rates interpolated on their grids (exact at the points,
  * log-linear between, clamped outside, linear between thread counts), the
  * alpha-beta fits, the sharing factor and its floor at the cores' share, the
- * oversubscribed ranks' contention (the smallest sharing row's), the
+ * oversubscribed ranks' contention (the smallest of the sharing rows of as
+ * many ranks or more), the
  * cluster keys a profile derives; bad profiles as errors at the profile's
  * line and column; and properties of the model: a slower machine never plans
  * faster, more ranks on the same cores never make a rank's compute faster,
