@@ -27,6 +27,10 @@
 # BUILD_DIR's shardc and DIR's profile, or PROFILE's, then prints the same
 # figures; COLD_GEMMS=1 with REPLAN drops the profile's warm GEMM rows, so
 # every GEMM is priced cold: the warm rule's effect on the same steps).
+# RECAL=1 (with an in-run calibration) calibrates the machine again after the
+# rounds and prints the same runs priced with that profile and how the two
+# profiles differ row by row: on a VM whose speed drifts, the calibration's
+# moment moves the predictions, and this says by how much in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build}
@@ -44,6 +48,19 @@ export OPENBLAS_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 # the measurement lock, where a spinning thread keeps its core against other jobs.
 # Exported, so an in-run calibration measures with the same wait; a set value stands.
 export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-300000}
+# replan DIR PROFILE: plans DIR's measured layouts again with PROFILE (BUILD_DIR's
+# shardc) and writes DIR/replan.txt, the runs with those plans, for fidelity.py.
+replan() {
+    local dir=$1 prof=$2 name np plan pjson log spec defs
+    : > "$dir/replan.txt"
+    while read -r name np plan pjson log; do
+        read -r _ spec _ defs < <(grep -E "^$name[[:space:]]" tests/bench/fidelity/layouts.txt)
+        # shellcheck disable=SC2086
+        set -- tests/bench/fidelity/$spec.tspec -D cluster.gpus_per_node="$np" $defs
+        "$B/shardc" plan "$@" -D "cluster.profile=\"$prof\"" > "$dir/$name.replan" 2>&1 || { echo "FAIL: plan $name"; cat "$dir/$name.replan"; exit 1; }
+        echo "$name $np $dir/$name.replan $pjson $log" >> "$dir/replan.txt"
+    done < "$dir/runs.txt"
+}
 if [ -n "${REPLAN:-}" ]; then
     tmp=$(cd "$REPLAN" && pwd)
     rprof=${PROFILE:-$tmp/machine.json}
@@ -52,14 +69,7 @@ if [ -n "${REPLAN:-}" ]; then
         /usr/bin/python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["rows"] = [r for r in p["rows"] if r.get("cache") != "warm"]; json.dump(p, open(sys.argv[2], "w"))' "$rprof" "$tmp/machine-cold.json"
         rprof=$tmp/machine-cold.json
     fi
-    : > "$tmp/replan.txt"
-    while read -r name np plan pjson log; do
-        read -r _ spec _ defs < <(grep -E "^$name[[:space:]]" tests/bench/fidelity/layouts.txt)
-        # shellcheck disable=SC2086
-        set -- tests/bench/fidelity/$spec.tspec -D cluster.gpus_per_node="$np" $defs
-        "$B/shardc" plan "$@" -D "cluster.profile=\"$rprof\"" > "$tmp/$name.replan" 2>&1 || { echo "FAIL: plan $name"; cat "$tmp/$name.replan"; exit 1; }
-        echo "$name $np $tmp/$name.replan $pjson $log" >> "$tmp/replan.txt"
-    done < "$tmp/runs.txt"
+    replan "$tmp" "$rprof"
     exec /usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/replan.txt"
 fi
 if [ -n "${KEEP:-}" ]; then
@@ -112,5 +122,23 @@ while read -r name np; do
     logs=$(seq 1 "$REPEATS" | sed "s|.*|$tmp/$name.r&.jsonl|" | paste -sd, -)
     echo "$name $np $tmp/$name.plan $tmp/$name.plan.json $logs" >> "$tmp/runs.txt"
 done < "$tmp/layouts.run"
-/usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/runs.txt"
+rc=0
+/usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/runs.txt" || rc=$?
+if [ -n "${RECAL:-}" ] && [ -z "${PROFILE:-}" ]; then
+    # the machine calibrated again after the runs: how far the calibration's moment
+    # moves the predictions (the same runs priced with the second profile) and which
+    # rows moved (compare_profiles.py); docs/cost-model.md, 2026-12-03 16:05
+    echo "calibrating again after the runs: shardc calibrate -o $tmp/machine-after.json --ranks 2,4,8${QUICK:+ --quick}"
+    if "$B/shardc" calibrate -o "$tmp/machine-after.json" --ranks 2,4,8 ${QUICK:+--quick} 2> "$tmp/calibrate-after.log"; then
+        replan "$tmp" "$tmp/machine-after.json"
+        echo "the same runs priced with the profile calibrated after them:"
+        /usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/replan.txt" | sed -n '/^layout /,/^against the fastest step: /p' |
+            grep -v -e '^  ' -e '^noise ceiling' -e '^repeat-to-repeat' || true
+        echo "the two calibrations, row by row (compare_profiles.py, before against after):"
+        /usr/bin/python3 tests/bench/fidelity/compare_profiles.py "$tmp/machine.json" "$tmp/machine-after.json" | awk 'NF == 0 { done = 1 } !done' || true
+    else
+        tail -20 "$tmp/calibrate-after.log"; rc=1
+    fi
+fi
 echo "load after: $(uptime)"
+exit $rc
