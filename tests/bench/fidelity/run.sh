@@ -61,6 +61,12 @@ replan() {
         echo "$name $np $dir/$name.replan $pjson $log" >> "$dir/replan.txt"
     done < "$dir/runs.txt"
 }
+# calibrate OUT LOG WHEN: this machine's profile to OUT (--quick with QUICK), the
+# progress to LOG, whose tail is shown when it fails; false then.
+calibrate() {
+    echo "calibrating this machine $3 ($cores cores): shardc calibrate -o $1 --ranks 2,4,8${QUICK:+ --quick}"
+    "$B/shardc" calibrate -o "$1" --ranks 2,4,8 ${QUICK:+--quick} 2> "$2" || { tail -20 "$2"; return 1; }
+}
 if [ -n "${REPLAN:-}" ]; then
     tmp=$(cd "$REPLAN" && pwd)
     rprof=${PROFILE:-$tmp/machine.json}
@@ -83,9 +89,7 @@ echo "load before: $(uptime)"
 profile=${PROFILE:-}
 if [ -z "$profile" ]; then
     profile=$tmp/machine.json
-    echo "calibrating this machine ($cores cores${QUICK:+, --quick}): shardc calibrate -o $profile --ranks 2,4,8"
-    "$B/shardc" calibrate -o "$profile" --ranks 2,4,8 ${QUICK:+--quick} 2> "$tmp/calibrate.log" ||
-        { tail -20 "$tmp/calibrate.log"; exit 1; }
+    calibrate "$profile" "$tmp/calibrate.log" "before the runs" || exit 1
 fi
 profile=$(cd "$(dirname "$profile")" && pwd)/$(basename "$profile")
 if [ -n "${KEEP:-}" ] && [ "$profile" != "$tmp/machine.json" ]; then cp "$profile" "$tmp/machine.json"; fi
@@ -127,9 +131,8 @@ rc=0
 if [ -n "${RECAL:-}" ] && [ -z "${PROFILE:-}" ]; then
     # the machine calibrated again after the runs: how far the calibration's moment
     # moves the predictions (the same runs priced with the second profile) and which
-    # rows moved (compare_profiles.py); docs/cost-model.md, 2026-12-03 16:05
-    echo "calibrating again after the runs: shardc calibrate -o $tmp/machine-after.json --ranks 2,4,8${QUICK:+ --quick}"
-    if "$B/shardc" calibrate -o "$tmp/machine-after.json" --ranks 2,4,8 ${QUICK:+--quick} 2> "$tmp/calibrate-after.log"; then
+    # rows moved (compare_profiles.py); docs/cost-model.md, "the calibration's moment"
+    if calibrate "$tmp/machine-after.json" "$tmp/calibrate-after.log" "again after the runs"; then
         replan "$tmp" "$tmp/machine-after.json"
         echo "the same runs priced with the profile calibrated after them:"
         /usr/bin/python3 tests/bench/fidelity/fidelity.py "$tmp/replan.txt" | sed -n '/^layout /,/^against the fastest step: /p' |
@@ -137,7 +140,7 @@ if [ -n "${RECAL:-}" ] && [ -z "${PROFILE:-}" ]; then
         echo "the two calibrations, row by row (compare_profiles.py, before against after):"
         /usr/bin/python3 tests/bench/fidelity/compare_profiles.py "$tmp/machine.json" "$tmp/machine-after.json" | awk 'NF == 0 { done = 1 } !done' || true
     else
-        tail -20 "$tmp/calibrate-after.log"; rc=1
+        rc=1
     fi
 fi
 echo "load after: $(uptime)"
