@@ -3,7 +3,10 @@
 # GEMM (attention output projection, MLP down projection) and the residual
 # folded into it run in tp_overlap_chunks token-row chunks, each all-reduced
 # (reduce-scattered under sequence parallelism: a chunk is a block of each
-# rank's tokens) on the tp stream as soon as it is written.  Token rows are independent in
+# rank's tokens) on the tp stream as soon as it is written; under sequence
+# parallelism the all-gather of each part's norm output and the column GEMMs
+# reading it (qkv; c_fc, or gate and up) run in chunks too, chunk j's GEMMs
+# as soon as chunk j is gathered.  Token rows are independent in
 # the GEMM and in the sum over tp, so the chunks compute exactly what the
 # whole does: every step's loss bit for bit that of the default (wgrad), the
 # final weights the same, for GPT (tiny-gpt) and Llama (tiny-llama: 2 kv
@@ -84,5 +87,9 @@ drop_wait nowait-chunk "WAIT(TP_COMM, COMPUTE, 1);  /* wait(fwd L0 mb0 rows1 att
 drop_wait nowait-last "WAIT(COMPUTE, TP_COMM, 1);  /* wait(tp_allreduce L0 mb0 rows3 attn) */"
 # under sequence parallelism: chunk 1's reduce-scatter without the wait for its GEMM
 drop_wait nowait-chunk-sp "WAIT(TP_COMM, COMPUTE, 1);  /* wait(fwd L0 mb0 rows1 mlp) */" -D parallel.sequence_parallel=on
+# ... and chunk 2's column GEMMs without the wait for its all-gather (they would read rows
+# the all-gather may still write)
+drop_wait nowait-cols-sp "WAIT(COMPUTE, TP_COMM, 2);  /* wait(tp_allgather L0 mb0 rows2 attn) */" \
+    -D parallel.sequence_parallel=on
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
