@@ -101,9 +101,9 @@ static int op_pieces(const Partition *p, const Op *o)
 }
 
 /* Whether op o is the head of a forward part whose column-parallel GEMMs
- * ran in token-row chunks before it (part_tp_cols): its pieces' norm,
- * residual and activation stay its own, their first GEMMs are the chunks'
- * (GELU then runs on its own, not in the GEMM's epilogue: one more pass). */
+ * ran in token-row chunks before it (part_tp_cols): its pieces' norm and
+ * residual stay its own, their first GEMMs (and GELU, in their epilogue)
+ * are the chunks'. */
 static bool cols_head(const Partition *p, const Op *o) { return o->grads == GR_HEAD && part_tp_cols(p); }
 
 /* The pieces whose linears' GEMMs op o runs: its pieces, but for such a head. */
@@ -112,8 +112,8 @@ static int op_gemms(const Partition *p, const Op *o, int pieces)
     return cols_head(p, o) ? pieces & ~(PC_QKV | PC_MLP_IN) : pieces;
 }
 
-/* Whether the MLP's activation is GELU in its input GEMM's epilogue (which
- * a head whose column GEMMs ran in chunks runs on its own instead). */
+/* Whether the MLP's activation is GELU in its input GEMM's epilogue (and so
+ * moves with that GEMM into the column chunks). */
 static bool act_in_gemm(const Partition *p) { return p->spec->model.activation == ACT_GELU; }
 
 /* The GEMM calls of a chunk (GR_ROWS, GR_COLS) on a backend, per linear:
@@ -422,16 +422,20 @@ static void sp_norm_share(const Partition *p, int pieces, bool bwd, double *byte
 /* A token-row chunk of a forward part's column-parallel GEMMs (GR_COLS,
  * part_tp_cols): for each of its linears (Llama's q, k, v and gate, up
  * apart) the chunk's strided batch, rows_calls GEMMs of op_rows rows each
- * at their own shape (the cost of chunking), with its bias; either backend. */
+ * at their own shape (the cost of chunking), with its bias, and GELU on the
+ * chunk's rows where the GEMM's epilogue computes it; either backend. */
 static double cols_time(const Partition *p, const Op *o, int pieces)
 {
     bool cpu = cost_cpu_priced(p->spec);
-    double rows = op_rows(p, o, cpu), calls = (double)rows_calls(p, cpu);
+    double rows = op_rows(p, o, cpu), calls = (double)rows_calls(p, cpu), k = (double)p->tpc;
     double t = o->flops * layer_sec_per_flop(p, pieces, false, 1, rows);
     double gemms = calls * (1 + cpu_extra_gemms(p, pieces));
-    if (!cpu) return t + kernels_time(p->spec, gemms);
+    double ab = (pieces & PC_MLP_IN) && act_in_gemm(p) ? act_bytes(p, false) / k : 0;
+    if (!cpu) return t + hbm_time(p->spec, ab) + kernels_time(p->spec, gemms);
     CpuRank r = cpu_rank(p);
-    return t + calls * cpu_bias_time(p, &r, pieces, false, rows) + cpu_kernels(&r, gemms);
+    double act = ab > 0 ? cpu_act_time(p, &r, false) : -1;
+    return t + (act >= 0 ? act / k : cpu_stream(&r, ab, ab)) + calls * cpu_bias_time(p, &r, pieces, false, rows) +
+           cpu_kernels(&r, gemms);
 }
 
 /* A layer op on the CPU backend: its GEMMs and attention at the measured
@@ -455,13 +459,14 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, gemms);
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
     if (o->grads == GR_HEAD) kernels -= 2;      /* the GEMM and the residual: the chunks' */
-    /* the column GEMMs: the chunks'; GELU then its own call (srt_gelu_fwd) */
-    kernels -= (moved & PC_QKV ? 1 : 0) + (moved & PC_MLP_IN ? 1 : 0) - ((moved & PC_MLP_IN) && act_in_gemm(p) ? 1 : 0);
+    kernels -= (moved & PC_QKV ? 1 : 0) + (moved & PC_MLP_IN ? 1 : 0);    /* the column GEMMs: the chunks' */
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
     if (o->grads == GR_HEAD) bytes -= resid_bytes(p);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the parts' norm ops' */
-    double act = pieces & PC_MLP_IN ? cpu_act_time(p, &r, bwd) : -1;    /* (GELU: the same, fused or not) */
+    bool act_here = (pieces & PC_MLP_IN) && !((moved & PC_MLP_IN) && act_in_gemm(p));
+    if ((pieces & PC_MLP_IN) && !act_here) bytes -= act_bytes(p, bwd);     /* GELU: the column chunks' */
+    double act = act_here ? cpu_act_time(p, &r, bwd) : -1;
     if (act >= 0) bytes -= act_bytes(p, bwd);   /* priced by its own rate instead */
     return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, gemms, bwd, rows) +
            cpu_kernels(&r, kernels);
@@ -496,12 +501,11 @@ static double layer_time_of(const Partition *p, const Op *o, bool bwd, int piece
     /* tp_comm_overlap full: a chunk is its GEMM call at its own shape and the residual on its rows */
     if (o->grads == GR_ROWS)
         return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, rows_kernels(p, false));
-    /* the column GEMMs moved to the chunks; GELU then a kernel of its own, reading fc1 once more */
-    bool gelu = (moved & PC_MLP_IN) && act_in_gemm(p);
+    /* the column GEMMs moved to the chunks, and GELU in their epilogue */
     int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (o->grads == GR_HEAD ? 2 : 0) -
-                  (moved & PC_QKV ? 1 : 0) - (moved & PC_MLP_IN ? 1 : 0) + (gelu ? 1 : 0);
-    double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0) +
-                   (gelu ? (double)p->wbytes * act_elems(p) : 0);
+                  (moved & PC_QKV ? 1 : 0) - (moved & PC_MLP_IN ? 1 : 0);
+    double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0) -
+                   ((moved & PC_MLP_IN) && act_in_gemm(p) ? act_bytes(p, bwd) : 0);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
 }

@@ -229,11 +229,12 @@ static void gemm_bias(int kind, Dim N, Dim C, Dim OC, Presence bias)
 /* The table of the recorded GEMM shapes (before the srt_program). */
 static void gen_gemms(Str *o)
 {
-    static const char *const kind_c[6] = {[SRT_GEMM_FWD] = "SRT_GEMM_FWD", [SRT_GEMM_BWD_DATA] = "SRT_GEMM_BWD_DATA",
+    static const char *const kind_c[7] = {[SRT_GEMM_FWD] = "SRT_GEMM_FWD", [SRT_GEMM_BWD_DATA] = "SRT_GEMM_BWD_DATA",
                                           [SRT_GEMM_BWD_WEIGHT] = "SRT_GEMM_BWD_WEIGHT",
                                           [SRT_GEMM_FWD_GELU] = "SRT_GEMM_FWD_GELU",
                                           [SRT_GEMM_BWD_DGELU] = "SRT_GEMM_BWD_DGELU",
-                                          [SRT_GEMM_FWD_BATCHED] = "SRT_GEMM_FWD_BATCHED"};
+                                          [SRT_GEMM_FWD_BATCHED] = "SRT_GEMM_FWD_BATCHED",
+                                          [SRT_GEMM_FWD_GELU_BATCHED] = "SRT_GEMM_FWD_GELU_BATCHED"};
     if (!em_ngemms) return;
     sf(o, "/* every GEMM shape the code above calls: the CUDA backend plans them at start-up */\n"
           "static const srt_gemm_shape gemm_shapes[%d] = {\n", em_ngemms);
@@ -242,9 +243,11 @@ static void gen_gemms(Str *o)
         sf(o, "    {.kind = %s, .N = %s, .C = %s, .OC = %s, .bias = %s, .dt = WDT, .out_dt = %s", kind_c[g->kind],
            dim_c[g->N], dim_c[g->C], dim_c[g->OC], g->bias ? "true" : "false",
            g->kind == SRT_GEMM_BWD_WEIGHT ? "GDT" : "WDT");
-        if (g->batch)
-            sf(o, ", .batch = %lld, .out_stride = (int64_t)%lld * %s * %s, .inp_stride = (int64_t)%lld * %s * %s", g->batch,
-               g->out_step, dim_c[g->N], dim_c[g->OC], g->step, dim_c[g->N], dim_c[g->C]);
+        if (g->batch)   /* the strides as mm_fwd_batched writes them */
+            sf(o, ", .batch = %lld, .out_stride = %s, .inp_stride = (int64_t)%lld * %s * %s", g->batch,
+               g->out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[g->N], dim_c[g->OC])
+                                : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", g->out_step, dim_c[g->N], dim_c[g->OC]),
+               g->step, dim_c[g->N], dim_c[g->C]);
         sput(o, "},\n");
     }
     sput(o, "};\n\n");
@@ -300,6 +303,21 @@ static void mm_fwd_batched(Str *s, const char *ind, const char *comment, const c
             arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[N], dim_c[C]), NULL);
     if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, true, batch, step, out_step);
     if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, false, batch, step, out_step);
+}
+
+/* srt_matmul_gelu_fwd_batched: mm_fwd_batched's blocks, pre_b = inp_b · w^T
+ * (+ bias), out_b = gelu(pre_b); pre's blocks as far apart as out's. */
+static void mm_gelu_fwd_batched(Str *s, const char *ind, const char *comment, const char *out, const char *pre,
+                                const char *inp, const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch,
+                                long long step, long long out_step)
+{
+    rt_call(s, ind, RT_matmul_gelu_fwd_batched, "SRT_COMPUTE", comment, out, pre, inp, w, bias.c, dim_c[N], dim_c[C],
+            dim_c[OC], arena_printf(&g_arena, "%lld", batch),
+            out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[N], dim_c[OC])
+                          : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", out_step, dim_c[N], dim_c[OC]),
+            arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[N], dim_c[C]), NULL);
+    if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_GELU_BATCHED, N, C, OC, true, batch, step, out_step);
+    if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_GELU_BATCHED, N, C, OC, false, batch, step, out_step);
 }
 
 /* srt_matmul_gelu_fwd: pre = inp · w^T (+ bias), out = gelu(pre). */
@@ -831,9 +849,8 @@ static void tp_rows_fwd(Str *o, const char *pre, const char *gemm, const char *i
  * all-gather's layout), block r tp rank r's local rows a->rows, whose
  * outputs are token rows (r·K + a->rows)·NR ..: one strided-batched GEMM
  * per linear, its input blocks contiguous and its output blocks K blocks
- * apart, as Transformer Engine runs a chunk.  GELU, which has no batched
- * epilogue here, runs in the head over the whole fc1 (srt_matmul_gelu_fwd
- * is bit for bit srt_matmul_fwd and srt_gelu_fwd). */
+ * apart, as Transformer Engine runs a chunk; GPT's c_fc with GELU in its
+ * epilogue (srt_matmul_gelu_fwd_batched). */
 static void cols_fwd(const CE *e, Str *o, const char *label, bool mlp)
 {
     const Group *g = &e->layer[0];
@@ -845,15 +862,22 @@ static void cols_fwd(const CE *e, Str *o, const char *label, bool mlp)
         {R_QKV_W, R_QKV_B, "qkv", "attn.c_attn", D_QKV}, {R_Q_W, R_Q_B, "q", "self_attn.q_proj", D_QD},
         {R_K_W, R_K_B, "k", "self_attn.k_proj", D_KVD}, {R_V_W, R_V_B, "v", "self_attn.v_proj", D_KVD},
         {R_GATE_W, R_GATE_B, "gate", "mlp.gate_proj", D_FF}, {R_UP_W, R_UP_B, "up", "mlp.up_proj", D_FF},
-        {R_FC1_W, R_FC1_B, "fc1", "mlp.c_fc (GELU in the head)", D_FF}};
+        {R_FC1_W, R_FC1_B, "fc1", "mlp.c_fc", D_FF}};
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
         bool mine = mlp ? lin[i].dim == D_FF : lin[i].dim != D_FF;
         if (!mine || g->ct[lin[i].w] < 0) continue;    /* not this model's (GPT: c_attn, c_fc; Llama: q, k, v, gate, up) */
         const char *dim = dim_c[lin[i].dim];
-        mm_fwd_batched(o, "    ", arena_printf(&g_arena, "%s, token rows (r·%lld + a->rows)·NR of block r", lin[i].name, k),
-                       arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", lin[i].out, dim), in,
-                       arena_printf(&g_arena, "PW(%s, (int64_t)%s * C)", role_c[lin[i].w], dim),
-                       opt_w(g, lin[i].b, lin[i].dim, false), D_NR, D_C, lin[i].dim, tp, 1, k);
+        const char *out = arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", lin[i].out, dim);
+        const char *w = arena_printf(&g_arena, "PW(%s, (int64_t)%s * C)", role_c[lin[i].w], dim);
+        if (lin[i].w == R_FC1_W && !e->m->gated && !e->ext)    /* GELU in the GEMM's epilogue, fc1 kept */
+            mm_gelu_fwd_batched(o, "    ", arena_printf(&g_arena, "mlp.c_fc + gelu, token rows (r·%lld + a->rows)·NR "
+                                                                   "of block r", k),
+                                "AT(act, (int64_t)a->rows * NR * FF)", out, in, w, opt_w(g, lin[i].b, lin[i].dim, false),
+                                D_NR, D_C, lin[i].dim, tp, 1, k);
+        else
+            mm_fwd_batched(o, "    ", arena_printf(&g_arena, "%s, token rows (r·%lld + a->rows)·NR of block r",
+                                                   lin[i].name, k),
+                           out, in, w, opt_w(g, lin[i].b, lin[i].dim, false), D_NR, D_C, lin[i].dim, tp, 1, k);
     }
     sput(o, "    return;  /* the head runs the rest once every chunk is done */\n");
 }
@@ -956,8 +980,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     }
     uwait(e, o, I, R_NORM2_W);
     if (!sp) norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
-    if (cols && !m->gated && !e->ext) {     /* the chunks ran the GEMM into fc1 */
-        rt_call(o, I, RT_gelu_fwd, "SRT_COMPUTE", "act = gelu(fc1) (fc1 kept for the backward)", "act", "fc1", NULL);
+    if (cols && !m->gated && !e->ext) {     /* the chunks ran the GEMM and its GELU */
     } else if (m->gated) {
         uwait(e, o, I, R_GATE_W);
         if (!cols)

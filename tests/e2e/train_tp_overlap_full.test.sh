@@ -50,6 +50,16 @@ layouts() {
 layouts gpt specs/tiny-gpt.tspec "2 off none 4" "2 off selective 8" "4 off full 2" "2 on none 4" "4 on selective 2" \
     "2 on full 4"
 layouts llama specs/tiny-llama.tspec "4 off full 4" "2 on selective 4"
+# a user-defined activation (examples/custom-op): under sequence parallelism the column
+# chunks run c_fc, the head the activation's own call
+layouts sqrelu examples/custom-op/sqrelu.tspec "2 on none 4"
+# ZeRO-3 over dp 2 under sequence parallelism: each column chunk waits for the
+# gathered units it reads, as the head did
+z3() {
+    train_3d "z3-$1" specs/tiny-gpt.tspec 2 1 2 -D zero.stage=3 -D train.micro_batch=4 \
+        -D parallel.sequence_parallel=on -D parallel.tp_comm_overlap="$1" && train_arenas "z3-$1"
+}
+z3 full && z3 wgrad && train_same z3-wgrad z3-full 0 "tp 2, dp 2, ZeRO-3, sequence parallel: full against wgrad"
 # the machine's own kernels: within 1e-7 of wgrad, not bit for bit
 unset OPENBLAS_CORETYPE
 own() {
