@@ -104,12 +104,12 @@ static int op_pieces(const Partition *p, const Op *o)
  * ran in token-row chunks before it (part_tp_cols): its pieces' norm and
  * residual stay its own, their first GEMMs (and GELU, in their epilogue)
  * are the chunks'. */
-static bool cols_head(const Partition *p, const Op *o) { return o->grads == GR_HEAD && part_tp_cols(p); }
+static bool is_cols_head(const Partition *p, const Op *o) { return o->grads == GR_HEAD && part_tp_cols(p); }
 
 /* The pieces whose linears' GEMMs op o runs: its pieces, but for such a head. */
 static int op_gemms(const Partition *p, const Op *o, int pieces)
 {
-    return cols_head(p, o) ? pieces & ~(PC_QKV | PC_MLP_IN) : pieces;
+    return is_cols_head(p, o) ? pieces & ~(PC_QKV | PC_MLP_IN) : pieces;
 }
 
 /* Whether the MLP's activation is GELU in its input GEMM's epilogue (and so

@@ -185,8 +185,8 @@ static Opnd opnd(const char *c) { return (Opnd){c, ON_ALL, false}; }
  * mm_bwd_dgelu, which record its shape, so no path (eval, recompute, sequence
  * parallelism, a custom op's layer) can call a shape the table lacks; emit_c
  * resets them.  kind: shardrt.h's SRT_GEMM_*; batch and step: an
- * SRT_GEMM_FWD_BATCHED's batch and its input stride in (N, C) blocks (its
- * output blocks are contiguous), 0 for the other kinds. */
+ * SRT_GEMM_FWD_(GELU_)BATCHED's batch, its input stride in (N, C) blocks
+ * and its output stride in (N, OC) blocks, 0 for the other kinds. */
 typedef struct EmGemm { int kind; Dim N, C, OC; bool bias; long long batch, step, out_step; } EmGemm;
 static EmGemm *em_gemms;
 static int em_ngemms, em_capgemms;
