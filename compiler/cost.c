@@ -96,13 +96,31 @@ static int op_pieces(const Partition *p, const Op *o)
     int pc = o->sub == SUB_ATTN ? PC_ATTN : o->sub == SUB_MLP ? PC_MLP : PC_ALL;
     if (o->grads == GR_HEAD) return pc & ~(PC_PROJ | PC_MLP_OUT);
     if (o->grads == GR_ROWS) return pc & (PC_PROJ | PC_MLP_OUT);
+    if (o->grads == GR_COLS) return pc & (PC_QKV | PC_MLP_IN);
     return o->grads == GR_WEIGHT ? pc & ~PC_CORE : pc;
 }
 
-/* The GEMM calls of a chunk (GR_ROWS) on a backend: one, except on the
- * CPU under sequence parallelism, where srt_matmul_fwd_batched runs its tp
- * blocks (each tp rank's rows of the chunk) as tp calls (OpenBLAS has no
- * batched sgemm); cuBLASLt runs the strided batch as one kernel. */
+/* Whether op o is the head of a forward part whose column-parallel GEMMs
+ * ran in token-row chunks before it (part_tp_cols): its pieces' norm and
+ * residual stay its own, their first GEMMs (and GELU, in their epilogue)
+ * are the chunks'. */
+static bool is_cols_head(const Partition *p, const Op *o) { return o->grads == GR_HEAD && part_tp_cols(p); }
+
+/* The pieces whose linears' GEMMs op o runs: its pieces, but for such a head. */
+static int op_gemms(const Partition *p, const Op *o, int pieces)
+{
+    return is_cols_head(p, o) ? pieces & ~(PC_QKV | PC_MLP_IN) : pieces;
+}
+
+/* Whether the MLP's activation is GELU in its input GEMM's epilogue (and so
+ * moves with that GEMM into the column chunks). */
+static bool act_in_gemm(const Partition *p) { return p->spec->model.activation == ACT_GELU; }
+
+/* The GEMM calls of a chunk (GR_ROWS, GR_COLS) on a backend, per linear:
+ * one, except on the CPU under sequence parallelism, where
+ * srt_matmul_fwd_batched runs its tp blocks (each tp rank's rows of the
+ * chunk) as tp calls (OpenBLAS has no batched sgemm); cuBLASLt runs the
+ * strided batch as one kernel. */
 static int rows_calls(const Partition *p, bool cpu) { return cpu && p->T_sp < p->T ? (int)p->tp : 1; }
 
 /* The token rows of each of an op's GEMM calls: a microbatch's, or one
@@ -114,7 +132,7 @@ static int rows_calls(const Partition *p, bool cpu) { return cpu && p->T_sp < p-
  * fill the SMs together, as one matrix's do). */
 static double op_rows(const Partition *p, const Op *o, bool cpu)
 {
-    if (o->grads != GR_ROWS) return (double)p->T;
+    if (o->grads != GR_ROWS && o->grads != GR_COLS) return (double)p->T;
     return (double)p->T / (double)p->tpc / (double)rows_calls(p, cpu);
 }
 
@@ -401,6 +419,25 @@ static void sp_norm_share(const Partition *p, int pieces, bool bwd, double *byte
     *kernels -= halves;
 }
 
+/* A token-row chunk of a forward part's column-parallel GEMMs (GR_COLS,
+ * part_tp_cols): for each of its linears (Llama's q, k, v and gate, up
+ * apart) the chunk's strided batch, rows_calls GEMMs of op_rows rows each
+ * at their own shape (the cost of chunking), with its bias, and GELU on the
+ * chunk's rows where the GEMM's epilogue computes it; either backend. */
+static double cols_time(const Partition *p, const Op *o, int pieces)
+{
+    bool cpu = cost_cpu_priced(p->spec);
+    double rows = op_rows(p, o, cpu), calls = (double)rows_calls(p, cpu), k = (double)p->tpc;
+    double t = o->flops * layer_sec_per_flop(p, pieces, false, 1, rows);
+    double gemms = calls * (1 + cpu_extra_gemms(p, pieces));
+    double ab = (pieces & PC_MLP_IN) && act_in_gemm(p) ? act_bytes(p, false) / k : 0;
+    if (!cpu) return t + hbm_time(p->spec, ab) + kernels_time(p->spec, gemms);
+    CpuRank r = cpu_rank(p);
+    double act = ab > 0 ? cpu_act_time(p, &r, false) : -1;
+    return t + (act >= 0 ? act / k : cpu_stream(&r, ab, ab)) + calls * cpu_bias_time(p, &r, pieces, false, rows) +
+           cpu_kernels(&r, gemms);
+}
+
 /* A layer op on the CPU backend: its GEMMs and attention at the measured
  * rates, the linears' biases, the MLP's activation at its measured rate, its
  * other memory-bound kernels at the measured bandwidth for their size, and
@@ -409,7 +446,8 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
 {
     CpuRank r = cpu_rank(p);
     double rows = op_rows(p, o, true);
-    double t = o->flops * layer_sec_per_flop(p, pieces, bwd, op_core_weight(o), rows);
+    int gemms = op_gemms(p, o, pieces), moved = pieces & ~gemms;    /* moved: a head's, into the column chunks */
+    double t = o->flops > 0 ? o->flops * layer_sec_per_flop(p, gemms, bwd, op_core_weight(o), rows) : 0;
     if (o->grads == GR_WEIGHT) return t + cpu_kernels(&r, weight_kernels(o, pieces));
     if (o->grads == GR_ROWS) {   /* a chunk: its GEMM calls (and biases), the residual on its rows */
         double rb = resid_bytes(p) / (double)p->tpc;
@@ -417,16 +455,20 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
         return t + cpu_stream(&r, rb, rb) + calls * cpu_bias_time(p, &r, pieces, bwd, rows) +
                cpu_kernels(&r, rows_kernels(p, true));
     }
-    int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, pieces);
+    if (o->grads == GR_COLS) return cols_time(p, o, pieces);
+    int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, gemms);
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
     if (o->grads == GR_HEAD) kernels -= 2;      /* the GEMM and the residual: the chunks' */
+    kernels -= (moved & PC_QKV ? 1 : 0) + (moved & PC_MLP_IN ? 1 : 0);    /* the column GEMMs: the chunks' */
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
     if (o->grads == GR_HEAD) bytes -= resid_bytes(p);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the parts' norm ops' */
-    double act = pieces & PC_MLP_IN ? cpu_act_time(p, &r, bwd) : -1;
+    bool act_here = (pieces & PC_MLP_IN) && !((moved & PC_MLP_IN) && act_in_gemm(p));
+    if ((pieces & PC_MLP_IN) && !act_here) bytes -= act_bytes(p, bwd);     /* GELU: the column chunks' */
+    double act = act_here ? cpu_act_time(p, &r, bwd) : -1;
     if (act >= 0) bytes -= act_bytes(p, bwd);   /* priced by its own rate instead */
-    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, pieces, bwd, rows) +
+    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, gemms, bwd, rows) +
            cpu_kernels(&r, kernels);
 }
 
@@ -451,14 +493,19 @@ static double norm_op_time(const Partition *p, bool bwd)
 static double layer_time_of(const Partition *p, const Op *o, bool bwd, int pieces)
 {
     if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
-    double t = o->flops * layer_sec_per_flop(p, pieces, false, op_core_weight(o), op_rows(p, o, false));
+    if (o->grads == GR_COLS) return cols_time(p, o, pieces);
+    int gemms = op_gemms(p, o, pieces), moved = pieces & ~gemms;    /* moved: a head's, into the column chunks */
+    double t = o->flops > 0 ? o->flops * layer_sec_per_flop(p, gemms, false, op_core_weight(o), op_rows(p, o, false)) : 0;
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
     /* tp_comm_overlap full: a chunk is its GEMM call at its own shape and the residual on its rows */
     if (o->grads == GR_ROWS)
         return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, rows_kernels(p, false));
-    int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (o->grads == GR_HEAD ? 2 : 0);
-    double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0);
+    /* the column GEMMs moved to the chunks, and GELU in their epilogue */
+    int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (o->grads == GR_HEAD ? 2 : 0) -
+                  (moved & PC_QKV ? 1 : 0) - (moved & PC_MLP_IN ? 1 : 0);
+    double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0) -
+                   ((moved & PC_MLP_IN) && act_in_gemm(p) ? act_bytes(p, bwd) : 0);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));
 }

@@ -185,20 +185,21 @@ static Opnd opnd(const char *c) { return (Opnd){c, ON_ALL, false}; }
  * mm_bwd_dgelu, which record its shape, so no path (eval, recompute, sequence
  * parallelism, a custom op's layer) can call a shape the table lacks; emit_c
  * resets them.  kind: shardrt.h's SRT_GEMM_*; batch and step: an
- * SRT_GEMM_FWD_BATCHED's batch and its input stride in (N, C) blocks (its
- * output blocks are contiguous), 0 for the other kinds. */
-typedef struct EmGemm { int kind; Dim N, C, OC; bool bias; long long batch, step; } EmGemm;
+ * SRT_GEMM_FWD_(GELU_)BATCHED's batch, its input stride in (N, C) blocks
+ * and its output stride in (N, OC) blocks, 0 for the other kinds. */
+typedef struct EmGemm { int kind; Dim N, C, OC; bool bias; long long batch, step, out_step; } EmGemm;
 static EmGemm *em_gemms;
 static int em_ngemms, em_capgemms;
 
 /* Adds one GEMM shape (a strided batch when batch > 0) to the program's
  * table unless it is there already. */
-static void gemm_note_batch(int kind, Dim N, Dim C, Dim OC, bool bias, long long batch, long long step)
+static void gemm_note_batch(int kind, Dim N, Dim C, Dim OC, bool bias, long long batch, long long step,
+                            long long out_step)
 {
     for (int i = 0; i < em_ngemms; i++) {
         const EmGemm *g = &em_gemms[i];
         if (g->kind == kind && g->bias == bias && g->N == N && g->C == C && g->OC == OC && g->batch == batch &&
-            g->step == step)
+            g->step == step && g->out_step == out_step)
             return;
     }
     if (em_ngemms == em_capgemms) {
@@ -208,13 +209,13 @@ static void gemm_note_batch(int kind, Dim N, Dim C, Dim OC, bool bias, long long
         em_gemms = n;
         em_capgemms = cap;
     }
-    em_gemms[em_ngemms++] = (EmGemm){kind, N, C, OC, bias, batch, step};
+    em_gemms[em_ngemms++] = (EmGemm){kind, N, C, OC, bias, batch, step, out_step};
 }
 
 /* Adds one GEMM shape of a single matrix. */
 static void gemm_note(int kind, Dim N, Dim C, Dim OC, bool bias)
 {
-    gemm_note_batch(kind, N, C, OC, bias, 0, 0);
+    gemm_note_batch(kind, N, C, OC, bias, 0, 0, 0);
 }
 
 /* A forward GEMM kind with its bias present on some ranks, all, or none:
@@ -228,11 +229,12 @@ static void gemm_bias(int kind, Dim N, Dim C, Dim OC, Presence bias)
 /* The table of the recorded GEMM shapes (before the srt_program). */
 static void gen_gemms(Str *o)
 {
-    static const char *const kind_c[6] = {[SRT_GEMM_FWD] = "SRT_GEMM_FWD", [SRT_GEMM_BWD_DATA] = "SRT_GEMM_BWD_DATA",
+    static const char *const kind_c[7] = {[SRT_GEMM_FWD] = "SRT_GEMM_FWD", [SRT_GEMM_BWD_DATA] = "SRT_GEMM_BWD_DATA",
                                           [SRT_GEMM_BWD_WEIGHT] = "SRT_GEMM_BWD_WEIGHT",
                                           [SRT_GEMM_FWD_GELU] = "SRT_GEMM_FWD_GELU",
                                           [SRT_GEMM_BWD_DGELU] = "SRT_GEMM_BWD_DGELU",
-                                          [SRT_GEMM_FWD_BATCHED] = "SRT_GEMM_FWD_BATCHED"};
+                                          [SRT_GEMM_FWD_BATCHED] = "SRT_GEMM_FWD_BATCHED",
+                                          [SRT_GEMM_FWD_GELU_BATCHED] = "SRT_GEMM_FWD_GELU_BATCHED"};
     if (!em_ngemms) return;
     sf(o, "/* every GEMM shape the code above calls: the CUDA backend plans them at start-up */\n"
           "static const srt_gemm_shape gemm_shapes[%d] = {\n", em_ngemms);
@@ -241,9 +243,11 @@ static void gen_gemms(Str *o)
         sf(o, "    {.kind = %s, .N = %s, .C = %s, .OC = %s, .bias = %s, .dt = WDT, .out_dt = %s", kind_c[g->kind],
            dim_c[g->N], dim_c[g->C], dim_c[g->OC], g->bias ? "true" : "false",
            g->kind == SRT_GEMM_BWD_WEIGHT ? "GDT" : "WDT");
-        if (g->batch)
-            sf(o, ", .batch = %lld, .out_stride = (int64_t)%s * %s, .inp_stride = (int64_t)%lld * %s * %s", g->batch,
-               dim_c[g->N], dim_c[g->OC], g->step, dim_c[g->N], dim_c[g->C]);
+        if (g->batch)   /* the strides as mm_fwd_batched writes them */
+            sf(o, ", .batch = %lld, .out_stride = %s, .inp_stride = (int64_t)%lld * %s * %s", g->batch,
+               g->out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[g->N], dim_c[g->OC])
+                                : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", g->out_step, dim_c[g->N], dim_c[g->OC]),
+               g->step, dim_c[g->N], dim_c[g->C]);
         sput(o, "},\n");
     }
     sput(o, "};\n\n");
@@ -286,16 +290,34 @@ static void mm_fwd(Str *s, const char *ind, const char *comment, const char *out
 }
 
 /* srt_matmul_fwd_batched: batch blocks out_b (N,OC) = inp_b (N,C) · w^T (+ bias),
- * the output blocks contiguous, the input blocks step (N,C) blocks apart. */
+ * the output blocks out_step (N,OC) blocks apart (1: contiguous), the input
+ * blocks step (N,C) blocks apart. */
 static void mm_fwd_batched(Str *s, const char *ind, const char *comment, const char *out, const char *inp,
-                           const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch, long long step)
+                           const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch, long long step,
+                           long long out_step)
 {
     rt_call(s, ind, RT_matmul_fwd_batched, "SRT_COMPUTE", comment, out, inp, w, bias.c, dim_c[N], dim_c[C],
             dim_c[OC], arena_printf(&g_arena, "%lld", batch),
-            arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[N], dim_c[OC]),
+            out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[N], dim_c[OC])
+                          : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", out_step, dim_c[N], dim_c[OC]),
             arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[N], dim_c[C]), NULL);
-    if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, true, batch, step);
-    if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, false, batch, step);
+    if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, true, batch, step, out_step);
+    if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, false, batch, step, out_step);
+}
+
+/* srt_matmul_gelu_fwd_batched: mm_fwd_batched's blocks, pre_b = inp_b · w^T
+ * (+ bias), out_b = gelu(pre_b); pre's blocks as far apart as out's. */
+static void mm_gelu_fwd_batched(Str *s, const char *ind, const char *comment, const char *out, const char *pre,
+                                const char *inp, const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch,
+                                long long step, long long out_step)
+{
+    rt_call(s, ind, RT_matmul_gelu_fwd_batched, "SRT_COMPUTE", comment, out, pre, inp, w, bias.c, dim_c[N], dim_c[C],
+            dim_c[OC], arena_printf(&g_arena, "%lld", batch),
+            out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[N], dim_c[OC])
+                          : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", out_step, dim_c[N], dim_c[OC]),
+            arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[N], dim_c[C]), NULL);
+    if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_GELU_BATCHED, N, C, OC, true, batch, step, out_step);
+    if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_GELU_BATCHED, N, C, OC, false, batch, step, out_step);
 }
 
 /* srt_matmul_gelu_fwd: pre = inp · w^T (+ bias), out = gelu(pre). */
@@ -791,7 +813,7 @@ static void sp_rows_fwd(const CE *e, Str *o, const char *label, const char *in, 
     sf(o, "%s:\n", label);
     mm_fwd_batched(o, "    ", "the chunk's partial sums: block r from rank r's token rows a->rows, one strided GEMM",
                    arena_printf(&g_arena, "AT(y, (int64_t)a->rows * %lld * NR * C)", tp),
-                   arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", in, w), wt, bias, D_NR, d, D_C, tp, k);
+                   arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", in, w), wt, bias, D_NR, d, D_C, tp, k, 1);
     const char *mine = arena_printf(&g_arena, "ROWS(y, a->rows * %lld + srt_group_rank(c, SRT_TP), C)", tp);
     rt_call(o, "    ", RT_add_fwd, "SRT_COMPUTE", "this rank's block += its tokens' residual", mine, mine,
             "ROWS(x, a->rows, C)", NULL);
@@ -820,6 +842,46 @@ static void tp_rows_fwd(Str *o, const char *pre, const char *gemm, const char *i
     sput(o, "    }\n");
 }
 
+/* tp_comm_overlap = full under sequence parallelism (part_tp_cols): the
+ * column-parallel GEMMs of a part (label: attention's, or the MLP's with mlp)
+ * on token-row chunk a->rows, as soon as that chunk of the norm's output is
+ * gathered.  The gathered chunk is tp blocks of NR rows side by side (the
+ * all-gather's layout), block r tp rank r's local rows a->rows, whose
+ * outputs are token rows (r·K + a->rows)·NR ..: one strided-batched GEMM
+ * per linear, its input blocks contiguous and its output blocks K blocks
+ * apart, as Transformer Engine runs a chunk; GPT's c_fc with GELU in its
+ * epilogue (srt_matmul_gelu_fwd_batched). */
+static void cols_fwd(const CE *e, Str *o, const char *label, bool mlp)
+{
+    const Group *g = &e->layer[0];
+    long long tp = (long long)e->p->tp, k = (long long)e->p->tpc;
+    const char *in = arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * %lld * NR * C)", mlp ? "ln2" : "ln1", tp);
+    sf(o, "%s:  /* the %s column GEMMs on token-row chunk a->rows: block r of the gathered chunk is rank r's rows */\n",
+       label, mlp ? "MLP's" : "attention's");
+    static const struct { int w, b; const char *out, *name; Dim dim; } lin[] = {
+        {R_QKV_W, R_QKV_B, "qkv", "attn.c_attn", D_QKV}, {R_Q_W, R_Q_B, "q", "self_attn.q_proj", D_QD},
+        {R_K_W, R_K_B, "k", "self_attn.k_proj", D_KVD}, {R_V_W, R_V_B, "v", "self_attn.v_proj", D_KVD},
+        {R_GATE_W, R_GATE_B, "gate", "mlp.gate_proj", D_FF}, {R_UP_W, R_UP_B, "up", "mlp.up_proj", D_FF},
+        {R_FC1_W, R_FC1_B, "fc1", "mlp.c_fc", D_FF}};
+    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+        bool mine = mlp ? lin[i].dim == D_FF : lin[i].dim != D_FF;
+        if (!mine || g->ct[lin[i].w] < 0) continue;    /* not this model's (GPT: c_attn, c_fc; Llama: q, k, v, gate, up) */
+        const char *dim = dim_c[lin[i].dim];
+        const char *out = arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", lin[i].out, dim);
+        const char *w = arena_printf(&g_arena, "PW(%s, (int64_t)%s * C)", role_c[lin[i].w], dim);
+        if (lin[i].w == R_FC1_W && !e->m->gated && !e->ext)    /* GELU in the GEMM's epilogue, fc1 kept */
+            mm_gelu_fwd_batched(o, "    ", arena_printf(&g_arena, "mlp.c_fc + gelu, token rows (r·%lld + a->rows)·NR "
+                                                                   "of block r", k),
+                                "AT(act, (int64_t)a->rows * NR * FF)", out, in, w, opt_w(g, lin[i].b, lin[i].dim, false),
+                                D_NR, D_C, lin[i].dim, tp, 1, k);
+        else
+            mm_fwd_batched(o, "    ", arena_printf(&g_arena, "%s, token rows (r·%lld + a->rows)·NR of block r",
+                                                   lin[i].name, k),
+                           out, in, w, opt_w(g, lin[i].b, lin[i].dim, false), D_NR, D_C, lin[i].dim, tp, 1, k);
+    }
+    sput(o, "    return;  /* the head runs the rest once every chunk is done */\n");
+}
+
 /* The layer's forward (kind "fwd"), or under full checkpointing its replay
  * (kind "recompute"): the same code keeping everything, so the recomputed
  * tensors are the forward's bit for bit; a group's last layer replays
@@ -846,6 +908,8 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     /* tp_comm_overlap full: a part's op up to its row-parallel GEMM (GR_HEAD),
        or one token-row chunk of that GEMM and its residual (GR_ROWS) */
     bool rows = tp && !replay && e->p->tpc > 1;
+    /* ... and under sequence parallelism a token-row chunk of its column-parallel GEMMs (GR_COLS) */
+    bool cols = rows && part_tp_cols(e->p);
     if (sp) sf(o, "    if (a->grads == %d) {  /* the part's norm on this rank's tokens */\n"
                   "        %s_fwd_norm(c, a);\n        return;\n    }\n", GR_NORM, px);
     saved_views(e, o, kv, true);
@@ -858,6 +922,8 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
         sput(o, "    if (a->part == 2) goto mlp;\n");
         if (rows)
             sf(o, "    if (a->grads == %d) goto attn_rows;  /* a token-row chunk of the output projection */\n", GR_ROWS);
+        if (cols)
+            sf(o, "    if (a->grads == %d) goto attn_cols;  /* a token-row chunk of the qkv projection */\n", GR_COLS);
     } else {
         sf(o, "    srt_t tmp = %s;  /* (B,T,C) a projection's output */\n",
            piece(&sc, AP_PROJ_PARTIAL, 0, "(int64_t)N * C", "WDT"));
@@ -871,7 +937,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     }
     uwait(e, o, I, R_NORM1_W);
     if (!sp) norm_fwd(e, o, g, "ln1", "ln1", "x", R_NORM1_W, R_NORM1_B, "input norm");
-    qkv_proj(e, o, g, false, GR_ALL);
+    if (!cols) qkv_proj(e, o, g, false, GR_ALL);    /* (cols: the chunks ran it) */
     if (m->family == FAM_LLAMA) {
         rt_call(o, I, RT_rope_fwd, "SRT_COMPUTE", "rotate q in place", "q", "B", "T", "NH", "HS", "LDQ", "THETA", NULL);
         rt_call(o, I, RT_rope_fwd, "SRT_COMPUTE", "rotate k in place", "k", "B", "T", "NKV", "HS", "LDKV", "THETA", NULL);
@@ -890,8 +956,10 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
         rt_call(o, I, RT_add_fwd, "SRT_COMPUTE", "this rank's tokens += their residual x", "y_own", "y_own", "x", NULL);
         sput(o, "    return;  /* the reduce-scatter over tp makes this rank's tokens of x2 */\n");
         if (rows) sp_rows_fwd(e, o, "attn_rows", "att", "QD", "PW(PROJ_W, (int64_t)C * QD)", pb, D_QD);
+        if (cols) cols_fwd(e, o, "attn_cols", false);
         sput(o, "mlp:\n");
         if (rows) sf(o, "    if (a->grads == %d) goto mlp_rows;  /* a token-row chunk of the down projection */\n", GR_ROWS);
+        if (cols) sf(o, "    if (a->grads == %d) goto mlp_cols;  /* a token-row chunk of the MLP's input linears */\n", GR_COLS);
         rt_call(o, I, RT_convert, "SRT_COMPUTE", "x2 = this rank's tokens of x2 (kept for backward)", "x2", "x", NULL);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
@@ -912,19 +980,23 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     }
     uwait(e, o, I, R_NORM2_W);
     if (!sp) norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
-    if (m->gated) {
+    if (cols && !m->gated && !e->ext) {     /* the chunks ran the GEMM and its GELU */
+    } else if (m->gated) {
         uwait(e, o, I, R_GATE_W);
-        mm_fwd(o, I, "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2", "PW(GATE_W, (int64_t)FF * C)",
-               opt_w(g, R_GATE_B, D_FF, false), D_N, D_C, D_FF);
+        if (!cols)
+            mm_fwd(o, I, "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2", "PW(GATE_W, (int64_t)FF * C)",
+                   opt_w(g, R_GATE_B, D_FF, false), D_N, D_C, D_FF);
         uwait(e, o, I, R_UP_W);
-        mm_fwd(o, I, "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)", opt_w(g, R_UP_B, D_FF, false), D_N, D_C,
-               D_FF);
+        if (!cols)
+            mm_fwd(o, I, "mlp.up_proj", "up", "ln2", "PW(UP_W, (int64_t)FF * C)", opt_w(g, R_UP_B, D_FF, false), D_N,
+                   D_C, D_FF);
         rt_call(o, I, RT_swiglu_fwd, "SRT_COMPUTE", "silu(gate) * up", "act", "gate", "up", "N", "FF", "FF", NULL);
     } else if (e->ext) {   /* a user-defined activation: the GEMM, then its call */
         const CatalogExtern *x = e->ext;
         uwait(e, o, I, R_FC1_W);
-        mm_fwd(o, I, "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2", "PW(FC1_W, (int64_t)FF * C)",
-               opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);
+        if (!cols)
+            mm_fwd(o, I, "mlp.c_fc: (B,T,C) -> (B,T,FF)", "fc1", "ln2", "PW(FC1_W, (int64_t)FF * C)",
+                   opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);
         ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
                  (const char *[]){"act", "fc1"}, 2);
     } else {    /* GELU in the GEMM's epilogue; fc1 (its input) kept for the backward */
@@ -949,6 +1021,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
             sput(o, "    return;\n");
             sp_rows_fwd(e, o, "mlp_rows", "act", "FF", "PW(FC2_W, (int64_t)C * FF)", fb, D_FF);
         }
+        if (cols) cols_fwd(e, o, "mlp_cols", true);
     } else if (tp) {
         sput(o, "    if (tp0) {\n");
         rt_call(o, "        ", RT_add_fwd, "SRT_COMPUTE", "y = x2 + this rank's partial mlp", "y", "x2", "tmp", NULL);

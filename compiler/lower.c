@@ -820,14 +820,18 @@ static void tp_comm_op(CE *e, const Op *o, const char *label)
         if (!into && out->bytes != (ag ? full : shard))     /* into: the next layer's replayed input, first */
             die("lower: %s writes %lld bytes, not a %s", label, (long long)out->bytes, ag ? "full tensor" : "sequence shard");
         /* tp_comm_overlap full: chunk j of the partial sums, a block of full / k (each rank's
-           rows j of its tokens, the forward's layout), into rows j of this rank's shard */
+           rows j of its tokens, the forward's layout), into rows j of this rank's shard; under
+           part_tp_cols the reverse, rows j of the norm's output shard into block j of the
+           gathered norm output (the column GEMMs' chunks read it so) */
         int64_t k = o->rows >= 0 ? e->p->tpc : 1;
-        if (o->rows >= 0 && (ag || into || o->rows >= k || full % (k * e->wb) || o->bytes * k != full))
+        if (o->rows >= 0 && ((ag && (!ln || !part_tp_cols(e->p))) || into || o->rows >= k || full % (k * e->wb) ||
+                             shard % (k * e->wb) || o->bytes * k != full))
             die("lower: %s moves %lld bytes as chunk %d of %lld of %lld", label, (long long)o->bytes, o->rows,
                 (long long)k, (long long)full);
         int64_t j = o->rows >= 0 ? o->rows : 0;
-        CALL(e, K_TP, label, atext(st), aint(ag ? 1 : 2, IT_OTHER), aint(0, IT_OTHER), abuf(e, o->wr[0], j * (shard / k)),
-             abuf(e, o->rd[0], at + j * (full / k)), aint(full / k / e->wb, IT_OTHER));
+        CALL(e, K_TP, label, atext(st), aint(ag ? 1 : 2, IT_OTHER), aint(0, IT_OTHER),
+             abuf(e, o->wr[0], j * (ag ? full / k : shard / k)), abuf(e, o->rd[0], at + j * (ag ? shard / k : full / k)),
+             aint(full / k / e->wb, IT_OTHER));
         return;
     }
     if (o->kind != OP_TP_ALLREDUCE || o->nrd != 1 || o->nwr != 1 || o->rd[0] != o->wr[0])
@@ -1143,8 +1147,9 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
         return;
     }
     need_compute(e, o);
-    bool head = o->grads == GR_HEAD, rows = o->grads == GR_ROWS;
-    if ((head || rows) && (e->p->tpc < 2 || (rows && (o->rows < 0 || o->rows >= e->p->tpc))))
+    bool head = o->grads == GR_HEAD, rows = o->grads == GR_ROWS, cols = o->grads == GR_COLS;
+    if ((head || rows || cols) &&
+        (e->p->tpc < 2 || ((rows || cols) && (o->rows < 0 || o->rows >= e->p->tpc)) || (cols && !part_tp_cols(e->p))))
         die("lower: %s: a token-row chunk of a part without tp_comm_overlap = full (chunk %d of %lld)", label, o->rows,
             (long long)e->p->tpc);
     /* full checkpointing keeps nothing: no saved buffer (-1) */
@@ -1152,8 +1157,9 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
     int64_t xat = 0;
     if (lower_sp(e)) {             /* SP: the input shard and the gathered norm output in, the partial sums (full) out */
         sp_part_in(e, o, label, &x, &xat);
-        r1 = rows ? -1 : op_role_need(e, o, true, BR_TP_GATHERED);    /* a chunk reads the head's kept tensors */
-        y = head ? -1 : op_role_need(e, o, false, BR_TP_PARTIAL);     /* the chunks write the partial sums */
+        /* a row chunk reads the head's kept tensors, the head the column chunks' (part_tp_cols) */
+        r1 = rows || (head && part_tp_cols(e->p)) ? -1 : op_role_need(e, o, true, BR_TP_GATHERED);
+        y = head || cols ? -1 : op_role_need(e, o, false, BR_TP_PARTIAL);   /* the row chunks write the partial sums */
     } else if (o->sub == SUB_MLP) {    /* the attention part's reduced output in, the layer's output out */
         r1 = op_role_need(e, o, true, BR_RESID1);
         x = r1;
@@ -1171,14 +1177,14 @@ static void layer_fwd_op(CE *e, const Op *o, const char *label)
     }
     int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
     if (saved >= 0) lower_expect(e, saved, e->kept.total, "a layer's saved tensors");
-    if (y >= 0 || !head) lower_expect(e, y, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's output");
+    if (y >= 0 || !(head || cols)) lower_expect(e, y, lower_sp(e) ? e->p->act.full : e->p->act.x, "a layer's output");
     if (lower_sp(e) && r1 >= 0) lower_expect(e, r1, e->p->act.full, "a part's gathered norm output");
     if (e->s->bufs[scr].bytes < e->fscr.total)
         die("lower: a layer's forward needs %lld bytes of scratch, the plan gives it %lld", (long long)e->fscr.total,
             (long long)e->s->bufs[scr].bytes);
     check_group(e, &e->layer[op_slot(e, o)], o, true, false);
     fwd_call(e, K_FWD, o, label, abuf(e, x, xat), abuf(e, saved, 0), abuf(e, y, 0), scr, r1);
-    if (o->sub != SUB_MLP && !rows) ckpt_slice(e, o, x, label);
+    if (o->sub != SUB_MLP && !rows && !cols) ckpt_slice(e, o, x, label);
 }
 
 /* OP_HEAD: the final norm, the logits, the loss and the head's backward. */

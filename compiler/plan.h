@@ -286,6 +286,12 @@ typedef struct Partition {
                                    (GR_HEAD, GR_ROWS); else 1                      */
 } Partition;
 
+/* tp_comm_overlap full under sequence parallelism: each forward part's
+ * all-gather and the column-parallel GEMMs reading it also run in tpc
+ * token-row chunks (GR_COLS), the all-gathered norm output laid out chunk by
+ * chunk (chunk j: tp rank r's local rows j, r = 0 .. tp-1). */
+static inline bool part_tp_cols(const Partition *p) { return p->tpc > 1 && p->T_sp < p->T; }
+
 /* Checks what the planner needs of a spec (divisibility, stage lists).  With
  * report, each problem is a diagnostic at the offending key; returns false if
  * the spec cannot be planned. */
@@ -402,6 +408,11 @@ typedef enum OpGrads {
                            projection), whose token-row chunks are GR_ROWS ops     */
     GR_ROWS,            /* ... one token-row chunk (Op.rows) of that GEMM and of the
                            residual added to it, all-reduced on its own next        */
+    GR_COLS,            /* ... and under sequence parallelism one token-row chunk of the
+                           part's column-parallel GEMMs (qkv; the MLP's input linears,
+                           GELU in the epilogue), from that chunk of the all-gathered
+                           norm output as soon as its all-gather is done (part_tp_cols);
+                           the head then runs without them                          */
 } OpGrads;
 
 typedef struct Op {

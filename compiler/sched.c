@@ -949,6 +949,67 @@ static double rows_gemm_fl(const Bld *b, int sub)
     die("sched: the layer has no row-parallel linear %s", model_role_name(role));
 }
 
+/* FLOPs per sequence of the column-parallel GEMMs opening part sub (qkv or
+ * Llama's q, k, v; the MLP's input linears: fc1, or gate and up). */
+static double cols_gemm_fl(const Bld *b, int sub)
+{
+    const Model *m = b->m;
+    double fl = 0;
+    for (int i = m->layer_first[1]; i < m->layer_first[2]; i++) {
+        int r = m->t[i].role;
+        bool in = sub == SUB_MLP ? r == R_FC1_W || r == R_GATE_W || r == R_UP_W
+                                 : r == R_QKV_W || r == R_Q_W || r == R_K_W || r == R_V_W;
+        if (in) fl += 2.0 * (double)m->s * (double)m->t[i].numel;
+    }
+    if (fl <= 0) die("sched: the layer has no column-parallel linear in its %s part", sub == SUB_MLP ? "MLP" : "attention");
+    return fl;
+}
+
+/* tp_comm_overlap full under sequence parallelism (part_tp_cols): the start
+ * of a forward part, the all-gather of its norm's output shard `ln` into g
+ * and the column-parallel GEMMs reading it, in tpc token-row chunks: chunk
+ * j's all-gather (on the tp stream, all of them issued first) moves every
+ * rank's local rows j into block j of g, and chunk j's GEMMs (GR_COLS) run
+ * on it as soon as it is there, while the next chunk's all-gather runs
+ * (Transformer Engine's all-gather overlap of a column-parallel GEMM).  The
+ * chunks write the GEMMs' outputs (their token rows of the layer's kept
+ * tensors, or of the scratch) and the head, made after them, runs the rest;
+ * g and the kept tensors are accessed by chunk (Buffer.rows: the norm's
+ * shard that chunk j's all-gather reads and the outputs chunk j's GEMMs
+ * write are each that chunk's rows), so that chunk j's GEMMs follow chunk
+ * j's all-gather only.  Returns the scratch the chunks write, the head's. */
+static int cols_fwd(Bld *b, int sub, int L, int mb, int chunk, const FwdIO *io, int ln, int g)
+{
+    const ActBytes *a = &b->p->act;
+    int k = b->tpc, scr = -1;
+    double fl = cols_gemm_fl(b, sub) / k;
+    b->s->bufs[g].rows = k;
+    if (io->keep[0] >= 0) b->s->bufs[io->keep[0]].rows = k;
+    for (int j = 0; j < k; j++) {
+        int ag = tp_comm(b, OP_TP_ALLGATHER, sub, L, mb, chunk, ln, g, a->full / k);
+        b->s->ops[ag].rows = (int16_t)j;
+    }
+    for (int j = 0; j < k; j++) {
+        int c = part_op(b, io->kind, sub, L, mb, chunk, fl);
+        b->s->ops[c].grads = GR_COLS, b->s->ops[c].rows = (int16_t)j;
+        op_rd(b, c, g);
+        op_rd(b, c, io->in);
+        op_wr(b, c, io->keep[0]);
+        if (scr < 0) scr = op_scratch(b, c, io->scratch);
+        else op_wr(b, c, scr);
+        compute_done(b);
+    }
+    return scr;
+}
+
+/* The head of a forward part whose column GEMMs ran in chunks (cols_fwd):
+ * their FLOPs are the chunks'. */
+static void cols_head(Bld *b, int head)
+{
+    double moved = cols_gemm_fl(b, b->s->ops[head].sub) * (double)b->p->b / (double)b->p->tp;
+    b->s->ops[head].flops -= moved, b->s->flops -= moved;
+}
+
 /* tp_comm_overlap full: the end of a forward part, its row-parallel GEMM and
  * the residual folded into its partial sums, in tpc token-row chunks
  * (GR_ROWS), each all-reduced on the tp stream as soon as it is written while
@@ -1016,21 +1077,26 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     double fm = io->fl * b->mlp_share, fa = io->fl - fm;
     int in = io->in;
     bool rows = b->tpc > 1 && io->kind == OP_LAYER_FWD;     /* tp_comm_overlap full */
+    bool cols = rows && b->sp;  /* ... and the all-gather and column GEMMs too (part_tp_cols) */
+    int cscr = -1;              /* the scratch the column GEMMs' chunks wrote */
     if (b->sp) {
         int ln = sp_norm_fwd(b, SUB_ATTN, L, mb, chunk, io, io->in);
         int g = act_buf(b, BR_TP_GATHERED, SUB_ATTN, L, mb, "gathered", a->full);
-        emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, ln, g, a->full));
+        if (cols) cscr = cols_fwd(b, SUB_ATTN, L, mb, chunk, io, ln, g);
+        else emit_wait(b, tp_comm(b, OP_TP_ALLGATHER, SUB_ATTN, L, mb, chunk, ln, g, a->full));
         in = g;
     }
     int A = part_op(b, io->kind, SUB_ATTN, L, mb, chunk, fa);
-    op_rd(b, A, in);
+    if (cols) cols_head(b, A);  /* the chunks read the gathered input */
+    else op_rd(b, A, in);
     op_rd(b, A, io->in);
     fwd_keep(b, A, io);
+    if (cscr >= 0) op_wr(b, A, cscr);
     int r1 = act_buf(b, BR_RESID1, SUB_ATTN, L, mb, "resid1", a->x), red;
     if (b->sp) {
         int part = act_buf(b, BR_TP_PARTIAL, SUB_ATTN, L, mb, "partial", a->full);
         if (rows) {             /* tp_comm_overlap full: the output projection by token rows */
-            int scr = op_scratch(b, A, io->scratch);
+            int scr = cscr >= 0 ? cscr : op_scratch(b, A, io->scratch);
             compute_done(b);
             emit_wait(b, rows_fwd(b, A, scr, part, r1, io->in));
         } else {
@@ -1041,7 +1107,14 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         }
         int ln = sp_norm_fwd(b, SUB_MLP, L, mb, chunk, io, r1);
         int g2 = act_buf(b, BR_TP_GATHERED, SUB_MLP, L, mb, "gathered", a->full);
-        red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, ln, g2, a->full);
+        if (cols) {
+            FwdIO mio = *io;
+            mio.in = r1;
+            cscr = cols_fwd(b, SUB_MLP, L, mb, chunk, &mio, ln, g2);
+            red = -1;
+        } else {
+            red = tp_comm(b, OP_TP_ALLGATHER, SUB_MLP, L, mb, chunk, ln, g2, a->full);
+        }
         in = g2;
     } else if (rows) {          /* tp_comm_overlap full: the output projection by token rows */
         int scr = op_scratch(b, A, io->scratch);
@@ -1055,12 +1128,14 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         red = tp_comm(b, OP_TP_ALLREDUCE, SUB_ATTN, L, mb, chunk, r1, r1, a->x);
         in = r1;
     }
-    emit_wait(b, red);
+    if (red >= 0) emit_wait(b, red);
     int M = part_op(b, io->kind, SUB_MLP, L, mb, chunk, fm);
-    op_rd(b, M, in);
+    if (cols) cols_head(b, M);  /* the chunks read the gathered input */
+    else op_rd(b, M, in);
     op_rd(b, M, r1);
     fwd_keep(b, M, io);
-    int mscr = op_scratch(b, M, io->scratch);
+    int mscr = cols ? cscr : op_scratch(b, M, io->scratch);
+    if (cols) op_wr(b, M, mscr);
     if (io->out < 0) {          /* the last layer of a recompute group: its output is not needed */
         compute_done(b);
         return;
@@ -2425,10 +2500,11 @@ const char *sched_op_label(const Sched *s, int i)
         snprintf(aux, sizeof aux, " chunk%d", o->chunk);
     const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
     static const char *const grads_names[] = {[GR_ALL] = "", [GR_DATA] = " data", [GR_WEIGHT] = " wgrad",
-                                              [GR_NORM] = " norm", [GR_HEAD] = " head", [GR_ROWS] = " rows"};
-    const char *grads = o->grads >= 0 && o->grads <= GR_ROWS ? grads_names[o->grads] : "";
-    if (o->rows >= 0 && o->kind != OP_WAIT)    /* tp_comm_overlap full: a token-row chunk */
-        snprintf(aux + strlen(aux), sizeof aux - strlen(aux), " rows%d", o->rows);
+                                              [GR_NORM] = " norm", [GR_HEAD] = " head", [GR_ROWS] = " rows",
+                                              [GR_COLS] = " cols"};
+    const char *grads = o->grads >= 0 && o->grads <= GR_COLS ? grads_names[o->grads] : "";
+    if (o->rows >= 0 && o->kind != OP_WAIT)    /* tp_comm_overlap full: a token-row chunk (of the column GEMMs: cols) */
+        snprintf(aux + strlen(aux), sizeof aux - strlen(aux), " %s%d", o->grads == GR_COLS ? "cols" : "rows", o->rows);
     return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub,
                         o->rows >= 0 ? "" : grads);
 }

@@ -366,17 +366,17 @@ static double head_time(const Spec *s, const Model *m)
  * there is and no latency; the next GEMM waits for each.  (The backward's
  * may overlap its weight-gradient GEMMs: not counted.)  tp_comm_overlap full
  * runs the collective after each part's row-parallel GEMM (the all-reduce;
- * under sequence parallelism the reduce-scatter, half of the bytes) in k
- * chunks, each behind the next chunk's GEMM: only the last chunk's, 1/k of
- * it at no latency, is sure to be waited for. */
+ * under sequence parallelism the reduce-scatter, half of the bytes, and the
+ * all-gather before its column GEMMs, the other half) in k chunks, each
+ * behind the next chunk's GEMM: only one chunk of each, 1/k of it at no
+ * latency, is sure to be waited for. */
 static double tp_comm(const Spec *s)
 {
     double bytes = (double)work_bytes(s) * (double)s->train.micro_batch * (double)s->model.seq_len *
                    (double)s->model.hidden;
     double all = 2 * cost_collective(COLL_ALLREDUCE, bytes, s->parallel.tp, s->cluster.intra_node, 0);
     if (s->parallel.tp == 1 || s->parallel.tp_comm_overlap != TPO_FULL) return all;
-    double k = (double)s->parallel.tp_overlap_chunks, chunked = s->parallel.sequence_parallel ? all / 2 : all;
-    return all - chunked + chunked / k;
+    return all / (double)s->parallel.tp_overlap_chunks;
 }
 
 /* Whether the time bounds hold for this spec: they price the GEMMs at the

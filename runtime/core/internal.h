@@ -91,6 +91,9 @@ typedef struct srt_backend {
                        srt_t inp, srt_t w, int N, int C, int OC);
     void (*matmul_gelu_fwd)(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
                             srt_t bias, int N, int C, int OC);
+    void (*matmul_gelu_fwd_batched)(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                                    srt_t bias, int N, int C, int OC, int batch, int64_t out_stride,
+                                    int64_t inp_stride);
     void (*matmul_bwd_dgelu)(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
                              srt_t w, srt_t pre, int N, int C, int OC);
     void (*layernorm_fwd)(srt_ctx *c, srt_stream s, srt_t out, srt_t mean, srt_t rstd,

@@ -298,6 +298,37 @@ void srt_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t i
     RUN(matmul_gelu_fwd, out, pre, inp, w, bias, N, C, OC);
 }
 
+/* srt_matmul_gelu_fwd on a strided batch (tp_comm_overlap = full's column
+ * chunks under sequence parallelism): checked and recorded block by block,
+ * as srt_matmul_fwd_batched. */
+void srt_matmul_gelu_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                                 srt_t bias, int N, int C, int OC, int batch, int64_t out_stride,
+                                 int64_t inp_stride)
+{
+    ops_frame f = ops_begin(c, SRT_OP_matmul_gelu_fwd_batched, s);
+    ops_dim(f, "N", N, true), ops_dim(f, "C", C, false), ops_dim(f, "OC", OC, false);
+    ops_dim(f, "batch", batch, false);
+    if (out_stride < (int64_t)N * OC || inp_stride < 0)
+        ctx_die(c, "matmul_gelu_fwd_batched: out_stride %lld (the blocks are %lld elements), inp_stride %lld",
+                (long long)out_stride, (long long)N * OC, (long long)inp_stride);
+    IN("w", w, (int64_t)OC * C);
+    IN_OPT("bias", bias, OC);
+    int64_t span = ops_span(batch, (int64_t)N * OC, out_stride);
+    ops_arg(f, "inp", inp, ops_span(batch, (int64_t)N * C, inp_stride), OPS_FLOAT, 0, false);
+    ops_arg(f, "pre", pre, span, OPS_FLOAT, 0, false);
+    ops_arg(f, "out", out, span, OPS_FLOAT, 0, false);
+    if (ops_overlap(out, span, pre, span))    /* the backward needs pre intact */
+        ctx_die(c, "matmul_gelu_fwd_batched: out and pre overlap");
+    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt), pb = ops_dtype_size(pre.dt);
+    if (c->chk)   /* the blocks themselves, not the rows between them */
+        for (int64_t b = 0; b < batch; b++) {
+            chk_read(c, (const char *)inp.p + b * inp_stride * ib, (int64_t)N * C * ib);
+            chk_write(c, (char *)pre.p + b * out_stride * pb, (int64_t)N * OC * pb);
+            chk_write(c, (char *)out.p + b * out_stride * ob, (int64_t)N * OC * ob);
+        }
+    RUN(matmul_gelu_fwd_batched, out, pre, inp, w, bias, N, C, OC, batch, out_stride, inp_stride);
+}
+
 /* dpre = (dout·w) ⊙ gelu'(pre) (overwritten), dbias_pre += Σ rows of dpre. */
 void srt_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
                           srt_t w, srt_t pre, int N, int C, int OC)

@@ -117,6 +117,8 @@ void cpu_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias,
                     srt_t inp, srt_t w, int N, int C, int OC);
 void cpu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
                          srt_t bias, int N, int C, int OC);
+void cpu_matmul_gelu_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w, srt_t bias,
+                                 int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride);
 void cpu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, srt_t dout,
                           srt_t w, srt_t pre, int N, int C, int OC);
 void cpu_layernorm_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t mean, srt_t rstd, srt_t inp,

@@ -151,6 +151,7 @@ static cu_form cu_form_of(const srt_gemm_shape *g)
     switch (g->kind) {
     case SRT_GEMM_FWD:
     case SRT_GEMM_FWD_BATCHED:
+    case SRT_GEMM_FWD_GELU_BATCHED:
     case SRT_GEMM_FWD_GELU: return (cu_form){true, false, OC, N, C, C, C, OC, g->dt, g->dt, g->out_dt, g->bias, false};
     case SRT_GEMM_BWD_DATA: return (cu_form){false, false, C, N, OC, C, OC, C, g->dt, g->dt, g->out_dt, false, true};
     case SRT_GEMM_BWD_DGELU: return (cu_form){false, false, C, N, OC, C, OC, C, g->dt, g->dt, g->out_dt, false, false};
@@ -236,6 +237,9 @@ static cu_gemm *cu_gemm_plan_epi(srt_ctx *c, const char *what, bool ta, bool tb,
         if (bias)
             cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &zero, sizeof zero),
                   "BIAS_BATCH_STRIDE");
+        if (gelu)   /* aux is shaped as D: its blocks as far apart */
+            cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &bt.d,
+                                                    sizeof bt.d), "EPILOGUE_AUX_BATCH_STRIDE");
     }
     cublasLtMatmulPreference_t pref;
     cu_lt(c, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -305,7 +309,7 @@ static void cu_gemm_startup(srt_ctx *c)
     cu_gemm_in_startup = true;
     for (int i = 0; i < c->prog->ngemms; i++) {
         const srt_gemm_shape *g = &c->prog->gemms[i];
-        if (g->kind < SRT_GEMM_FWD || g->kind > SRT_GEMM_FWD_BATCHED)
+        if (g->kind < SRT_GEMM_FWD || g->kind > SRT_GEMM_FWD_GELU_BATCHED)
             ctx_die(c, "srt_program.gemms[%d]: kind %d is not an SRT_GEMM_* kind", i, g->kind);
         cu_form f = cu_form_of(g);
         if (g->kind == SRT_GEMM_FWD_BATCHED) {   /* its bias in the epilogue, as cu_matmul_fwd_batched asks */
@@ -315,12 +319,15 @@ static void cu_gemm_startup(srt_ctx *c)
             continue;
         }
         if (g->kind > SRT_GEMM_BWD_WEIGHT) {   /* with the epilogue the op will ask for (cu_gelu_epilogue) */
-            int32_t gelu = cu_gelu_epilogue(g->kind == SRT_GEMM_FWD_GELU, g->bias, g->out_dt, f.m);
+            bool fwd = g->kind == SRT_GEMM_FWD_GELU || g->kind == SRT_GEMM_FWD_GELU_BATCHED;
+            int32_t gelu = cu_gelu_epilogue(fwd, g->bias, g->out_dt, f.m);
+            cu_batch bt = { g->batch, g->inp_stride, g->out_stride };
             if (gelu)
-                cu_gemm_plan_epi(c, g->kind == SRT_GEMM_FWD_GELU ? "matmul_gelu_fwd" : "matmul_bwd_dgelu", f.ta,
+                cu_gemm_plan_epi(c, g->kind == SRT_GEMM_FWD_GELU_BATCHED ? "matmul_gelu_fwd_batched"
+                                    : fwd ? "matmul_gelu_fwd" : "matmul_bwd_dgelu", f.ta,
                                  f.tb, f.m, f.n, f.k, f.adt, f.lda, f.bdt, f.ldb, f.ddt, f.ldd,
-                                 g->kind == SRT_GEMM_FWD_GELU && f.bias, g->dt, f.acc, 16, 16, 16, gelu, true,
-                                 cu_one);
+                                 fwd && f.bias, g->dt, f.acc, 16, 16, 16, gelu, true,
+                                 g->kind == SRT_GEMM_FWD_GELU_BATCHED && g->batch > 1 ? bt : cu_one);
             else
                 fused++;
             continue;
@@ -367,13 +374,13 @@ static void cu_gemm_run(srt_ctx *c, srt_stream s, const char *what, bool ta, boo
  * (written forward, read backward), bias the forward's bias or the BGRAD
  * output.  False, nothing issued, when cuBLASLt has no algorithm for it. */
 static bool cu_gemm_gelu(srt_ctx *c, srt_stream s, const char *what, bool ta, bool tb, int m, int n, int k, srt_t A,
-                         int lda, srt_t B, int ldb, srt_t D, int ldd, int32_t gelu, srt_t bias, void *aux)
+                         int lda, srt_t B, int ldb, srt_t D, int ldd, int32_t gelu, srt_t bias, void *aux, cu_batch bt)
 {
     cu_state *st = cu_st(c);
     bool fwd_bias = gelu == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     cu_gemm *g = cu_gemm_plan_epi(c, what, ta, tb, m, n, k, A.dt, lda, B.dt, ldb, D.dt, ldd, fwd_bias,
                                   fwd_bias ? bias.dt : SRT_F32, false, cu_align(A.p), cu_align(B.p), cu_align(D.p),
-                                  gelu, true, cu_one);
+                                  gelu, true, bt);
     if (!g) return false;
     if (bias.p)
         cu_lt(c, cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias.p, sizeof bias.p),
@@ -452,12 +459,34 @@ void cu_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t in
     bool fuse = gelu && pre.dt == out.dt && cu_align(pre.p) >= 16 &&
                 (!bias.p || cu_bias_epi_ok(bias, out.dt, inp.dt));
     if (fuse && cu_gemm_gelu(c, s, "matmul_gelu_fwd", true, false, OC, N, C, w, C, inp, C, out, OC, gelu,
-                             bias.p ? bias : none, pre.p))
+                             bias.p ? bias : none, pre.p, cu_one))
         return;
     srt_t p = pre, o = out;
     p.n = o.n = (int64_t)N * OC;
     cu_matmul_fwd(c, s, p, inp, w, bias, N, C, OC);
     cu_kg(c, kg_gelu_forward(o, p, cu_stream(c, s)), "matmul_gelu_fwd (gelu)");
+}
+
+/* cu_matmul_gelu_fwd on a strided batch: one GELU_AUX(_BIAS) cuBLASLt call,
+ * pre's blocks (aux) as far apart as out's; else block by block. */
+void cu_matmul_gelu_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w, srt_t bias,
+                                int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride)
+{
+    srt_t none = { NULL, 0, SRT_F32 };
+    int32_t gelu = cu_gelu_epilogue(true, bias.p != NULL, out.dt, OC);
+    bool fuse = gelu && pre.dt == out.dt && cu_align(pre.p) >= 16 &&
+                (!bias.p || cu_bias_epi_ok(bias, out.dt, inp.dt));
+    cu_batch bt = { batch, inp_stride, out_stride };
+    if (fuse && cu_gemm_gelu(c, s, "matmul_gelu_fwd_batched", true, false, OC, N, C, w, C, inp, C, out, OC, gelu,
+                             bias.p ? bias : none, pre.p, batch > 1 ? bt : cu_one))
+        return;
+    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt), pb = ops_dtype_size(pre.dt);
+    for (int64_t b = 0; b < batch; b++) {
+        srt_t o = { (char *)out.p + b * out_stride * ob, (int64_t)N * OC, out.dt };
+        srt_t p = { (char *)pre.p + b * out_stride * pb, (int64_t)N * OC, pre.dt };
+        srt_t i = { (char *)inp.p + b * inp_stride * ib, (int64_t)N * C, inp.dt };
+        cu_matmul_gelu_fwd(c, s, o, p, i, w, bias, N, C, OC);
+    }
 }
 
 /* dpre = (dout·w) ⊙ gelu'(pre), overwritten, in one GEMM (DGELU_BGRAD or
@@ -474,7 +503,7 @@ void cu_matmul_bwd_dgelu(srt_ctx *c, srt_stream s, srt_t dpre, srt_t dbias_pre, 
     if (gelu == CUBLASLT_EPILOGUE_DGELU_BGRAD && !bgrad) gelu = CUBLASLT_EPILOGUE_DGELU;
     bool fuse = gelu && pre.dt == dpre.dt && cu_align(pre.p) >= 16;
     if (!fuse || !cu_gemm_gelu(c, s, "matmul_bwd_dgelu", false, false, C, N, OC, w, C, dout, OC, dpre, C, gelu,
-                               bgrad ? bg : none, pre.p)) {
+                               bgrad ? bg : none, pre.p, cu_one)) {
         bgrad = false;
         srt_t d = dpre;
         d.n = (int64_t)N * C;

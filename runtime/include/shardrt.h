@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRT_ABI_VERSION 3
+#define SRT_ABI_VERSION 4
 
 /* How long a CPU rank that waits for a collective, a send or a receive keeps
  * testing it with sched_yield between the tests before it naps (seconds;
@@ -145,17 +145,18 @@ typedef struct srt_class {
  * bias gradient is no GEMM); SRT_GEMM_FWD_GELU: srt_matmul_gelu_fwd (bias as
  * for FWD); SRT_GEMM_BWD_DGELU: srt_matmul_bwd_dgelu (bias: with dbias_pre).
  * SRT_GEMM_FWD_BATCHED: srt_matmul_fwd_batched's (bias as for FWD; batch
- * and the two strides its arguments, 0 for the other kinds).
+ * and the two strides its arguments, 0 for the other kinds);
+ * SRT_GEMM_FWD_GELU_BATCHED: srt_matmul_gelu_fwd_batched's (the same).
  * dt: the inputs' dtype (and the bias's, dinp's, out's); out_dt: the
  * output's (dw: the gradients' dtype). */
 enum { SRT_GEMM_FWD, SRT_GEMM_BWD_DATA, SRT_GEMM_BWD_WEIGHT, SRT_GEMM_FWD_GELU, SRT_GEMM_BWD_DGELU,
-       SRT_GEMM_FWD_BATCHED };
+       SRT_GEMM_FWD_BATCHED, SRT_GEMM_FWD_GELU_BATCHED };
 typedef struct srt_gemm_shape {
     int kind;                   /* SRT_GEMM_*                                       */
     int N, C, OC;               /* the srt_matmul_fwd / _bwd arguments              */
     bool bias;                  /* SRT_GEMM_FWD with a bias                         */
     srt_dtype dt, out_dt;
-    int batch;                  /* SRT_GEMM_FWD_BATCHED: its batch and strides      */
+    int batch;                  /* SRT_GEMM_FWD_(GELU_)BATCHED: batch and strides   */
     int64_t out_stride, inp_stride;
 } srt_gemm_shape;
 
@@ -268,6 +269,15 @@ void srt_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias,
  * kept for the backward, and out(N,OC) = gelu(pre); overwrites both. */
 void srt_matmul_gelu_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
                          srt_t bias, int N, int C, int OC);
+/* srt_matmul_gelu_fwd on a strided batch, as srt_matmul_fwd_batched: block
+ * b's pre_b and out_b (N,OC) start out_stride elements after block b-1's,
+ * inp_b inp_stride after; out, pre and inp are the views of the first block
+ * through the last.  The CUDA backend runs it as one cuBLASLt call (GELU_AUX
+ * with the aux matrix's batch stride); the CPU backend as
+ * srt_matmul_gelu_fwd block by block, bit for bit. */
+void srt_matmul_gelu_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w,
+                                 srt_t bias, int N, int C, int OC, int batch, int64_t out_stride,
+                                 int64_t inp_stride);
 /* The next layer's data gradient fused with GELU's derivative (cuBLASLt's
  * DGELU_BGRAD epilogue): dpre(N,C) = (dout(N,OC)·w(OC,C)) ⊙ gelu'(pre(N,C)),
  * overwriting dpre; dbias_pre(C) += Σ rows of dpre (dbias_pre.p may be NULL). */
@@ -381,6 +391,7 @@ void srt_nvme_write(srt_ctx *c, srt_stream s, srt_t src, int64_t offset);
     SRT_OP(matmul_fwd_batched, 10, SRT_KIND_COMPUTE)     \
     SRT_OP(matmul_bwd, 9, SRT_KIND_COMPUTE)              \
     SRT_OP(matmul_gelu_fwd, 8, SRT_KIND_COMPUTE)         \
+    SRT_OP(matmul_gelu_fwd_batched, 11, SRT_KIND_COMPUTE) \
     SRT_OP(matmul_bwd_dgelu, 8, SRT_KIND_COMPUTE)        \
     SRT_OP(layernorm_fwd, 9, SRT_KIND_COMPUTE)           \
     SRT_OP(layernorm_bwd, 10, SRT_KIND_COMPUTE)          \

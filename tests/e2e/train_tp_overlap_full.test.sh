@@ -3,7 +3,10 @@
 # GEMM (attention output projection, MLP down projection) and the residual
 # folded into it run in tp_overlap_chunks token-row chunks, each all-reduced
 # (reduce-scattered under sequence parallelism: a chunk is a block of each
-# rank's tokens) on the tp stream as soon as it is written.  Token rows are independent in
+# rank's tokens) on the tp stream as soon as it is written; under sequence
+# parallelism the all-gather of each part's norm output and the column GEMMs
+# reading it (qkv; c_fc, or gate and up) run in chunks too, chunk j's GEMMs
+# as soon as chunk j is gathered.  Token rows are independent in
 # the GEMM and in the sum over tp, so the chunks compute exactly what the
 # whole does: every step's loss bit for bit that of the default (wgrad), the
 # final weights the same, for GPT (tiny-gpt) and Llama (tiny-llama: 2 kv
@@ -47,6 +50,16 @@ layouts() {
 layouts gpt specs/tiny-gpt.tspec "2 off none 4" "2 off selective 8" "4 off full 2" "2 on none 4" "4 on selective 2" \
     "2 on full 4"
 layouts llama specs/tiny-llama.tspec "4 off full 4" "2 on selective 4"
+# a user-defined activation (examples/custom-op): under sequence parallelism the column
+# chunks run c_fc, the head the activation's own call
+layouts sqrelu examples/custom-op/sqrelu.tspec "2 on none 4"
+# ZeRO-3 over dp 2 under sequence parallelism: each column chunk waits for the
+# gathered units it reads, as the head did
+z3() {
+    train_3d "z3-$1" specs/tiny-gpt.tspec 2 1 2 -D zero.stage=3 -D train.micro_batch=4 \
+        -D parallel.sequence_parallel=on -D parallel.tp_comm_overlap="$1" && train_arenas "z3-$1"
+}
+z3 full && z3 wgrad && train_same z3-wgrad z3-full 0 "tp 2, dp 2, ZeRO-3, sequence parallel: full against wgrad"
 # the machine's own kernels: within 1e-7 of wgrad, not bit for bit
 unset OPENBLAS_CORETYPE
 own() {
@@ -84,5 +97,9 @@ drop_wait nowait-chunk "WAIT(TP_COMM, COMPUTE, 1);  /* wait(fwd L0 mb0 rows1 att
 drop_wait nowait-last "WAIT(COMPUTE, TP_COMM, 1);  /* wait(tp_allreduce L0 mb0 rows3 attn) */"
 # under sequence parallelism: chunk 1's reduce-scatter without the wait for its GEMM
 drop_wait nowait-chunk-sp "WAIT(TP_COMM, COMPUTE, 1);  /* wait(fwd L0 mb0 rows1 mlp) */" -D parallel.sequence_parallel=on
+# ... and chunk 2's column GEMMs without the wait for its all-gather (they would read rows
+# the all-gather may still write)
+drop_wait nowait-cols-sp "WAIT(COMPUTE, TP_COMM, 2);  /* wait(tp_allgather L0 mb0 rows2 attn) */" \
+    -D parallel.sequence_parallel=on
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

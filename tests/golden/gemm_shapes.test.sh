@@ -5,8 +5,9 @@
 #
 # For several layouts (tiny-gpt dp 2 bf16, tp 2 with its rank-0-only biases,
 # folded and straight-line; tiny-llama tp 2 with sequence parallelism;
-# tiny-gpt's with tp_comm_overlap = full, its chunks' batched GEMMs (whose
-# batch and strides are part of the shape); pp 2
+# tiny-gpt's and tiny-llama's with tp_comm_overlap = full under sequence
+# parallelism, their chunks' batched GEMMs (whose batch and strides are part
+# of the shape; GPT's c_fc with its GELU epilogue); pp 2
 # interleaved; full checkpointing; the custom op of examples/custom-op) the
 # generated C is compiled warning-free and read: every srt_matmul_* call's
 # N, C, OC arguments and its optional operands give the shapes it needs
@@ -69,6 +70,8 @@ for m in re.finditer(r"\bsrt_(matmul\w*|head_xent)\s*\(", src):
         need |= {("SRT_GEMM_FWD_BATCHED", a[4], a[5], a[6], b, a[7], a[8], a[9]) for b in variants(a[3])}
     elif op == "matmul_gelu_fwd":
         need |= {("SRT_GEMM_FWD_GELU", a[5], a[6], a[7], b) for b in variants(a[4])}
+    elif op == "matmul_gelu_fwd_batched":
+        need |= {("SRT_GEMM_FWD_GELU_BATCHED", a[5], a[6], a[7], b, a[8], a[9], a[10]) for b in variants(a[4])}
     elif op == "matmul_bwd_dgelu":
         need |= {("SRT_GEMM_BWD_DGELU", a[5], a[6], a[7], b) for b in variants(a[1])}
     elif op == "matmul_bwd":
@@ -116,7 +119,10 @@ layout gpt-tp2 specs/tiny-gpt.tspec -D parallel.tp=2 -D parallel.dp=1 -D cluster
 layout gpt-tp2-noloops specs/tiny-gpt.tspec -D parallel.tp=2 -D parallel.dp=1 -D cluster.gpus_per_node=2 --no-loops
 layout llama-tp2-sp specs/tiny-llama.tspec -D parallel.tp=2 -D parallel.sequence_parallel=on -D parallel.dp=1 \
     -D cluster.gpus_per_node=2
-# tp_comm_overlap = full under sequence parallelism: each chunk one strided-batched GEMM
+# tp_comm_overlap = full under sequence parallelism: each chunk one strided-batched GEMM (the
+# column chunks' c_fc with GELU in its epilogue; Llama's q, k, v, gate, up)
+layout llama-tp2-sp-full specs/tiny-llama.tspec -D parallel.tp=2 -D parallel.sequence_parallel=on -D parallel.dp=1 \
+    -D cluster.gpus_per_node=2 -D parallel.tp_comm_overlap=full
 layout gpt-tp2-sp-full specs/tiny-gpt.tspec -D parallel.tp=2 -D parallel.sequence_parallel=on -D parallel.dp=1 \
     -D cluster.gpus_per_node=2 -D parallel.tp_comm_overlap=full
 layout gpt-pp2-interleaved specs/tiny-gpt.tspec -D model.layers=4 -D parallel.pp=2 -D parallel.dp=1 \

@@ -721,6 +721,37 @@ static void test_matmul_batched(srt_ctx *c, srt_dtype dt, const char *what)
     free(inp), free(w), free(bias), free(gap);
 }
 
+/* srt_matmul_gelu_fwd_batched as the column chunks of tp_comm_overlap = full
+ * run GPT's c_fc under sequence parallelism: 3 blocks of 5 input rows
+ * side by side, the pre and out blocks 2 blocks apart (the rows between
+ * belong to other chunks and stay), the weight and bias shared; each block's
+ * pre and out equal srt_matmul_gelu_fwd's on it, bit for bit. */
+static void test_matmul_gelu_batched(srt_ctx *c, srt_dtype dt, const char *what)
+{
+    g_top = 0;
+    enum { R = 5, NB = 3, OCB = 2 * C };
+    const int64_t is = R * C, os = 2 * R * OCB;
+    float *inp = rnd(is * NB, 1), *w = rnd(OCB * C, 0.2f), *bias = rnd(OCB, 0.1f), *gap = malloc(sizeof(float) * os * NB);
+    for (int64_t i = 0; i < os * NB; i++) gap[i] = 3.0f;
+    srt_t vin = put(c, inp, is * NB, dt), vw = put(c, w, OCB * C, dt), vb = put(c, bias, OCB, dt);
+    srt_t vout = put(c, gap, os * NB, dt), vpre = put(c, gap, os * NB, dt);
+    srt_t one = view(c, R * OCB, dt), one_pre = view(c, R * OCB, dt);
+    srt_matmul_gelu_fwd_batched(c, SRT_COMPUTE, vout, vpre, vin, vw, vb, R, C, OCB, NB, os, is);
+    int ok = 1;
+    size_t es = (size_t)ops_dtype_size(dt);
+    for (int k = 0; k < NB; k++) {
+        srt_t in_k = { (char *)vin.p + k * is * es, R * C, dt };
+        srt_matmul_gelu_fwd(c, SRT_COMPUTE, one, one_pre, in_k, vw, vb, R, C, OCB);
+        ok &= memcmp((char *)vout.p + k * os * es, one.p, (size_t)R * OCB * es) == 0;
+        ok &= memcmp((char *)vpre.p + k * os * es, one_pre.p, (size_t)R * OCB * es) == 0;
+        srt_t gap_o = { (char *)vout.p + (k * os + R * OCB) * es, os - R * OCB, dt };
+        srt_t gap_p = { (char *)vpre.p + (k * os + R * OCB) * es, os - R * OCB, dt };
+        ok &= same(gap_o, gap, os - R * OCB) && same(gap_p, gap, os - R * OCB);
+    }
+    check(ok, msg("matmul_gelu_fwd_batched %s = matmul_gelu_fwd block by block, gaps kept", what));
+    free(inp), free(w), free(bias), free(gap);
+}
+
 /* Output blocks that overlap: an internal error, not an order-dependent result. */
 static void batched_overlap(srt_ctx *c)
 {
@@ -827,6 +858,7 @@ int main(void)
     check(c->world == 1 && !c->mpi, "a 1-rank context without MPI");
     test_linear_and_norms(c), sync_all(c);
     test_matmul_batched(c, SRT_F32, "f32"), sync_all(c);
+    test_matmul_gelu_batched(c, SRT_F32, "f32"), sync_all(c);
     test_gelu_fused(c, SRT_F32, N, "f32"), sync_all(c);
     test_gelu_fused(c, SRT_F32, 77, "f32, 77 rows (past one GELU block)"), sync_all(c);
     test_pointwise(c), sync_all(c);
@@ -850,6 +882,7 @@ int main(void)
     allocs = c->nallocs;
     test_bf16(c), sync_all(c);
     test_matmul_batched(c, SRT_BF16, "bf16"), sync_all(c);
+    test_matmul_gelu_batched(c, SRT_BF16, "bf16"), sync_all(c);
     test_gelu_fused(c, SRT_BF16, N, "bf16"), sync_all(c);
     test_head_xent(c, SRT_BF16), sync_all(c);
     test_attention_rope(c, SRT_BF16), sync_all(c);

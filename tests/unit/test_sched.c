@@ -145,7 +145,7 @@ static bool compute_waits(const Sched *s, int from, int at, int target)
 static const char *layer_ops(const Plan *mp, int c, int L, int mb)
 {
     static const char *const subs[] = {"", ".attn", ".mlp", ".grads"};
-    static const char *const grads[] = {"", ".data", ".wgrad", ".norm", ".head", ".rows"};
+    static const char *const grads[] = {"", ".data", ".wgrad", ".norm", ".head", ".rows", ".cols"};
     const Sched *s = &mp->sched.classes[c];
     char *out = "";
     for (int i = 0; i < s->nops; i++) {
@@ -627,8 +627,11 @@ static void test_tp_comm_overlap(void)
  * bytes, chunk index in Op.rows) on the tp stream, with no compute wait
  * between the chunks (the next chunk runs while the collective does) and one
  * after the last chunk's collective; the part's output (and under sequence
- * parallelism its partial sums) is accessed by chunk; the step's FLOPs and
- * the backward are wgrad's; a full recompute's replay is not chunked. */
+ * parallelism its partial sums) is accessed by chunk; under sequence
+ * parallelism the part opens with k all-gathers (1/k of the bytes each, all
+ * issued first) and k column chunks, chunk j waiting for all-gather j and no
+ * later one, the gathered buffer accessed by chunk; the step's FLOPs and the
+ * backward are wgrad's; a full recompute's replay is not chunked. */
 static void test_tp_comm_overlap_full(void)
 {
     const char *sps[2] = {"parallel.sequence_parallel=off", "parallel.sequence_parallel=on"};
@@ -642,20 +645,44 @@ static void test_tp_comm_overlap_full(void)
         CHECK_NEAR(s->flops, s0->flops, 1e-9 * s0->flops);
         const char *rows = sp ? "fwd.attn.rows tp_reduce_scatter.attn " : "fwd.attn.rows tp_allreduce.attn ";
         const char *mrows = sp ? "fwd.mlp.rows tp_reduce_scatter.mlp " : "fwd.mlp.rows tp_allreduce.mlp ";
-        const char *fwd = sp ? arena_printf(&g_arena, "fwd.attn.norm tp_allgather.attn fwd.attn.head %s%s%s%s"
-                                            "fwd.mlp.norm tp_allgather.mlp fwd.mlp.head %s%s%s%s", rows, rows, rows, rows,
-                                            mrows, mrows, mrows, mrows)
+        const char *ag = "tp_allgather.attn tp_allgather.attn tp_allgather.attn tp_allgather.attn ";
+        const char *mag = "tp_allgather.mlp tp_allgather.mlp tp_allgather.mlp tp_allgather.mlp ";
+        const char *cols = "fwd.attn.cols fwd.attn.cols fwd.attn.cols fwd.attn.cols ";
+        const char *mcols = "fwd.mlp.cols fwd.mlp.cols fwd.mlp.cols fwd.mlp.cols ";
+        const char *fwd = sp ? arena_printf(&g_arena, "fwd.attn.norm %s%sfwd.attn.head %s%s%s%s"
+                                            "fwd.mlp.norm %s%sfwd.mlp.head %s%s%s%s", ag, cols, rows, rows, rows, rows,
+                                            mag, mcols, mrows, mrows, mrows, mrows)
                              : arena_printf(&g_arena, "fwd.attn.head %s%s%s%sfwd.mlp.head %s%s%s%s", rows, rows, rows, rows,
                                             mrows, mrows, mrows, mrows);
         const char *all = layer_ops(full, 0, 3, 0), *ref = layer_ops(w, 0, 3, 0);
         const char *bwd = strstr(ref, "bwd") ? strstr(ref, sp ? "tp_allgather.mlp tp_allgather.mlp bwd" : "bwd") : ref;
         CHECK_STR(all, arena_printf(&g_arena, "%s%s", fwd, bwd));
         for (int sub = SUB_ATTN; sub <= SUB_MLP; sub++) {
-            int64_t bytes = 0, bytes0 = 0;
-            int next = 0, first = -1, last = -1;
+            int64_t bytes = 0, bytes0 = 0, gbytes = 0, gbytes0 = 0;
+            int next = 0, first = -1, last = -1, ag[4] = {-1, -1, -1, -1}, ncols = 0;
             for (int i = 0; i < s->nops; i++) {
                 const Op *o = &s->ops[i];
                 if (o->layer != 3 || o->mb != 0 || o->sub != sub || o->kind == OP_WAIT) continue;
+                if (o->kind == OP_TP_ALLGATHER && o->rows >= 0) {   /* sp: the part's chunked all-gather */
+                    CHECK(sp && o->rows < 4);
+                    if (o->rows >= 0 && o->rows < 4) ag[o->rows] = i;
+                    gbytes += o->bytes;
+                    CHECK_EQ(s->bufs[o->wr[0]].rows, 4);
+                    continue;
+                }
+                if (o->kind == OP_LAYER_FWD && o->grads == GR_COLS) {
+                    /* chunk j waits for all-gather j, and for no later one, before it starts */
+                    CHECK(sp && o->rows == ncols && ag[ncols] >= 0);
+                    int waited = -1;
+                    for (int w = i - 1; w >= 0 && s->ops[w].kind == OP_WAIT; w--)
+                        if (s->ops[w].stream == ST_COMPUTE && s->ops[w].aux > waited) waited = s->ops[w].aux;
+                    if (ncols < 4) {
+                        CHECK_EQ(waited, ag[ncols]);
+                        for (int j = ncols + 1; j < 4; j++) CHECK(ag[j] > waited);
+                    }
+                    ncols++;
+                    continue;
+                }
                 if (o->kind == OP_LAYER_FWD && o->grads == GR_ROWS) {
                     CHECK_EQ(o->rows, next);
                     if (first < 0) first = i;
@@ -671,9 +698,13 @@ static void test_tp_comm_overlap_full(void)
                 if (o->layer == 3 && o->mb == 0 && o->sub == sub && o->stream == ST_TP_COMM &&
                     (o->kind == OP_TP_ALLREDUCE || o->kind == OP_TP_REDUCE_SCATTER))
                     bytes0 = o->bytes;
+                if (o->layer == 3 && o->mb == 0 && o->sub == sub && o->kind == OP_TP_ALLGATHER && !gbytes0)
+                    gbytes0 = o->bytes;     /* ... and its forward all-gather */
             }
             CHECK_EQ(next, 4);
             CHECK_EQ(bytes, bytes0);
+            CHECK_EQ(ncols, sp ? 4 : 0);
+            CHECK_EQ(gbytes, sp ? gbytes0 : 0);
             int waits = 0;          /* the compute stream never waits for tp between the chunks */
             for (int i = first; i <= last && first >= 0; i++)
                 waits += s->ops[i].kind == OP_WAIT && s->ops[i].stream == ST_COMPUTE;

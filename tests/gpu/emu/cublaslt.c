@@ -20,7 +20,8 @@
  *
  * What it refuses is what the library refuses, with the library's status:
  * type combinations outside the supported-type table, orders other than
- * COL, batches of other epilogues than DEFAULT and BIAS, plane offsets,
+ * COL, batches of other epilogues than DEFAULT, BIAS, GELU_AUX and
+ * GELU_AUX_BIAS (whose aux matrices are EPILOGUE_AUX_BATCH_STRIDE apart), plane offsets,
  * batch modes other than strided, device pointer modes (NOT_SUPPORTED: what gemm.c does not
  * use is not emulated, and says so rather than computing something else);
  * inconsistent shapes, ld < rows, an aux ld not a multiple of 8, a
@@ -480,8 +481,9 @@ static cublasStatus_t emlt_check(const emlt_desc *d, const emlt_layout *A, const
     case CUBLASLT_EPILOGUE_BGRADB: p->bias_out = true; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;   /* the ReLU family: not emulated */
     }
-    if (p->batch > 1 && p->epi != CUBLASLT_EPILOGUE_DEFAULT && p->epi != CUBLASLT_EPILOGUE_BIAS)
-        return CUBLAS_STATUS_NOT_SUPPORTED;   /* gemm.c batches only the plain and the bias epilogues */
+    if (p->batch > 1 && p->epi != CUBLASLT_EPILOGUE_DEFAULT && p->epi != CUBLASLT_EPILOGUE_BIAS &&
+        p->epi != CUBLASLT_EPILOGUE_GELU_AUX && p->epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;   /* gemm.c batches only these (the aux EPILOGUE_AUX_BATCH_STRIDE apart) */
     p->bias_n = p->epi == CUBLASLT_EPILOGUE_BGRADB ? p->n : p->m;
     if (p->bias_in) {
         /* the bias has D's type by default; an A-typed (16-bit) bias with an fp32 D is the other accepted case */
@@ -624,7 +626,7 @@ static float *emlt_op_f32(const void *x, uint32_t type, int64_t ld, bool t, int6
  * stores rounded to their types.  False when scratch memory ran out. */
 static bool emlt_run(const emlt_prob *p, const emlt_desc *d, float alpha, const void *A, const emlt_layout *LA,
                      const void *B, const emlt_layout *LB, float beta, const void *C, const emlt_layout *LC, void *D,
-                     const emlt_layout *LD, const void *bias)
+                     const emlt_layout *LD, const void *bias, void *aux)
 {
     int64_t m = p->m, n = p->n, k = p->k;
     float *a = emlt_op_f32(A, p->at, LA->ld, p->ta, m, k);      /* (m, k): a[i + l*m] */
@@ -639,9 +641,9 @@ static bool emlt_run(const emlt_prob *p, const emlt_desc *d, float alpha, const 
             float x = alpha * acc;
             if (beta != 0.0f) x += beta * emlt_load(C, p->ct, i + j * LC->ld);
             if (p->bias_in) x += emlt_load(bias, p->bias_t, i);
-            if (p->aux_out) emlt_store(d->aux, p->aux_t, i + j * d->aux_ld, x);
+            if (p->aux_out) emlt_store(aux, p->aux_t, i + j * d->aux_ld, x);
             if (p->gelu) x = emlt_gelu(x);
-            if (p->aux_in) x *= emlt_dgelu(emlt_load(d->aux, p->aux_t, i + j * d->aux_ld));
+            if (p->aux_in) x *= emlt_dgelu(emlt_load(aux, p->aux_t, i + j * d->aux_ld));
             if (p->epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) g[i] += x;
             v[i + j * m] = x;
         }
@@ -703,6 +705,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
      * race detector (cuemu.h) */
     const void *A0 = A, *B0 = B, *C0 = C, *bias0 = d->bias;
     void *D0 = D;
+    char *aux0 = d->aux;
     for (int64_t bi = 0; bi < p.batch; bi++) {
         A = (const char *)A0 + bi * L[0]->batch_stride * (int64_t)emlt_esize(p.at);
         B = (const char *)B0 + bi * L[1]->batch_stride * (int64_t)emlt_esize(p.bt);
@@ -710,26 +713,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         D = (char *)D0 + bi * L[3]->batch_stride * (int64_t)emlt_esize(p.dt);
         const void *bias = p.bias_in ? (const char *)bias0 + bi * d->bias_bstride * (int64_t)emlt_esize(p.bias_t)
                                      : bias0;
+        void *aux = p.aux_in || p.aux_out ? aux0 + bi * d->aux_bstride * (int64_t)emlt_esize(p.aux_t) : aux0;
         emlt_range(A, emlt_span((int64_t)L[0]->rows, (int64_t)L[0]->cols, L[0]->ld, p.at), "A");
         emlt_range(B, emlt_span((int64_t)L[1]->rows, (int64_t)L[1]->cols, L[1]->ld, p.bt), "B");
         if (be != 0.0f) emlt_range(C, emlt_span(p.m, p.n, L[2]->ld, p.ct), "C");
         emlt_range(D, emlt_span(p.m, p.n, L[3]->ld, p.dt), "D");
         if (p.bias_in || p.bias_out) emlt_range(bias, (size_t)p.bias_n * emlt_esize(p.bias_t), "the bias vector");
-        if (p.aux_in || p.aux_out) emlt_range(d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), "the aux matrix");
+        if (p.aux_in || p.aux_out) emlt_range(aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), "the aux matrix");
         cuemu_access("cublasLtMatmul", "A", stream, A, emlt_span((int64_t)L[0]->rows, (int64_t)L[0]->cols, L[0]->ld, p.at), false);
         cuemu_access("cublasLtMatmul", "B", stream, B, emlt_span((int64_t)L[1]->rows, (int64_t)L[1]->cols, L[1]->ld, p.bt), false);
         if (be != 0.0f) cuemu_access("cublasLtMatmul", "C", stream, C, emlt_span(p.m, p.n, L[2]->ld, p.ct), false);
         if (p.bias_in) cuemu_access("cublasLtMatmul", "the bias vector", stream, bias, (size_t)p.bias_n * emlt_esize(p.bias_t), false);
-        if (p.aux_in) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), false);
+        if (p.aux_in) cuemu_access("cublasLtMatmul", "the aux matrix", stream, aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), false);
         if (a.ws) cuemu_access("cublasLtMatmul", "the workspace", stream, workspace, (size_t)a.ws, true);
         cuemu_access("cublasLtMatmul", "D", stream, D, emlt_span(p.m, p.n, L[3]->ld, p.dt), true);
         if (p.bias_out) cuemu_access("cublasLtMatmul", "the bias gradient", stream, bias, (size_t)p.bias_n * emlt_esize(p.bias_t), true);
-        if (p.aux_out) cuemu_access("cublasLtMatmul", "the aux matrix", stream, d->aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), true);
+        if (p.aux_out) cuemu_access("cublasLtMatmul", "the aux matrix", stream, aux, emlt_span(p.m, p.n, d->aux_ld, p.aux_t), true);
         if (a.ws) {   /* the algorithm's scratch: scribbled, as a real kernel's partial sums would */
             emlt_range(workspace, (size_t)a.ws, "the workspace");
             memset(workspace, 0xa5, (size_t)a.ws);
         }
-        if (!emlt_run(&p, d, al, A, L[0], B, L[1], be, C, L[2], D, L[3], bias)) return CUBLAS_STATUS_ALLOC_FAILED;
+        if (!emlt_run(&p, d, al, A, L[0], B, L[1], be, C, L[2], D, L[3], bias, aux)) return CUBLAS_STATUS_ALLOC_FAILED;
     }
     return CUBLAS_STATUS_SUCCESS;
 }
