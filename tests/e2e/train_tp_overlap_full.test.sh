@@ -60,6 +60,18 @@ z3() {
         -D parallel.sequence_parallel=on -D parallel.tp_comm_overlap="$1" && train_arenas "z3-$1"
 }
 z3 full && z3 wgrad && train_same z3-wgrad z3-full 0 "tp 2, dp 2, ZeRO-3, sequence parallel: full against wgrad"
+# ... and through a pipeline (tp 2, pp 2: the stage boundary a sequence shard), and Llama at
+# tp 4, its 2 kv heads replicated (the column chunks' k and v GEMMs on each rank's copy)
+sp_pair() {
+    local n=$1 spec=$2 tp=$3 pp=$4
+    shift 4
+    train_3d "$n-full" "$spec" "$tp" "$pp" 1 -D zero.stage=0 -D parallel.sequence_parallel=on \
+        -D parallel.tp_comm_overlap=full "$@" && train_arenas "$n-full" &&
+        train_3d "$n-wgrad" "$spec" "$tp" "$pp" 1 -D zero.stage=0 -D parallel.sequence_parallel=on "$@" &&
+        train_same "$n-wgrad" "$n-full" 0 "$n, sequence parallel: full against wgrad"
+}
+sp_pair gpt-tp2-pp2 specs/tiny-gpt.tspec 2 2 -D train.micro_batch=4
+sp_pair llama-tp4 specs/tiny-llama.tspec 4 1 -D train.micro_batch=4
 # the machine's own kernels: within 1e-7 of wgrad, not bit for bit
 unset OPENBLAS_CORETYPE
 own() {
