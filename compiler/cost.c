@@ -154,7 +154,7 @@ static double op_core_weight(const Op *o) { return o->grads == GR_DATA ? 2 : 1; 
 static int weight_kernels(const Op *o, int pieces)
 {
     int k = (pieces & PC_ATTN ? 2 : 0) + (pieces & PC_MLP ? 2 : 0);
-    return o->grads == GR_ALL ? 0 : k;
+    return o->grads == GR_DATA || o->grads == GR_WEIGHT ? k : 0;     /* (a forward head launches them all) */
 }
 
 /* ---- the CPU backend, from a measured profile ------------------------------------
@@ -447,7 +447,8 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     CpuRank r = cpu_rank(p);
     double rows = op_rows(p, o, true);
     int gemms = op_gemms(p, o, pieces), moved = pieces & ~gemms;    /* moved: a head's, into the column chunks */
-    double t = o->flops > 0 ? o->flops * layer_sec_per_flop(p, gemms, bwd, op_core_weight(o), rows) : 0;
+    /* (a head whose every GEMM is the chunks' has no FLOPs left but rounding) */
+    double t = gemms && o->flops > 0 ? o->flops * layer_sec_per_flop(p, gemms, bwd, op_core_weight(o), rows) : 0;
     if (o->grads == GR_WEIGHT) return t + cpu_kernels(&r, weight_kernels(o, pieces));
     if (o->grads == GR_ROWS) {   /* a chunk: its GEMM calls (and biases), the residual on its rows */
         double rb = resid_bytes(p) / (double)p->tpc;
@@ -495,7 +496,8 @@ static double layer_time_of(const Partition *p, const Op *o, bool bwd, int piece
     if (cost_cpu_priced(p->spec)) return cpu_layer_time(p, o, bwd, pieces);
     if (o->grads == GR_COLS) return cols_time(p, o, pieces);
     int gemms = op_gemms(p, o, pieces), moved = pieces & ~gemms;    /* moved: a head's, into the column chunks */
-    double t = o->flops > 0 ? o->flops * layer_sec_per_flop(p, gemms, false, op_core_weight(o), op_rows(p, o, false)) : 0;
+    double t = gemms && o->flops > 0 ? o->flops * layer_sec_per_flop(p, gemms, false, op_core_weight(o), op_rows(p, o, false))
+                                     : 0;
     if (pieces == PC_CORE) return t + kernels_time(p->spec, 1);
     if (o->grads == GR_WEIGHT) return t + kernels_time(p->spec, weight_kernels(o, pieces));
     /* tp_comm_overlap full: a chunk is its GEMM call at its own shape and the residual on its rows */

@@ -218,6 +218,9 @@ static void build_ops(Ctx *x)
             x->stream[g] = (unsigned char)s->ops[i].stream;
             x->group[g] = (unsigned char)cost_group(s, i);
             x->dur[g] = cost_op_time(x->mp, s, i);
+            if (!(x->dur[g] >= 0))      /* negative or NaN: a pricing bug, not a plan to show (a link of
+                                           bandwidth 0, which a hand-made Spec may have, prices inf) */
+                die("sim: %s is priced at %g s", describe(x, g), x->dur[g]);
             x->cause[g] = x->rcause[g] = x->partner[g] = x->sync[g] = x->wait_head[g] = -1;
             x->st_first[c * NSTREAMS + s->ops[i].stream + 1]++;
         }

@@ -307,6 +307,48 @@ static void test_tp_comm_overlap_full(void)
     }
 }
 
+/* Every op of every class is priced at a finite, non-negative time, for the
+ * op splits of tp_comm_overlap under sequence parallelism (a forward part's
+ * head whose column and row GEMMs all moved into chunks is left with its
+ * norm's share only: it was priced at -8 us on a GPU, two weight kernels
+ * the data op of a backward does not launch taken off a forward head) and
+ * without, GPT and Llama, on A100 and H100 nodes and on the CPU profile. */
+static void test_op_times_valid(void)
+{
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    static const char *const models[] = {"gpt { layers = 4  hidden = 512  heads = 8  vocab = 1024  seq_len = 256 }",
+                                         "llama { layers = 4  hidden = 512  heads = 8  kv_heads = 2  vocab = 1024  seq_len = 256 }"};
+    static const char *const tpos[] = {"none", "wgrad", "full"};
+    const char *clusters[] = {"gpu = a100_80gb", "gpu = h100_sxm_80gb",
+                              arena_printf(&g_arena, "gpu = cpu  profile = \"%s/tests/golden/bad/profile/cpu.json\"", cwd)};
+    int plans = 0;
+    for (int m = 0; m < 2; m++)
+        for (int sp = 0; sp < 2; sp++)
+            for (int t = 0; t < 3; t++)
+                for (int c = 0; c < 3; c++) {
+                    Plan *mp = cal_plan(arena_printf(&g_arena,
+                        "model %s\nparallel { tp = 2  pp = 2  sequence_parallel = %s  tp_comm_overlap = %s }\n"
+                        "precision { dtype = fp32 }\ntrain { global_batch = 16  micro_batch = 2 }\n"
+                        "cluster { nodes = 1  gpus_per_node = 4  %s }\n", models[m], sp ? "on" : "off", tpos[t],
+                        clusters[c]));
+                    CHECK(mp != NULL);
+                    if (!mp) continue;
+                    plans++;
+                    for (int k = 0; k < mp->sched.nclasses; k++) {
+                        const Sched *s = &mp->sched.classes[k];
+                        for (int i = 0; i < s->nops; i++) {
+                            double d = cost_op_time(mp, s, i);
+                            if (!(d >= 0 && d < INFINITY))
+                                fprintf(stderr, "%s, sp %d, %s, %s: %s priced at %g s\n", models[m], sp, tpos[t],
+                                        clusters[c], sched_op_label(s, i), d);
+                            CHECK(d >= 0 && d < INFINITY);
+                        }
+                    }
+                }
+    CHECK_EQ(plans, 36);
+}
+
 /* More microbatches never give a bigger bubble fraction; the interleaved
  * schedule's bubble is never bigger than 1F1B's at the same microbatches. */
 static void test_bubble_shrinks(void)
@@ -478,6 +520,7 @@ int main(void)
     test_pp_scatter_gather_never_slower();
     test_tp_comm_overlap();
     test_tp_comm_overlap_full();
+    test_op_times_valid();
     test_bubble_shrinks();
     test_zero3_module_units();
     test_zero3_monotone();
