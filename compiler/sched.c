@@ -1077,7 +1077,7 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
     double fm = io->fl * b->mlp_share, fa = io->fl - fm;
     int in = io->in;
     bool rows = b->tpc > 1 && io->kind == OP_LAYER_FWD;     /* tp_comm_overlap full */
-    bool cols = rows && b->sp;  /* ... and the all-gather and column GEMMs too (part_tp_cols) */
+    bool cols = rows && part_tp_cols(b->p);     /* ... and the all-gather and column GEMMs too */
     int cscr = -1;              /* the scratch the column GEMMs' chunks wrote */
     if (b->sp) {
         int ln = sp_norm_fwd(b, SUB_ATTN, L, mb, chunk, io, io->in);
