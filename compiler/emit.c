@@ -226,6 +226,14 @@ static void gemm_bias(int kind, Dim N, Dim C, Dim OC, Presence bias)
     if (bias != ON_ALL) gemm_note(kind, N, C, OC, false);
 }
 
+/* A strided batch's stride in the generated code: step (rows, width) blocks,
+ * "(int64_t)rows * width" for 1 (the same text in the call and in the GEMM table). */
+static const char *stride_c(long long step, Dim rows, Dim width)
+{
+    return step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[rows], dim_c[width])
+                     : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[rows], dim_c[width]);
+}
+
 /* The table of the recorded GEMM shapes (before the srt_program). */
 static void gen_gemms(Str *o)
 {
@@ -244,10 +252,8 @@ static void gen_gemms(Str *o)
            dim_c[g->N], dim_c[g->C], dim_c[g->OC], g->bias ? "true" : "false",
            g->kind == SRT_GEMM_BWD_WEIGHT ? "GDT" : "WDT");
         if (g->batch)   /* the strides as mm_fwd_batched writes them */
-            sf(o, ", .batch = %lld, .out_stride = %s, .inp_stride = (int64_t)%lld * %s * %s", g->batch,
-               g->out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[g->N], dim_c[g->OC])
-                                : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", g->out_step, dim_c[g->N], dim_c[g->OC]),
-               g->step, dim_c[g->N], dim_c[g->C]);
+            sf(o, ", .batch = %lld, .out_stride = %s, .inp_stride = %s", g->batch, stride_c(g->out_step, g->N, g->OC),
+               stride_c(g->step, g->N, g->C));
         sput(o, "},\n");
     }
     sput(o, "};\n\n");
@@ -291,33 +297,22 @@ static void mm_fwd(Str *s, const char *ind, const char *comment, const char *out
 
 /* srt_matmul_fwd_batched: batch blocks out_b (N,OC) = inp_b (N,C) · w^T (+ bias),
  * the output blocks out_step (N,OC) blocks apart (1: contiguous), the input
- * blocks step (N,C) blocks apart. */
-static void mm_fwd_batched(Str *s, const char *ind, const char *comment, const char *out, const char *inp,
-                           const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch, long long step,
-                           long long out_step)
+ * blocks step (N,C) blocks apart; with pre, srt_matmul_gelu_fwd_batched:
+ * pre_b that product, out_b = gelu(pre_b), pre's blocks as far apart as out's. */
+static void mm_fwd_batched(Str *s, const char *ind, const char *comment, const char *out, const char *pre,
+                           const char *inp, const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch,
+                           long long step, long long out_step)
 {
-    rt_call(s, ind, RT_matmul_fwd_batched, "SRT_COMPUTE", comment, out, inp, w, bias.c, dim_c[N], dim_c[C],
-            dim_c[OC], arena_printf(&g_arena, "%lld", batch),
-            out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[N], dim_c[OC])
-                          : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", out_step, dim_c[N], dim_c[OC]),
-            arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[N], dim_c[C]), NULL);
-    if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, true, batch, step, out_step);
-    if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_BATCHED, N, C, OC, false, batch, step, out_step);
-}
-
-/* srt_matmul_gelu_fwd_batched: mm_fwd_batched's blocks, pre_b = inp_b · w^T
- * (+ bias), out_b = gelu(pre_b); pre's blocks as far apart as out's. */
-static void mm_gelu_fwd_batched(Str *s, const char *ind, const char *comment, const char *out, const char *pre,
-                                const char *inp, const char *w, Opnd bias, Dim N, Dim C, Dim OC, long long batch,
-                                long long step, long long out_step)
-{
-    rt_call(s, ind, RT_matmul_gelu_fwd_batched, "SRT_COMPUTE", comment, out, pre, inp, w, bias.c, dim_c[N], dim_c[C],
-            dim_c[OC], arena_printf(&g_arena, "%lld", batch),
-            out_step == 1 ? arena_printf(&g_arena, "(int64_t)%s * %s", dim_c[N], dim_c[OC])
-                          : arena_printf(&g_arena, "(int64_t)%lld * %s * %s", out_step, dim_c[N], dim_c[OC]),
-            arena_printf(&g_arena, "(int64_t)%lld * %s * %s", step, dim_c[N], dim_c[C]), NULL);
-    if (bias.on != ABSENT) gemm_note_batch(SRT_GEMM_FWD_GELU_BATCHED, N, C, OC, true, batch, step, out_step);
-    if (bias.on != ON_ALL) gemm_note_batch(SRT_GEMM_FWD_GELU_BATCHED, N, C, OC, false, batch, step, out_step);
+    const char *nb = arena_printf(&g_arena, "%lld", batch), *os = stride_c(out_step, N, OC), *is = stride_c(step, N, C);
+    if (pre)
+        rt_call(s, ind, RT_matmul_gelu_fwd_batched, "SRT_COMPUTE", comment, out, pre, inp, w, bias.c, dim_c[N],
+                dim_c[C], dim_c[OC], nb, os, is, NULL);
+    else
+        rt_call(s, ind, RT_matmul_fwd_batched, "SRT_COMPUTE", comment, out, inp, w, bias.c, dim_c[N], dim_c[C],
+                dim_c[OC], nb, os, is, NULL);
+    int kind = pre ? SRT_GEMM_FWD_GELU_BATCHED : SRT_GEMM_FWD_BATCHED;
+    if (bias.on != ABSENT) gemm_note_batch(kind, N, C, OC, true, batch, step, out_step);
+    if (bias.on != ON_ALL) gemm_note_batch(kind, N, C, OC, false, batch, step, out_step);
 }
 
 /* srt_matmul_gelu_fwd: pre = inp · w^T (+ bias), out = gelu(pre). */
@@ -813,7 +808,8 @@ static void sp_rows_fwd(const CE *e, Str *o, const char *label, const char *in, 
     sf(o, "%s:\n", label);
     mm_fwd_batched(o, "    ", "the chunk's partial sums: block r from rank r's token rows a->rows, one strided GEMM",
                    arena_printf(&g_arena, "AT(y, (int64_t)a->rows * %lld * NR * C)", tp),
-                   arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", in, w), wt, bias, D_NR, d, D_C, tp, k, 1);
+                   NULL, arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", in, w), wt, bias, D_NR, d, D_C, tp,
+                   k, 1);
     const char *mine = arena_printf(&g_arena, "ROWS(y, a->rows * %lld + srt_group_rank(c, SRT_TP), C)", tp);
     rt_call(o, "    ", RT_add_fwd, "SRT_COMPUTE", "this rank's block += its tokens' residual", mine, mine,
             "ROWS(x, a->rows, C)", NULL);
@@ -869,15 +865,11 @@ static void cols_fwd(const CE *e, Str *o, const char *label, bool mlp)
         const char *dim = dim_c[lin[i].dim];
         const char *out = arena_printf(&g_arena, "AT(%s, (int64_t)a->rows * NR * %s)", lin[i].out, dim);
         const char *w = arena_printf(&g_arena, "PW(%s, (int64_t)%s * C)", role_c[lin[i].w], dim);
-        if (lin[i].w == R_FC1_W && !e->m->gated && !e->ext)    /* GELU in the GEMM's epilogue, fc1 kept */
-            mm_gelu_fwd_batched(o, "    ", arena_printf(&g_arena, "mlp.c_fc + gelu, token rows (r·%lld + a->rows)·NR "
-                                                                   "of block r", k),
-                                "AT(act, (int64_t)a->rows * NR * FF)", out, in, w, opt_w(g, lin[i].b, lin[i].dim, false),
-                                D_NR, D_C, lin[i].dim, tp, 1, k);
-        else
-            mm_fwd_batched(o, "    ", arena_printf(&g_arena, "%s, token rows (r·%lld + a->rows)·NR of block r",
-                                                   lin[i].name, k),
-                           out, in, w, opt_w(g, lin[i].b, lin[i].dim, false), D_NR, D_C, lin[i].dim, tp, 1, k);
+        bool gelu = lin[i].w == R_FC1_W && !e->m->gated && !e->ext;    /* GELU in the epilogue into act, fc1 kept */
+        mm_fwd_batched(o, "    ", arena_printf(&g_arena, "%s%s, token rows (r·%lld + a->rows)·NR of block r", lin[i].name,
+                                               gelu ? " + gelu" : "", k),
+                       gelu ? "AT(act, (int64_t)a->rows * NR * FF)" : out, gelu ? out : NULL, in, w,
+                       opt_w(g, lin[i].b, lin[i].dim, false), D_NR, D_C, lin[i].dim, tp, 1, k);
     }
     sput(o, "    return;  /* the head runs the rest once every chunk is done */\n");
 }
@@ -980,8 +972,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
     }
     uwait(e, o, I, R_NORM2_W);
     if (!sp) norm_fwd(e, o, g, "ln2", "ln2", "x2", R_NORM2_W, R_NORM2_B, "post-attention norm");
-    if (cols && !m->gated && !e->ext) {     /* the chunks ran the GEMM and its GELU */
-    } else if (m->gated) {
+    if (m->gated) {
         uwait(e, o, I, R_GATE_W);
         if (!cols)
             mm_fwd(o, I, "mlp.gate_proj: (B,T,C) -> (B,T,FF)", "gate", "ln2", "PW(GATE_W, (int64_t)FF * C)",
@@ -999,7 +990,7 @@ static void gen_fwd_fn(const CE *e, Str *o, bool replay, const Views *kv, const 
                    opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);
         ext_call(o, I, x, 0, arena_printf(&g_arena, "%s (user-defined, overwrites act)", x->name),
                  (const char *[]){"act", "fc1"}, 2);
-    } else {    /* GELU in the GEMM's epilogue; fc1 (its input) kept for the backward */
+    } else if (!cols) {     /* GELU in the GEMM's epilogue; fc1 (its input) kept for the backward (cols: the chunks') */
         uwait(e, o, I, R_FC1_W);
         mm_gelu_fwd(o, I, "mlp.c_fc + gelu: fc1 = (B,T,C) -> (B,T,FF), act = gelu(fc1)", "act", "fc1", "ln2",
                     "PW(FC1_W, (int64_t)FF * C)", opt_w(g, R_FC1_B, D_FF, false), D_N, D_C, D_FF);

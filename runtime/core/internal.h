@@ -37,6 +37,12 @@ const char *ops_stream_name(srt_stream s);
 const char *ops_group_name(srt_group g);
 /* The bytes of one element of dt. */
 int64_t ops_dtype_size(srt_dtype dt);
+/* Block b of a strided batch in t: n elements, stride elements after block b - 1's
+ * start (srt_matmul_fwd_batched, srt_matmul_gelu_fwd_batched). */
+static inline srt_t ops_block(srt_t t, int64_t b, int64_t stride, int64_t n)
+{
+    return (srt_t){ (char *)t.p + b * stride * ops_dtype_size(t.dt), n, t.dt };
+}
 
 /* The largest event number + 1 that srt_event_record / srt_event_wait accept. */
 enum { SRT_MAX_EVENTS = 4096 };

@@ -233,29 +233,55 @@ void srt_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt
     RUN(matmul_fwd, out, inp, w, bias, N, C, OC);
 }
 
-/* The strided-batched forward GEMM: each block's operands are checked and
- * recorded on their own, so that the race checker sees the rows the batch
- * reads and writes, not the rows between its strided blocks. */
-void srt_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
-                            int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride)
+/* Whether views a (na elements) and b (nb) share a byte. */
+static bool ops_overlap(srt_t a, int64_t na, srt_t b, int64_t nb)
 {
-    ops_frame f = ops_begin(c, SRT_OP_matmul_fwd_batched, s);
+    if (!a.p || !b.p) return false;
+    const uint8_t *a0 = a.p, *b0 = b.p;
+    return a0 < b0 + nb * ops_dtype_size(b.dt) && b0 < a0 + na * ops_dtype_size(a.dt);
+}
+
+/* The checks and records of a strided-batched forward GEMM (srt_matmul_fwd_batched;
+ * srt_matmul_gelu_fwd_batched, whose pre, its blocks as far apart as out's, is the
+ * only other output; NULL for the first): each block's operands are checked and
+ * recorded on their own, so that the race checker sees the rows the batch reads and
+ * writes, not the rows between its strided blocks. */
+static void ops_batched(ops_frame f, const char *what, srt_t out, const srt_t *pre, srt_t inp, srt_t w, srt_t bias,
+                        int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride)
+{
+    srt_ctx *c = f.c;
     ops_dim(f, "N", N, true), ops_dim(f, "C", C, false), ops_dim(f, "OC", OC, false);
     ops_dim(f, "batch", batch, false);
     /* blocks that overlap would make the output depend on the order the batch runs in */
     if (out_stride < (int64_t)N * OC || inp_stride < 0)
-        ctx_die(c, "matmul_fwd_batched: out_stride %lld (the blocks are %lld elements), inp_stride %lld",
+        ctx_die(c, "%s: out_stride %lld (the blocks are %lld elements), inp_stride %lld", what,
                 (long long)out_stride, (long long)N * OC, (long long)inp_stride);
     IN("w", w, (int64_t)OC * C);
     IN_OPT("bias", bias, OC);
+    int64_t span = ops_span(batch, (int64_t)N * OC, out_stride);
     ops_arg(f, "inp", inp, ops_span(batch, (int64_t)N * C, inp_stride), OPS_FLOAT, 0, false);
-    ops_arg(f, "out", out, ops_span(batch, (int64_t)N * OC, out_stride), OPS_FLOAT, 0, false);
-    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt);
+    if (pre) ops_arg(f, "pre", *pre, span, OPS_FLOAT, 0, false);
+    ops_arg(f, "out", out, span, OPS_FLOAT, 0, false);
+    if (pre && ops_overlap(out, span, *pre, span))    /* the backward needs pre intact */
+        ctx_die(c, "%s: out and pre overlap", what);
     if (c->chk)   /* the blocks themselves, not the rows between them */
         for (int64_t b = 0; b < batch; b++) {
-            chk_read(c, (const char *)inp.p + b * inp_stride * ib, (int64_t)N * C * ib);
-            chk_write(c, (char *)out.p + b * out_stride * ob, (int64_t)N * OC * ob);
+            srt_t i = ops_block(inp, b, inp_stride, (int64_t)N * C), o = ops_block(out, b, out_stride, (int64_t)N * OC);
+            chk_read(c, i.p, i.n * ops_dtype_size(i.dt));
+            if (pre) {
+                srt_t p = ops_block(*pre, b, out_stride, (int64_t)N * OC);
+                chk_write(c, p.p, p.n * ops_dtype_size(p.dt));
+            }
+            chk_write(c, o.p, o.n * ops_dtype_size(o.dt));
         }
+}
+
+/* The strided-batched forward GEMM. */
+void srt_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias,
+                            int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride)
+{
+    ops_frame f = ops_begin(c, SRT_OP_matmul_fwd_batched, s);
+    ops_batched(f, "matmul_fwd_batched", out, NULL, inp, w, bias, N, C, OC, batch, out_stride, inp_stride);
     RUN(matmul_fwd_batched, out, inp, w, bias, N, C, OC, batch, out_stride, inp_stride);
 }
 
@@ -272,14 +298,6 @@ void srt_matmul_bwd(srt_ctx *c, srt_stream s, srt_t dinp, srt_t dw, srt_t dbias,
     ACC_OPT("dw", dw, (int64_t)OC * C);
     ACC_OPT("dbias", dbias, OC);
     RUN(matmul_bwd, dinp, dw, dbias, dout, inp, w, N, C, OC);
-}
-
-/* Whether views a (na elements) and b (nb) share a byte. */
-static bool ops_overlap(srt_t a, int64_t na, srt_t b, int64_t nb)
-{
-    if (!a.p || !b.p) return false;
-    const uint8_t *a0 = a.p, *b0 = b.p;
-    return a0 < b0 + nb * ops_dtype_size(b.dt) && b0 < a0 + na * ops_dtype_size(a.dt);
 }
 
 /* pre = inp·w^T + bias, out = gelu(pre): the GELU MLP's first layer. */
@@ -306,26 +324,7 @@ void srt_matmul_gelu_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t pre,
                                  int64_t inp_stride)
 {
     ops_frame f = ops_begin(c, SRT_OP_matmul_gelu_fwd_batched, s);
-    ops_dim(f, "N", N, true), ops_dim(f, "C", C, false), ops_dim(f, "OC", OC, false);
-    ops_dim(f, "batch", batch, false);
-    if (out_stride < (int64_t)N * OC || inp_stride < 0)
-        ctx_die(c, "matmul_gelu_fwd_batched: out_stride %lld (the blocks are %lld elements), inp_stride %lld",
-                (long long)out_stride, (long long)N * OC, (long long)inp_stride);
-    IN("w", w, (int64_t)OC * C);
-    IN_OPT("bias", bias, OC);
-    int64_t span = ops_span(batch, (int64_t)N * OC, out_stride);
-    ops_arg(f, "inp", inp, ops_span(batch, (int64_t)N * C, inp_stride), OPS_FLOAT, 0, false);
-    ops_arg(f, "pre", pre, span, OPS_FLOAT, 0, false);
-    ops_arg(f, "out", out, span, OPS_FLOAT, 0, false);
-    if (ops_overlap(out, span, pre, span))    /* the backward needs pre intact */
-        ctx_die(c, "matmul_gelu_fwd_batched: out and pre overlap");
-    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt), pb = ops_dtype_size(pre.dt);
-    if (c->chk)   /* the blocks themselves, not the rows between them */
-        for (int64_t b = 0; b < batch; b++) {
-            chk_read(c, (const char *)inp.p + b * inp_stride * ib, (int64_t)N * C * ib);
-            chk_write(c, (char *)pre.p + b * out_stride * pb, (int64_t)N * OC * pb);
-            chk_write(c, (char *)out.p + b * out_stride * ob, (int64_t)N * OC * ob);
-        }
+    ops_batched(f, "matmul_gelu_fwd_batched", out, &pre, inp, w, bias, N, C, OC, batch, out_stride, inp_stride);
     RUN(matmul_gelu_fwd_batched, out, pre, inp, w, bias, N, C, OC, batch, out_stride, inp_stride);
 }
 

@@ -56,25 +56,19 @@ void cpu_matmul_fwd(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt
 void cpu_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t w, srt_t bias, int N, int C,
                             int OC, int batch, int64_t out_stride, int64_t inp_stride)
 {
-    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt);
-    for (int64_t b = 0; b < batch; b++) {
-        srt_t o = { (char *)out.p + b * out_stride * ob, (int64_t)N * OC, out.dt };
-        srt_t i = { (char *)inp.p + b * inp_stride * ib, (int64_t)N * C, inp.dt };
-        cpu_matmul_fwd(c, s, o, i, w, bias, N, C, OC);
-    }
+    for (int64_t b = 0; b < batch; b++)
+        cpu_matmul_fwd(c, s, ops_block(out, b, out_stride, (int64_t)N * OC), ops_block(inp, b, inp_stride, (int64_t)N * C),
+                       w, bias, N, C, OC);
 }
 
 /* Block by block through cpu_matmul_gelu_fwd, as cpu_matmul_fwd_batched. */
 void cpu_matmul_gelu_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, srt_t inp, srt_t w, srt_t bias,
                                  int N, int C, int OC, int batch, int64_t out_stride, int64_t inp_stride)
 {
-    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt), pb = ops_dtype_size(pre.dt);
-    for (int64_t b = 0; b < batch; b++) {
-        srt_t o = { (char *)out.p + b * out_stride * ob, (int64_t)N * OC, out.dt };
-        srt_t p = { (char *)pre.p + b * out_stride * pb, (int64_t)N * OC, pre.dt };
-        srt_t i = { (char *)inp.p + b * inp_stride * ib, (int64_t)N * C, inp.dt };
-        cpu_matmul_gelu_fwd(c, s, o, p, i, w, bias, N, C, OC);
-    }
+    for (int64_t b = 0; b < batch; b++)
+        cpu_matmul_gelu_fwd(c, s, ops_block(out, b, out_stride, (int64_t)N * OC),
+                            ops_block(pre, b, out_stride, (int64_t)N * OC), ops_block(inp, b, inp_stride, (int64_t)N * C),
+                            w, bias, N, C, OC);
 }
 
 /* kc_matmul_backward on staged operands. */

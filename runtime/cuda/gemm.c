@@ -428,7 +428,7 @@ void cu_matmul_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t inp, srt_t
     cu_gemm_run_batch(c, s, "matmul_fwd_batched", true, false, OC, N, C, w, C, inp, C, out, OC, epi ? bias : none,
                       false, batch > 1 ? bt : cu_one);
     for (int64_t b = 0; bias.p && !epi && b < batch; b++)
-        CU_CHECK(c, cu_k_bias_add((char *)out.p + b * out_stride * ops_dtype_size(out.dt), cu_rtk_dt(out.dt),
+        CU_CHECK(c, cu_k_bias_add(ops_block(out, b, out_stride, (int64_t)N * OC).p, cu_rtk_dt(out.dt),
                                   bias.p, cu_rtk_dt(bias.dt), N, OC, cu_stream(c, s)), "matmul_fwd_batched (bias)");
 }
 
@@ -480,13 +480,9 @@ void cu_matmul_gelu_fwd_batched(srt_ctx *c, srt_stream s, srt_t out, srt_t pre, 
     if (fuse && cu_gemm_gelu(c, s, "matmul_gelu_fwd_batched", true, false, OC, N, C, w, C, inp, C, out, OC, gelu,
                              bias.p ? bias : none, pre.p, batch > 1 ? bt : cu_one))
         return;
-    int64_t ib = ops_dtype_size(inp.dt), ob = ops_dtype_size(out.dt), pb = ops_dtype_size(pre.dt);
-    for (int64_t b = 0; b < batch; b++) {
-        srt_t o = { (char *)out.p + b * out_stride * ob, (int64_t)N * OC, out.dt };
-        srt_t p = { (char *)pre.p + b * out_stride * pb, (int64_t)N * OC, pre.dt };
-        srt_t i = { (char *)inp.p + b * inp_stride * ib, (int64_t)N * C, inp.dt };
-        cu_matmul_gelu_fwd(c, s, o, p, i, w, bias, N, C, OC);
-    }
+    for (int64_t b = 0; b < batch; b++)
+        cu_matmul_gelu_fwd(c, s, ops_block(out, b, out_stride, (int64_t)N * OC), ops_block(pre, b, out_stride, (int64_t)N * OC),
+                           ops_block(inp, b, inp_stride, (int64_t)N * C), w, bias, N, C, OC);
 }
 
 /* dpre = (dout·w) ⊙ gelu'(pre), overwritten, in one GEMM (DGELU_BGRAD or
