@@ -43,12 +43,30 @@ static ArenaBlock *block_new(size_t n, bool exact, bool clear)
     ArenaBlock **best = NULL;   /* the smallest pooled block that fits: a big one stays for a big request */
     for (ArenaBlock **pp = &pool; *pp; pp = &(*pp)->next)
         if ((*pp)->cap >= cap && (!best || (*pp)->cap < (*best)->cap)) best = pp;
-    /* an exact request leaves a block of much more room to the requests it suits */
-    if (best && exact && (*best)->cap - cap > cap / 4) best = NULL;
+    /* a block with BIG more room than asked is split, its tail pooled for the
+       exact requests (its pages stay resident: mapping new ones instead held
+       both, and the three scratch plans of gpt3-175b with the column chunks,
+       each op list a third smaller than the last one's block, 411 MB at
+       peak); with less, an exact request leaves a block of much more room to
+       the requests it suits */
+    if (best && (*best)->cap - cap < BIG && exact && (*best)->cap - cap > cap / 4) best = NULL;
     if (best) {
         ArenaBlock *b = *best;
         *best = b->next;
         pool_bytes -= b->cap + sizeof *b;
+        if (b->cap - cap >= BIG) {
+            /* the tail from byte `size` on (page-aligned: munmap frees it alone);
+               its dirty prefix is what b had written past there */
+            ArenaBlock *t = (ArenaBlock *)((unsigned char *)b + size);
+            size_t dirty = b->used + sizeof *b;     /* b's written bytes, from b */
+            t->cap = b->cap - size;
+            t->used = dirty > size + sizeof *t ? dirty - size - sizeof *t : 0;
+            t->next = pool;
+            pool = t;
+            pool_bytes += t->cap + sizeof *t;
+            b->cap = cap;
+            if (b->used > cap) b->used = cap;
+        }
         /* !clear: the caller writes its n bytes itself; only those past them are cleared */
         size_t keep = clear ? 0 : ((n + 15) & ~(size_t)15);
         if (b->used > keep) memset(b->data + keep, 0, b->used - keep);

@@ -558,7 +558,7 @@ double cost_unit_start(const Sched *s, int op, int k)
     const Op *o = &s->ops[op];
     const Partition *p = s->part;
     bool bwd = o->kind == OP_LAYER_BWD;
-    if (!sched_waits_per_module(p, o) || k < 0 || k >= OP_MAX_UNITS || o->unit[k] < 0) return 0;
+    if (!sched_waits_per_module(p, o) || k < 0 || k >= o->nunit) return 0;
     int all = op_pieces(p, o), before = pieces_before(part_unit_role(p, s->cls, o->unit[k]), bwd) & all;
     if (!before) return 0;
     double fa = pieces_flops(p, all, op_core_weight(o));

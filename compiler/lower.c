@@ -480,7 +480,7 @@ static void check_group(const CE *e, const Group *g, const Op *o, bool units, bo
     for (int k = 0; units && k < g->nunits; k++) {
         int seg = g->unit_seg[k];
         bool named = false;
-        for (int u = 0; u < OP_MAX_UNITS; u++) named |= o->unit[u] == seg;
+        for (int u = 0; u < o->nunit; u++) named |= o->unit[u] == seg;
         if (!named)
             die("lower: op %s computes with segment %d but does not name it as a unit", op_label(e, o), seg);
         bool found = false;
@@ -1617,8 +1617,7 @@ static void pe_calls(CE *e)
         keep[i] = true;
         last = i;
         /* the latest gather (and fetch) of each unit it computes with */
-        for (int u = 0; u < OP_MAX_UNITS; u++) {
-            if (o->unit[u] < 0) continue;
+        for (int u = 0; u < o->nunit; u++) {
             static const int kinds[2] = {OP_GATHER, OP_PARAM_FETCH};
             for (int k = 0; k < 2; k++)
                 for (int j = i - 1; j >= 0; j--)

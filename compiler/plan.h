@@ -427,21 +427,24 @@ typedef struct Op {
     int16_t rows;               /* tp_comm_overlap full: the token-row chunk (of
                                    Partition.tpc) of the row-chunked buffers (Buffer.rows)
                                    it touches; -1: all of them                     */
+    int16_t nunit;              /* how many of unit are used (at most OP_MAX_UNITS) */
     int part_lo, part_hi;       /* the parts of parted buffers (Buffer.nparts) it touches,
                                    inclusive; -1: every part                       */
-    int nrd, nwr;               /* how many of rd and wr are used                  */
+    int nrd, nwr;               /* how many of rd and wr are used (at most OP_MAX_RD, OP_MAX_WR) */
     double flops;               /* on this rank                                    */
     int64_t bytes;              /* communicated or copied, on this rank            */
     /* the scalars above fill one 64-byte cache line, which is all that most
-       passes over a schedule's ops read; the lists follow */
+       passes over a schedule's ops read; the lists follow, each exactly as
+       long as its count in the final list (the builder gives every op room for
+       the most, and sched_events packs them: an op is 96 bytes, not 264) */
     bool inner;                 /* OP_WAIT for a ZeRO-3 gather (OP_GATHER) that the next op on
                                    its stream makes itself, just before its first module that
                                    computes with the gathered unit (sched_wait_unit), as
                                    DeepSpeed waits per module; false: before that op starts */
-    int unit[OP_MAX_UNITS];     /* ZeRO-3 fetch units (segments) it computes with, -1 after the last;
-                                   in the order the op runs their modules (a backward's reversed) */
-    int rd[OP_MAX_RD];          /* buffers read                                    */
-    int wr[OP_MAX_WR];          /* buffers written                                 */
+    int *unit;                  /* [nunit] ZeRO-3 fetch units (segments) it computes with, in
+                                   the order the op runs their modules (a backward's reversed) */
+    int *rd;                    /* [nrd] buffers read                              */
+    int *wr;                    /* [nwr] buffers written                           */
 } Op;
 
 typedef enum BufCat {

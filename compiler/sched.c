@@ -59,6 +59,7 @@ typedef struct SendWait { int op; double t; } SendWait;
 /* The builder's state for one rank class. */
 typedef struct Bld {
     Sched *s;
+    struct OpRooms *rooms;      /* the ops' lists while they are built */
     const Partition *p;
     const RankClass *c;
     const Spec *spec;
@@ -118,6 +119,28 @@ static void *grow(void *p, int *cap, int need, size_t elem, int first)
     return p;
 }
 
+/* The builder's room for one op's lists, the most each may hold.  Rooms sit
+ * in blocks that never move while the op list grows, is copied (an op copy
+ * shares its original's room) and is rebuilt (zero3_gathers); sched_events
+ * packs each op's used entries into the arena.  Handed from class to class
+ * with the op list. */
+typedef struct OpRoom { int unit[OP_MAX_UNITS], rd[OP_MAX_RD], wr[OP_MAX_WR]; } OpRoom;
+enum { ROOM_BLOCK = 4096 };
+typedef struct OpRooms { OpRoom **blocks; int nblocks, capblocks, used; } OpRooms;
+
+/* The next free room (used counts the rooms handed out this class). */
+static OpRoom *room_new(OpRooms *r)
+{
+    int blk = r->used / ROOM_BLOCK;
+    if (blk == r->nblocks) {
+        r->blocks = grow(r->blocks, &r->capblocks, r->nblocks + 1, sizeof(OpRoom *), 16);
+        r->blocks[r->nblocks] = malloc(sizeof(OpRoom) * ROOM_BLOCK);
+        if (!r->blocks[r->nblocks]) die("sched: out of memory (op lists)");
+        r->nblocks++;
+    }
+    return &r->blocks[blk][r->used++ % ROOM_BLOCK];
+}
+
 /* What a buffer is (Buffer's typed fields). */
 typedef struct BufKey { int role, layer, mb, chunk, idx, sub; } BufKey;
 
@@ -166,7 +189,8 @@ static int op_new(Bld *b, int kind, int stream, int layer, int mb, int chunk)
     memset(o, 0, sizeof *o);
     o->kind = kind, o->stream = stream, o->layer = layer, o->mb = mb, o->chunk = chunk;
     o->aux = -1;
-    for (int k = 0; k < OP_MAX_UNITS; k++) o->unit[k] = -1;
+    OpRoom *r = room_new(b->rooms);
+    o->unit = r->unit, o->rd = r->rd, o->wr = r->wr;
     o->sub = SUB_WHOLE;
     o->rows = -1;
     o->part_lo = o->part_hi = -1;
@@ -805,10 +829,10 @@ static void grads_done(Bld *b, int L, int mb, int chunk, bool final)
 /* Adds fetch unit sg to the units op o computes with (once). */
 static void add_unit(Op *op, int sg)
 {
-    int k = 0;
-    while (k < OP_MAX_UNITS && op->unit[k] >= 0 && op->unit[k] != sg) k++;
-    if (k == OP_MAX_UNITS) die("sched: an op computes with more than %d ZeRO-3 fetch units", OP_MAX_UNITS);
-    op->unit[k] = sg;
+    for (int k = 0; k < op->nunit; k++)
+        if (op->unit[k] == sg) return;
+    if (op->nunit == OP_MAX_UNITS) die("sched: an op computes with more than %d ZeRO-3 fetch units", OP_MAX_UNITS);
+    op->unit[op->nunit++] = sg;
 }
 
 /* Marks op o as computing with the fetch units of grad layer L (ZeRO 3): one
@@ -1894,14 +1918,13 @@ static void gat_index(Gat *g)
     for (int u = 0; u < ns; u++) seen[u] = n;
     for (int i = 0; i < n; i++) {
         g->pre[i + 1] = g->pre[i];
-        for (int k = 0; k < OP_MAX_UNITS; k++)
-            if (g->old[i].unit[k] >= 0) g->pre[i + 1] += unit_elems(g, g->old[i].unit[k]);
+        for (int k = 0; k < g->old[i].nunit; k++) g->pre[i + 1] += unit_elems(g, g->old[i].unit[k]);
     }
     for (int i = n - 1; i >= 0; i--)
-        for (int k = 0; k < OP_MAX_UNITS; k++) {
+        for (int k = 0; k < g->old[i].nunit; k++) {
             int u = g->old[i].unit[k];
-            g->next[OP_MAX_UNITS * i + k] = u >= 0 ? seen[u] : n;
-            if (u >= 0) seen[u] = i;
+            g->next[OP_MAX_UNITS * i + k] = seen[u];
+            seen[u] = i;
         }
 }
 
@@ -1944,9 +1967,9 @@ static void gat_prefetch(Gat *g, int i)
     int64_t budget = s->zero.max_live_parameters - g->live, issued = 0;
     if (budget > s->zero.prefetch_bucket) budget = s->zero.prefetch_bucket;
     for (int j = i + 1; j < g->nold && j <= i + 64; j++)
-        for (int k = 0; k < OP_MAX_UNITS; k++) {
+        for (int k = 0; k < g->old[j].nunit; k++) {
             int u = g->old[j].unit[k];
-            if (u < 0 || g->gbuf[u] >= 0) continue;
+            if (g->gbuf[u] >= 0) continue;
             if (issued >= budget) return;
             gat_issue(g, u);
             issued += unit_elems(g, u);
@@ -1971,16 +1994,16 @@ static void gat_op(Gat *g, int i, int *map)
 {
     Bld *b = g->b;
     const Op *src = &g->old[i];
-    bool uses = src->unit[0] >= 0, inner = uses && sched_waits_per_module(b->p, src);
-    for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
+    int nu = src->nunit;
+    bool inner = nu && sched_waits_per_module(b->p, src);
+    for (int k = 0; k < nu; k++) {
         int u = src->unit[k];
-        if (u >= 0 && g->gbuf[u] < 0) gat_issue(g, u);
+        if (g->gbuf[u] < 0) gat_issue(g, u);
     }
     /* per module, as DeepSpeed's pre-forward hook: wait for it, then prefetch;
      * a layer's call makes its waits itself, each before its module (inner) */
-    for (int k = 0; uses && k < OP_MAX_UNITS; k++) {
+    for (int k = 0; k < nu; k++) {
         int u = src->unit[k];
-        if (u < 0) continue;
         if (g->gwait[u] >= 0) {
             emit_wait(b, g->gwait[u]);
             b->s->ops[b->s->nops - 1].inner = inner;
@@ -1990,13 +2013,11 @@ static void gat_op(Gat *g, int i, int *map)
     }
     ops_grow(b->s);
     int o = b->s->nops++;
-    b->s->ops[o] = *src;
+    b->s->ops[o] = *src;        /* in its room: the reads below join its own */
     if (src->kind == OP_WAIT) b->s->ops[o].aux = map[src->aux];
     map[i] = o;
-    for (int k = 0; uses && k < OP_MAX_UNITS; k++)
-        if (src->unit[k] >= 0) op_rd(b, o, g->gbuf[src->unit[k]]);
-    for (int k = 0; uses && k < OP_MAX_UNITS; k++)
-        if (src->unit[k] >= 0) gat_release(g, i, k);
+    for (int k = 0; k < nu; k++) op_rd(b, o, g->gbuf[src->unit[k]]);
+    for (int k = 0; k < nu; k++) gat_release(g, i, k);
 }
 
 /* Inserts ZeRO-3's gathers (prefetched, reused, released) into the op list. */
@@ -2279,23 +2300,30 @@ static void ev_op(Ev *e, int j)
     for (int k = 0; k < o->nwr; k++) ev_record(e, o->wr[k], o, true, st, n);
 }
 
-/* Writes the final list into the arena: the old ops at their new positions
- * and the waits between them. */
+/* Writes the final list into the arena: the old ops at their new positions,
+ * each with its lists packed out of its room, and the waits between them. */
 static void ev_expand(Ev *e)
 {
     Sched *s = e->s;
     Op *ops = arena_alloc_raw(&g_arena, sizeof(Op) * (size_t)(e->nnew + 1));     /* each op written below */
     memset(&ops[e->nnew], 0, sizeof *ops);
+    size_t nids = 0;            /* the lists, packed: each op's units, reads and writes in turn */
+    for (int j = 0; j < e->nold; j++) nids += (size_t)(e->old[j].nunit + e->old[j].nrd + e->old[j].nwr);
+    int *ids = arena_alloc_raw(&g_arena, sizeof(int) * (nids + 1));
     for (int j = 0, k = 0; j < e->nold; j++) {
         int to = e->map[j];
         for (; k < e->nins && e->ins[k].at < to; k++) {
             const Ins *w = &e->ins[k];
             const Op *t = &e->old[w->old];
             ops[w->at] = (Op){.kind = OP_WAIT, .stream = w->stream, .layer = t->layer, .mb = t->mb, .chunk = t->chunk,
-                              .aux = w->target, .unit = {-1, -1}, .sub = t->sub, .rows = -1, .part_lo = -1,
-                              .part_hi = -1};
+                              .aux = w->target, .sub = t->sub, .rows = -1, .part_lo = -1, .part_hi = -1,
+                              .unit = ids, .rd = ids, .wr = ids};
         }
-        ops[to] = e->old[j];
+        const Op *src = &e->old[j];
+        ops[to] = *src;
+        ops[to].unit = ids, memcpy(ids, src->unit, sizeof(int) * (size_t)src->nunit), ids += src->nunit;
+        ops[to].rd = ids, memcpy(ids, src->rd, sizeof(int) * (size_t)src->nrd), ids += src->nrd;
+        ops[to].wr = ids, memcpy(ids, src->wr, sizeof(int) * (size_t)src->nwr), ids += src->nwr;
         if (ops[to].kind == OP_WAIT && ops[to].aux >= 0) ops[to].aux = e->map[ops[to].aux];
     }
     s->ops = ops, s->nops = s->capops = e->nnew;     /* the builder's list: sched_class's to reuse */
@@ -2352,7 +2380,7 @@ static void weight_shares(const Model *m, double mlp, double w[2])
 /* The builder's op list, malloc'd, handed from class to class: the next
  * class builds into the room the last one grew (a 64-stage plan's classes
  * each grew theirs from 1024 ops, copying it at each doubling). */
-typedef struct OpList { Op *ops; int cap; } OpList;
+typedef struct OpList { Op *ops; int cap; OpRooms rooms; } OpList;
 
 /* Builds the ops and buffers of one training step of rank class c. */
 static void sched_class(const Partition *p, const RankClass *c, const Timeline *tl, bool unnamed, OpList *list,
@@ -2361,7 +2389,8 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     memset(s, 0, sizeof *s);
     s->part = p, s->cls = c;
     s->ops = list->ops, s->capops = list->cap;
-    Bld b = {.s = s, .p = p, .c = c, .spec = p->spec, .m = p->model, .tl = tl};
+    list->rooms.used = 0;
+    Bld b = {.s = s, .rooms = &list->rooms, .p = p, .c = c, .spec = p->spec, .m = p->model, .tl = tl};
     b.pol = p->spec->checkpointing.activations;
     b.every = p->spec->checkpointing.every > 0 ? (int)p->spec->checkpointing.every : 1;
     b.overlap = p->spec->zero.overlap_comm;
@@ -2402,7 +2431,7 @@ static void sched_class(const Partition *p, const RankClass *c, const Timeline *
     param_gathers(&b);
     flush_waits(&b);
     if (p->zero == 3) zero3_gathers(&b);
-    *list = (OpList){s->ops, s->capops};
+    list->ops = s->ops, list->cap = s->capops;
     sched_events(s);
     bufs_to_arena(s);
 }
@@ -2417,6 +2446,8 @@ void sched_build(const Partition *p, Schedule *out)
     OpList list = {0};
     for (int i = 0; i < p->nclasses; i++) sched_class(p, &p->classes[i], &tl, out->unnamed, &list, &out->classes[i]);
     free(list.ops);
+    for (int k = 0; k < list.rooms.nblocks; k++) free(list.rooms.blocks[k]);
+    free(list.rooms.blocks);
 }
 
 /* ---- names ------------------------------------------------------------------------------- */
@@ -2469,7 +2500,7 @@ int sched_wait_unit(const Sched *s, int w, int *op)
     while (j < s->nops && (s->ops[j].stream != o->stream || s->ops[j].kind == OP_WAIT)) j++;
     if (j == s->nops) return -1;
     *op = j;
-    for (int k = 0; k < OP_MAX_UNITS; k++)
+    for (int k = 0; k < s->ops[j].nunit; k++)
         if (s->ops[j].unit[k] == s->ops[o->aux].aux) return k;
     return -1;
 }

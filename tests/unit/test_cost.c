@@ -111,7 +111,7 @@ static void test_tp_and_pp_ops(void)
     int kinds[4] = {OP_TP_ALLREDUCE, OP_TP_ALLGATHER, OP_TP_REDUCE_SCATTER, OP_SEND_FWD};
     for (int i = 0; i < 4; i++)
         ops[i] = (Op){.kind = kinds[i], .stream = i < 3 ? ST_TP_COMM : ST_PP_COMM, .layer = 0, .mb = 0, .chunk = 0,
-                      .aux = -1, .unit = {-1, -1}, .bytes = 64 << 20};
+                      .aux = -1, .bytes = 64 << 20};
     s.ops = ops, s.nops = 4;
     double S = 64 << 20, B = mp->spec->cluster.intra_node, a = cluster_nets[NET_NVLINK].latency_us * 1e-6;
     CHECK_NEAR(cost_op_time(mp, &s, 0), 2 * 3 * a + S * 2 * 3 / 4 / B, 1e-12);

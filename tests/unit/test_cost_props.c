@@ -422,9 +422,7 @@ static void test_zero3_module_units(void)
         for (int i = 0; i < s->nops; i++) {
             const Op *o = &s->ops[i];
             if (o->kind != OP_LAYER_FWD && o->kind != OP_LAYER_BWD && o->kind != OP_RECOMPUTE) continue;
-            int n = 0;
-            while (n < OP_MAX_UNITS && o->unit[n] >= 0) n++;
-            CHECK_EQ(n, cases[c].per_layer);
+            CHECK_EQ(o->nunit, cases[c].per_layer);
         }
     }
 }

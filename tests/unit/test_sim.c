@@ -292,7 +292,7 @@ static Plan *two_stage_plan(const int kinds[2][2])
             Op *o = &s->ops[i];
             memset(o, 0, sizeof *o);
             *o = (Op){.kind = kinds[c][i], .stream = ST_PP_COMM, .layer = -1, .mb = 0, .chunk = 0, .aux = -1,
-                      .unit = {-1, -1}, .bytes = 1 << 20};
+                      .bytes = 1 << 20};
         }
     }
     return mp;

@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     int classes = 0;
     for (int i = 0; i < (runs > 0 ? runs : 1); i++) {
         double t0 = now();
-        MemPlan *mp = cal_plan(text);
+        Plan *mp = cal_plan(text);
         double t1 = now();
         if (!mp) {
             fprintf(stderr, "bench_sim: the spec does not plan\n");
@@ -45,7 +45,7 @@ int main(int argc, char **argv)
         double t2 = now();
         if (t1 - t0 < plan) plan = t1 - t0;
         if (t2 - t1 < sim) sim = t2 - t1;
-        mfu = s.mfu, classes = mp->nclasses;
+        mfu = s.mfu, classes = mp->mem.nclasses;
     }
     printf("1T GPT on 16 384 GPUs (%d rank classes, MFU %.1f%%): plan %.0f ms, simulation %.0f ms "
            "(best of %d); simulation / plan = %.2f\n", classes, 100 * mfu, 1e3 * plan, 1e3 * sim, runs, sim / plan);
