@@ -56,10 +56,19 @@ typedef struct Msg { double t, done; int bwd, sender_mc, mb; bool send; int chun
 /* A send the compute stream waits for once the timeline passes `t`. */
 typedef struct SendWait { int op; double t; } SendWait;
 
+/* The builder's room for one op's lists, the most each may hold.  Rooms sit
+ * in blocks that never move while the op list grows, is copied (an op copy
+ * shares its original's room) and is rebuilt (zero3_gathers); sched_events
+ * packs each op's used entries into the arena.  Handed from class to class
+ * with the op list. */
+typedef struct OpRoom { int unit[OP_MAX_UNITS], rd[OP_MAX_RD], wr[OP_MAX_WR]; } OpRoom;
+enum { ROOM_BLOCK = 4096 };
+typedef struct OpRooms { OpRoom **blocks; int nblocks, capblocks, used; } OpRooms;
+
 /* The builder's state for one rank class. */
 typedef struct Bld {
     Sched *s;
-    struct OpRooms *rooms;      /* the ops' lists while they are built */
+    OpRooms *rooms;             /* the ops' lists while they are built */
     const Partition *p;
     const RankClass *c;
     const Spec *spec;
@@ -118,15 +127,6 @@ static void *grow(void *p, int *cap, int need, size_t elem, int first)
     *cap = nc;
     return p;
 }
-
-/* The builder's room for one op's lists, the most each may hold.  Rooms sit
- * in blocks that never move while the op list grows, is copied (an op copy
- * shares its original's room) and is rebuilt (zero3_gathers); sched_events
- * packs each op's used entries into the arena.  Handed from class to class
- * with the op list. */
-typedef struct OpRoom { int unit[OP_MAX_UNITS], rd[OP_MAX_RD], wr[OP_MAX_WR]; } OpRoom;
-enum { ROOM_BLOCK = 4096 };
-typedef struct OpRooms { OpRoom **blocks; int nblocks, capblocks, used; } OpRooms;
 
 /* The next free room (used counts the rooms handed out this class). */
 static OpRoom *room_new(OpRooms *r)
@@ -2300,6 +2300,15 @@ static void ev_op(Ev *e, int j)
     for (int k = 0; k < o->nwr; k++) ev_record(e, o->wr[k], o, true, st, n);
 }
 
+/* Copies n ids to *ids and moves it past them; returns where they went. */
+static int *ids_take(int **ids, const int *src, int n)
+{
+    int *at = *ids;
+    if (n) memcpy(at, src, sizeof(int) * (size_t)n);
+    *ids += n;
+    return at;
+}
+
 /* Writes the final list into the arena: the old ops at their new positions,
  * each with its lists packed out of its room, and the waits between them. */
 static void ev_expand(Ev *e)
@@ -2321,9 +2330,9 @@ static void ev_expand(Ev *e)
         }
         const Op *src = &e->old[j];
         ops[to] = *src;
-        ops[to].unit = ids, memcpy(ids, src->unit, sizeof(int) * (size_t)src->nunit), ids += src->nunit;
-        ops[to].rd = ids, memcpy(ids, src->rd, sizeof(int) * (size_t)src->nrd), ids += src->nrd;
-        ops[to].wr = ids, memcpy(ids, src->wr, sizeof(int) * (size_t)src->nwr), ids += src->nwr;
+        ops[to].unit = ids_take(&ids, src->unit, src->nunit);
+        ops[to].rd = ids_take(&ids, src->rd, src->nrd);
+        ops[to].wr = ids_take(&ids, src->wr, src->nwr);
         if (ops[to].kind == OP_WAIT && ops[to].aux >= 0) ops[to].aux = e->map[ops[to].aux];
     }
     s->ops = ops, s->nops = s->capops = e->nnew;     /* the builder's list: sched_class's to reuse */
@@ -2377,9 +2386,9 @@ static void weight_shares(const Model *m, double mlp, double w[2])
     w[1] = mlp * fwd;
 }
 
-/* The builder's op list, malloc'd, handed from class to class: the next
- * class builds into the room the last one grew (a 64-stage plan's classes
- * each grew theirs from 1024 ops, copying it at each doubling). */
+/* The builder's op list, malloc'd, and its ops' rooms, handed from class to
+ * class: the next class builds into the room the last one grew (a 64-stage
+ * plan's classes each grew theirs from 1024 ops, copying it at each doubling). */
 typedef struct OpList { Op *ops; int cap; OpRooms rooms; } OpList;
 
 /* Builds the ops and buffers of one training step of rank class c. */
