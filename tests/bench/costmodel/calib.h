@@ -32,6 +32,15 @@ typedef enum CalSource {
                    (ib200), fp16, full recompute, optimizer states and
                    checkpoints in host memory, Megatron-DeepSpeed's
                    examples/azure recipe (V 50257 padded to 50304)          */
+    SRC_MTNLG,  /* Smith et al. 2022, "Using DeepSpeed and Megatron to Train
+                   Megatron-Turing NLG 530B" (arXiv 2201.11990), Section 2.4:
+                   the 530B model (105 layers, h 20480, 128 heads, s 2048) on
+                   Selene's A100 80 GB nodes (ib200), Megatron's tensor slicing
+                   tp 8 inside DeepSpeed's pipeline engine pp 35, dp over the
+                   rest, global batch 1920; 60.1, 50.2, 44.4 s an iteration on
+                   280, 350, 420 nodes = 126, 121, 113 TFLOP/s per GPU as
+                   Narayanan counts them (the counts check to ±0.5)          */
+    SRC_ANY = -1,               /* cal_table: every source of the set           */
 } CalSource;
 /* SET_CHECK: published rows of another implementation printed beside the
  * sets, in neither mean and never used to fit (docs/cost-model.md, "Why the
@@ -98,6 +107,12 @@ static const CalRow cal_rows[] = {
     {SET_CHECK, SRC_AZURE, "Azure DS 0.6.2", 1000, 160, 25600, 128, 1, 1, 1024, 8192, 8, 165.36, 1024, false},
     {SET_CHECK, SRC_AZURE, "Azure DS 0.6.2", 2000, 128, 32768, 160, 1, 1, 1024, 8192, 8, 157, 1024, false},
     {SET_CHECK, SRC_AZURE, "Azure DS 0.6.2", 530, 128, 20480, 105, 1, 1, 1024, 2048, 2, 140, 1024, true},
+    /* check: MT-NLG 530B, Megatron-DeepSpeed's 3D parallelism on the same
+     * nodes as Narayanan's (the section states no micro-batch: 1 assumed,
+     * as Narayanan's 530B rows) */
+    {SET_CHECK, SRC_MTNLG, "MT-NLG 3D", 530, 128, 20480, 105, 8, 35, 2240, 1920, 1, 126, 0, false},
+    {SET_CHECK, SRC_MTNLG, "MT-NLG 3D", 530, 128, 20480, 105, 8, 35, 2800, 1920, 1, 121, 0, false},
+    {SET_CHECK, SRC_MTNLG, "MT-NLG 3D", 530, 128, 20480, 105, 8, 35, 3360, 1920, 1, 113, 0, false},
 };
 #ifndef CAL_V
 #define CAL_V 1                 /* model chunks per stage: 1 = plain 1F1B      */
@@ -163,7 +178,10 @@ static inline int cal_chunks(const CalRow *r)
  * limits, the optimizer and the checkpoints on the host.  Megatron-Core: bf16, no recompute, the
  * distributed optimizer (ZeRO-1) with its overlapped reduce-scatter and
  * all-gather, sequence parallelism, untied embeddings, and tp_comm_overlap =
- * full (the runs' --tp-comm-overlap: docs/cost-model.md). */
+ * full (the runs' --tp-comm-overlap: docs/cost-model.md).  MT-NLG: as
+ * PTD-P, but DeepSpeed's pipeline engine sends whole activations (no
+ * scatter/gather: sequence parallelism off) and its ZeRO-1 reduces fp16
+ * gradients in DeepSpeed's default 5e8-element buckets after the flush. */
 static inline const char *cal_spec(const CalRow *r)
 {
     int v = cal_chunks(r), dp = r->gpus / (r->tp * r->pp);
@@ -194,6 +212,12 @@ static inline const char *cal_spec(const CalRow *r)
                             "zero { stage = 1  overlap_comm = on  overlap_param_gather = on  reduce_bucket = 4e7 }\n"
                             "precision { dtype = bf16  master_weights = fp32 }\n%s",
                             model, r->tp, r->pp, dp, r->tp > 1 ? "on" : "off", sched, train);
+    case SRC_MTNLG:
+        return arena_printf(&g_arena, "%sparallel { tp = %d  pp = %d  dp = %d  sequence_parallel = off  %s  tp_comm_overlap = none }\n"
+                            "zero { stage = 1  reduce_bucket = 5e8 }\n"
+                            "precision { dtype = fp16  master_weights = fp32  grad_reduce = fp16 }\n"
+                            "checkpointing { activations = full }\n%s",
+                            model, r->tp, r->pp, dp, sched, train);
     default:
         return arena_printf(&g_arena, "%sparallel { tp = %d  pp = %d  dp = %d  sequence_parallel = %s  %s  tp_comm_overlap = none }\n"
                             "zero { stage = 0  reduce_bucket = 1e12 }\n"
@@ -215,22 +239,24 @@ static inline double cal_tflops(const CalRow *r, double step)
 }
 
 /* Which rows a table covers: one set of one GPU (A100 rows: PTD-P and
- * ZeRO-3; H100 rows: Megatron-Core). */
-static inline bool cal_in(const CalRow *r, CalSet set, bool h100)
+ * ZeRO-3; H100 rows: Megatron-Core), of one source or of any (SRC_ANY). */
+static inline bool cal_in(const CalRow *r, CalSet set, bool h100, CalSource src)
 {
-    return r->set == set && (r->src == SRC_MCORE) == h100;
+    return r->set == set && (r->src == SRC_MCORE) == h100 && (src == SRC_ANY || r->src == src);
 }
 
 /* The label of a row's kind, as the tables print it. */
 static inline const char *cal_kind(const CalRow *r)
 {
-    return r->src == SRC_ZERO3 || r->src == SRC_AZURE ? "ZeRO-3" : r->src == SRC_MCORE ? "MCore" : "PTD-P";
+    return r->src == SRC_ZERO3 || r->src == SRC_AZURE ? "ZeRO-3" : r->src == SRC_MCORE ? "MCore"
+         : r->src == SRC_MTNLG ? "DS-3D" : "PTD-P";
 }
 
-/* Prints the rows of one set and GPU (when out) and returns their mean
- * absolute error, as a fraction of the published figure (rows whose figure
- * is a bound printed, "> x", and left out); < 0 if a row did not plan. */
-static inline double cal_table(FILE *out, CalSet set, bool h100)
+/* Prints the rows of one set, GPU and source (SRC_ANY: all; when out) and
+ * returns their mean absolute error, as a fraction of the published figure
+ * (rows whose figure is a bound printed, "> x", and left out); < 0 if a row
+ * did not plan. */
+static inline double cal_table(FILE *out, CalSet set, bool h100, CalSource src)
 {
     double sum = 0;
     int n = 0;
@@ -240,7 +266,7 @@ static inline double cal_table(FILE *out, CalSet set, bool h100)
                      "bubble", "tp", "dp");
     for (int i = 0; i < CAL_NROWS; i++) {
         const CalRow *r = &cal_rows[i];
-        if (!cal_in(r, set, h100)) continue;
+        if (!cal_in(r, set, h100, src)) continue;
         Sim sim;
         const char *why = cal_simulate(cal_spec(r), &sim);
         if (why) {

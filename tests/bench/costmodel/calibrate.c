@@ -1,6 +1,6 @@
 /* calibrate.c — prints the cost model's calibration set and its validation
  * set, row by row with each row's source, the mean error of each per GPU, the
- * check rows of a later DeepSpeed, and the ZeRO-3 network case (run by
+ * check rows of a later DeepSpeed and of MT-NLG, and the ZeRO-3 network case (run by
  * tests/bench/costmodel/run.sh).  With --zero3-rates it prints instead every
  * ZeRO-3 row priced as now and with the dp ring's bus bandwidth held to a few
  * rates per GPU (docs/cost-model.md, "Why the ZeRO-3 rows miss"). */
@@ -43,24 +43,26 @@ static bool zero3_rates(void)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--zero3-rates") == 0) return zero3_rates() ? 0 : 1;
-    static const struct { CalSet set; bool h100; const char *title; } tables[] = {
-        {SET_CAL, false, "A100 calibration set (constants fitted on these rows)"},
-        {SET_VAL, false, "A100 validation set (not used in fitting)"},
-        {SET_CAL, true, "H100 calibration set (constants fitted on these rows)"},
-        {SET_VAL, true, "H100 validation set (not used in fitting)"},
-        {SET_CHECK, false, "A100 check: DeepSpeed 0.6.2's ZeRO-3 on Azure, 2022 (a later implementation; "
-                           "in neither set, not used in fitting)"},
+    static const struct { CalSet set; bool h100; CalSource src; const char *title; } tables[] = {
+        {SET_CAL, false, SRC_ANY, "A100 calibration set (constants fitted on these rows)"},
+        {SET_VAL, false, SRC_ANY, "A100 validation set (not used in fitting)"},
+        {SET_CAL, true, SRC_ANY, "H100 calibration set (constants fitted on these rows)"},
+        {SET_VAL, true, SRC_ANY, "H100 validation set (not used in fitting)"},
+        {SET_CHECK, false, SRC_AZURE, "A100 check: DeepSpeed 0.6.2's ZeRO-3 on Azure, 2022 (a later implementation; "
+                                      "in neither set, not used in fitting)"},
+        {SET_CHECK, false, SRC_MTNLG, "A100 check: MT-NLG 530B, Megatron-DeepSpeed's 3D parallelism on Selene, 2021 "
+                                      "(another implementation; in neither set, not used in fitting)"},
     };
     enum { NT = (int)(sizeof tables / sizeof tables[0]) };
     double mae[NT], exposed[3];
     for (int i = 0; i < NT; i++) {
         printf("%s%s:\n", i ? "\n" : "", tables[i].title);
         fflush(stdout);
-        if ((mae[i] = cal_table(stdout, tables[i].set, tables[i].h100)) < 0) return 1;
+        if ((mae[i] = cal_table(stdout, tables[i].set, tables[i].h100, tables[i].src)) < 0) return 1;
     }
     printf("\nmean absolute error: A100 calibration %.1f%%, validation %.1f%%; H100 calibration %.1f%%, validation %.1f%%"
-           "; A100 DeepSpeed 0.6.2 check %.1f%%\n",
-           100 * mae[0], 100 * mae[1], 100 * mae[2], 100 * mae[3], 100 * mae[4]);
+           "; A100 checks: DeepSpeed 0.6.2 %.1f%%, MT-NLG %.1f%%\n",
+           100 * mae[0], 100 * mae[1], 100 * mae[2], 100 * mae[3], 100 * mae[4], 100 * mae[5]);
     if (!cal_zero3(stdout, exposed)) return 1;
     return mae[0] < 0.10 ? 0 : 1;       /* the A100 calibration, as test_cost.c asserts */
 }

@@ -4,9 +4,9 @@
 # fitted on) and the disjoint validation set, for A100 and H100, each row
 # planned, simulated and printed as predicted vs published TFLOP/s per GPU
 # with its source and error, then each set's mean absolute error; then the
-# check rows of a later DeepSpeed's ZeRO-3 on the same A100 nodes (in neither
-# set); then the ZeRO-3 case on NVLink, 200 Gb/s InfiniBand and 100 Gb/s
-# Ethernet.  The
+# check rows of a later DeepSpeed's ZeRO-3 and of MT-NLG's Megatron-DeepSpeed
+# 3D parallelism on the same A100 nodes (in neither set); then the ZeRO-3
+# case on NVLink, 200 Gb/s InfiniBand and 100 Gb/s Ethernet.  The
 # calibration set is asserted by tests/unit/test_cost.c; docs/cost-model.md
 # explains the rows and the model.
 # BUILD_DIR (default: build) is a configured shardc build; the library is
