@@ -1556,6 +1556,7 @@ void lower_events(const CE *e, Call *calls, int n)
         for (int r = 0; r < most; r++) local[st][r] = -1;
     }
     for (int i = 0; i < n; i++) {
+        if (calls[i].kind != K_RECORD && calls[i].kind != K_WAIT) continue;     /* (no args to index) */
         Arg *a = &calls[i].args[1];
         if (calls[i].kind == K_RECORD) {
             local[a->name][a->v[0]] = count[a->name]++;
