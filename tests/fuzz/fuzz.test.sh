@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# libFuzzer in CI (label fuzz): the four targets of scripts/run-fuzz (spec,
-# import, ckpt, llmc), SHARDC_FUZZ_SECONDS each (default 15).
+# libFuzzer in CI (label fuzz): the five targets of scripts/run-fuzz (spec,
+# import, ckpt, llmc, plan), SHARDC_FUZZ_SECONDS each (default 15).
 # Usage: fuzz.test.sh SHARDC BUILD_DIR   (exit 77: no libFuzzer, skipped)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
