@@ -15,6 +15,7 @@
  */
 #include "code.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -510,6 +511,25 @@ static void zero_buckets(CE *e, const Op *o, bool *zeroed, const char *label)
         CALL(e, K_ZERO, arena_printf(&g_arena, "zero %s for %s", b->name, label), atext("SRT_COMPUTE"), abuf(e, id, 0),
              aint(e->rc->buckets[k].padded, IT_OTHER));
     }
+}
+
+/* The microbatch whose gradient-bucket instance op o writes (ZeRO 2-3), as
+ * the trainer's functions place gradients: at that instance's place, mb % w
+ * of its family, where the memory plan put it; o's own microbatch where it
+ * writes no bucket.  The two differ for a head that runs ahead of the
+ * backward (GPipe, interleaved): it accumulates into the instance an earlier
+ * microbatch's head opened, which that microbatch's reduction takes. */
+static int grad_mb(const CE *e, const Op *o)
+{
+    int mb = INT_MIN;
+    for (int i = 0; i < o->nwr; i++) {
+        const Buffer *b = &e->s->bufs[o->wr[i]];
+        if (buf_kind(b) != BK_BUCKET) continue;
+        if (mb != INT_MIN && b->mb != mb)
+            die("lower: %s writes the gradient buckets of microbatches %d and %d", op_label(e, o), mb, b->mb);
+        mb = b->mb;
+    }
+    return mb == INT_MIN ? o->mb : mb;
 }
 
 /* The compute ops must be on the compute stream (their functions say so). */
@@ -1205,7 +1225,7 @@ static void head_op(CE *e, const Op *o, const char *label, bool *zeroed)
     zero_buckets(e, o, zeroed, label);
     check_group(e, &e->post, o, true, true);
     if (e->head_call < 0) e->head_call = e->ncalls;
-    CALL(e, K_HEAD, label, arow(-2), aint(o->mb, IT_MB), abuf(e, y, 0), abuf(e, tgt, 0), abuf(e, lg, 0), abuf(e, scr, 0),
+    CALL(e, K_HEAD, label, arow(-2), aint(grad_mb(e, o), IT_MB), abuf(e, y, 0), abuf(e, tgt, 0), abuf(e, lg, 0), abuf(e, scr, 0),
          abuf(e, dy, 0));
 }
 
@@ -1239,7 +1259,7 @@ static void layer_norm_op(CE *e, const Op *o, const char *label, bool *zeroed)
     check_group(e, &e->layer[op_slot(e, o)], o, true, true);
     Arg args[MAX_ARGS];
     int n = 0;
-    args[n++] = arow(op_slot(e, o)), args[n++] = aint(o->mb, IT_MB);
+    args[n++] = arow(op_slot(e, o)), args[n++] = aint(grad_mb(e, o), IT_MB);
     args[n++] = abuf(e, res, 0), args[n++] = abuf(e, x, at), args[n++] = aint(-1, IT_OTHER);
     args[n++] = abuf(e, out, 0);
     args[n++] = abuf(e, scr, 0);
@@ -1293,7 +1313,7 @@ static void layer_bwd_op(CE *e, const Op *o, const char *label, bool *zeroed)
     check_group(e, &e->layer[op_slot(e, o)], o, true, o->grads != GR_DATA || part_data_grads(e->p, o->sub));
     Arg args[MAX_ARGS];
     int n = 0;
-    args[n++] = arow(op_slot(e, o)), args[n++] = aint(o->mb, IT_MB);
+    args[n++] = arow(op_slot(e, o)), args[n++] = aint(grad_mb(e, o), IT_MB);
     args[n++] = abuf(e, dy, 0), args[n++] = abuf(e, x, 0), args[n++] = abuf(e, so, soff), args[n++] = abuf(e, dx, 0);
     args[n++] = abuf(e, scr, 0);
     if (e->p->tp > 1) args[n++] = aint(o->sub, IT_OTHER), args[n++] = abuf(e, d1, 0);
@@ -1350,7 +1370,7 @@ static void op_calls(CE *e, int i, bool *zeroed)
         lower_expect(e, dx, lower_sp(e) ? e->p->act.full : e->p->act.x, "the embedding's gradient");
         zero_buckets(e, o, zeroed, label);
         check_group(e, &e->pre, o, false, true);
-        CALL(e, K_EMBED_BWD, label, arow(-1), aint(o->mb, IT_MB), abuf(e, dx, 0), abuf(e, tok, 0));
+        CALL(e, K_EMBED_BWD, label, arow(-1), aint(grad_mb(e, o), IT_MB), abuf(e, dx, 0), abuf(e, tok, 0));
         break;
     }
     case OP_GATHER: gather_op(e, o, label); break;

@@ -4,7 +4,8 @@
 # tiny Llama, both at 4 layers, 4 steps, the global batch fixed at 16 sequences
 # (4 microbatches of 4).  The single-rank run of each model is the reference;
 # pp 2 under gpipe and interleaved (2 virtual stages), pp 4 under gpipe and 1f1b,
-# pp 2 · dp 2 with ZeRO 1 (1f1b) and ZeRO 3 (interleaved), GPT at 8 layers
+# pp 2 · dp 2 with ZeRO 1 (1f1b) and ZeRO 3 (interleaved), pp 2 with ZeRO 3
+# and no persistent parameters (GPT gpipe, Llama interleaved), GPT at 8 layers
 # under pp 4 interleaved (2 virtual stages) against the 8-layer single rank,
 # and the 3D layout
 # tp 2 · pp 2 · dp 2 (Llama, 8 ranks) with ZeRO 1 and ZeRO 3: every step's loss
@@ -30,6 +31,16 @@ for fam in gpt llama; do
         run "$spec" "$fam-$1" 1 "$2" "$3" -D zero.stage="$4" -D parallel.schedule="$5" "${vs[@]}" || continue
         check "$fam" "$fam-$1"
     done
+    # ZeRO-3 with nothing persistent: the final norm is a fetch unit with its
+    # gradient in a bucket, and under GPipe (GPT) and interleaved (Llama, two
+    # microbatches of 8) each microbatch's head runs ahead of the backward,
+    # accumulating into the bucket instance the first head opened (the trainer
+    # once wrote it at its own microbatch's place, which that microbatch's
+    # backward then zeroed; tests/e2e/layout_sweep.sh found it)
+    sched=(-D parallel.schedule=gpipe)
+    [ "$fam" = llama ] && sched=(-D parallel.schedule=interleaved -D parallel.virtual_stages=2 -D train.micro_batch=8)
+    run "$spec" "$fam-pp2-z3p0" 1 2 1 -D zero.stage=3 -D zero.param_persistence_threshold=0 "${sched[@]}" &&
+        check "$fam" "$fam-pp2-z3p0"
 done
 # pp 4 under interleaved (2 virtual stages: 8 model chunks) needs 8 layers: GPT against its 8-layer reference
 if LAYERS=8 run specs/tiny-gpt.tspec gpt8-ref 1 1 1 -D zero.stage=0; then
