@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# layout_sweep.sh SHARDC BUILD_DIR [N] [SEED] — on request (not in make test):
+# the promise that every parallel layout trains the same model to the same
+# losses, checked on N (default 24) layouts drawn at random (SEED, default 1)
+# from everything the CPU trainer combines: GPT or Llama at 4 layers, tp 1/2/4
+# (sequence parallelism, `tp_comm_overlap`, pp scatter/gather), pp 1/2/4
+# (1f1b, GPipe, interleaved), dp 1/2, the rank order, ZeRO 0-3 with its
+# buckets, prefetch, live-parameter and reuse limits, persistence and
+# gather-across-microbatches, optimizer and parameter offload to the host,
+# full (every 1 or 2, on the host or not) and selective checkpointing, and the
+# micro-batch, with the global batch fixed at 16 sequences.  Each layout is
+# built, trained 4 steps (race checker on) and exported, and its every step's
+# loss and gradient norm and its final weights compared with the model's
+# one-rank run within 1e-5 (fp32; AdamW eps 1e-6 as train_sp3d.test.sh says
+# why).  A layout the checker refuses (`shardc plan` exits 1 with a
+# diagnostic) is counted and skipped; any other failure fails the sweep.
+# Prints each layout's -D options, so that a failure is one command to rerun.
+set -u
+. "$(dirname "$0")/train_lib.sh"
+N=${3:-24}
+SEED=${4:-1}
+fail=0
+COMMON=(-D model.layers=4 -D train.optimizer.eps=1e-6 -D precision.dtype=fp32)
+for fam in gpt llama; do
+    train_3d "$fam-ref" "specs/tiny-$fam.tspec" 1 1 1 "${COMMON[@]}" -D zero.stage=0 -D train.micro_batch=4 || exit 1
+done
+# One layout a line: FAMILY RANKS -D key=value ...
+"$PY" - "$N" "$SEED" > "$T/layouts.txt" <<'EOF'
+import random, sys
+n, seed = int(sys.argv[1]), int(sys.argv[2])
+r = random.Random(seed)
+c = r.choice
+for _ in range(n):
+    fam = c(["gpt", "llama"])
+    tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2])
+    while tp * pp * dp > 8:
+        tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2])
+    d = {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp,
+         "parallel.rank_order": c(["tp_dp_pp", "tp_pp_dp"])}
+    if tp > 1:
+        d["parallel.sequence_parallel"] = c(["on", "off"])
+        d["parallel.tp_comm_overlap"] = c(["none", "wgrad", "full"])
+    if pp > 1:
+        s = c(["1f1b", "gpipe", "interleaved"] if pp == 2 else ["1f1b", "gpipe"])  # 4 layers: 2 chunks of pp 2
+        d["parallel.schedule"] = s
+        if s == "interleaved":
+            d["parallel.virtual_stages"] = 2
+        if tp > 1 and d.get("parallel.sequence_parallel") == "off":
+            d["parallel.pp_scatter_gather"] = c(["on", "off"])
+    z = c([0, 1, 2, 3])
+    d["zero.stage"] = z
+    d["zero.overlap_comm"] = c(["on", "off"])
+    d["zero.reduce_bucket"] = c(["1e3", "5e4", "1e12"])
+    if z in (1, 2):
+        d["zero.overlap_param_gather"] = c(["on", "off"])
+    if z == 3:
+        d["zero.prefetch_bucket"] = c(["1e3", "5e4", "5e7"])
+        d["zero.max_live_parameters"] = c(["1e4", "1e5", "1e9"])
+        d["zero.max_reuse_distance"] = c(["0", "1e5", "1e9"])
+        d["zero.param_persistence_threshold"] = c(["0", "1e3", "1e5"])
+        if pp > 1:
+            d["zero.gather_across_microbatches"] = c(["on", "off"])
+    if z >= 1 and r.random() < 0.3:
+        d["offload.optimizer"] = "cpu"
+        if z == 3 and r.random() < 0.5:
+            d["offload.params"] = "cpu"
+    k = c(["none", "full", "selective"])
+    d["checkpointing.activations"] = k
+    if k == "full":
+        d["checkpointing.every"] = c([1, 2])
+        d["checkpointing.cpu"] = c(["on", "off"])
+    d["train.micro_batch"] = c([m for m in (1, 2, 4, 8) if 16 % (m * dp) == 0])
+    print(fam, tp * pp * dp, " ".join(f"-D {k}={v}" for k, v in d.items()))
+EOF
+i=0 ran=0 refused=0
+while read -r fam np defs <&3; do    # (fd 3: mpirun reads stdin)
+    i=$((i + 1))
+    name=$fam-$i
+    # shellcheck disable=SC2086  # defs is a list of -D options
+    set -- $defs
+    echo "layout $i: $fam on $np ranks: $defs"
+    "$SHARDC" plan "specs/tiny-$fam.tspec" "${COMMON[@]}" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.plan" 2>&1
+    rc=$?
+    if [ "$rc" = 1 ]; then
+        echo "  refused by the checker: $(grep -m1 error "$T/$name.plan")"
+        refused=$((refused + 1))
+        continue
+    elif [ "$rc" != 0 ]; then
+        echo "FAIL: $name: shardc plan exited $rc:"
+        tail -20 "$T/$name.plan"
+        fail=1
+        continue
+    fi
+    train_layout "$name" "specs/tiny-$fam.tspec" "$np" "${COMMON[@]}" "$@" || continue
+    train_check "$fam-ref" "$name" 1e-5 1e-5 "$name"
+    train_arenas "$name"
+    ran=$((ran + 1))
+done 3< "$T/layouts.txt"
+echo "$ran layouts trained and compared, $refused refused by the checker, of $N (seed $SEED)"
+[ "$fail" = 0 ] && echo PASS
+exit "$fail"
