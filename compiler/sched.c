@@ -98,6 +98,8 @@ typedef struct Bld {
     int *late, nlate;           /* ZeRO 0-1 bucket reductions the optimizer waits for */
     int *key_first, *key_segs;  /* CSR: segments holding grads of grad-layer key */
     int64_t *repl_bucketed, *repl_whole;   /* per key: replicated elements in bucketed / whole segments */
+    int64_t *head_repl;         /* per bucket: the head's replicated elements in it (bucketed segments) */
+    bool *head_tp_due;          /* per bucket: the head wrote them, not yet all-reduced over tp */
     int tok_seg;                /* the segment of the token embedding, or -1 */
     Pending pend[MAX_PENDING];
     int npend;
@@ -427,6 +429,16 @@ static void build_keys(Bld *b)
             if (c->segs[i].layer < b->bucket_layer[k]) b->bucket_layer[k] = c->segs[i].layer;
         }
     }
+    b->head_repl = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(c->nbuckets + 1));
+    b->head_tp_due = arena_alloc(&g_arena, sizeof(bool) * (size_t)(c->nbuckets + 1));
+    for (int i = 0; i < c->ntensors; i++) {
+        const ClassTensor *ct = &c->tensors[i];
+        const Tensor *t = &b->m->t[ct->tensor];
+        const Segment *sg = &c->segs[ct->seg];
+        if (!ct->copy && t->layer == b->m->l && (t->split == SPLIT_NONE || t->split == SPLIT_KV) && !sg->tied &&
+            !sg->persistent)
+            b->head_repl[b->seg_bucket[ct->seg]] += ct->numel;
+    }
 }
 
 /* Class-local layer indices of each chunk's first layer. */
@@ -755,20 +767,45 @@ static void tp_grads(Bld *b, int L, int mb, int chunk, bool final)
 {
     if (!b->tpx) return;
     int k = key_of(L);
+    /* ZeRO 2-3: the head's bucketed part waits for its bucket's reduction
+     * (tp_grads_head): heads that run ahead of the backward (GPipe,
+     * interleaved) accumulate into one bucket instance, which an all-reduce
+     * after each would sum over tp again */
+    bool head = L == (int)b->m->l && b->p->zero >= 2;
     int64_t n = b->p->zero < 2 ? (final ? b->repl_bucketed[k] + b->repl_whole[k] : 0)
-                               : b->repl_bucketed[k] + (final ? b->repl_whole[k] : 0);
+                               : (head ? 0 : b->repl_bucketed[k]) + (final ? b->repl_whole[k] : 0);
+    for (int i = b->key_first[k]; head && i < b->key_first[k + 1]; i++) {
+        int bk = b->seg_bucket[b->key_segs[i]];
+        if (b->head_repl[bk] > 0) b->head_tp_due[bk] = true;
+    }
     if (n == 0) return;
     int o = op_new(b, OP_TP_ALLREDUCE, ST_TP_COMM, L, mb, chunk);
     b->s->ops[o].sub = SUB_GRADS;
     b->s->ops[o].bytes = n * b->p->gbytes;
     for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
         int sg = b->key_segs[i];
-        if (!reduced_now(b, sg, final)) continue;
+        const Segment *seg = &b->c->segs[sg];
+        if (!reduced_now(b, sg, final) || (head && !seg->tied && !seg->persistent)) continue;
         int d = grad_dest(b, sg, mb);
         op_rd(b, o, d);
         op_wr(b, o, d);
         op_part(b, o, b->seg_bucket[sg]);
     }
+}
+
+/* ZeRO 2-3, tp > 1: the all-reduce over tp of the head's replicated
+ * gradients in bucket k (the final norm's), once, just before the bucket's
+ * reduction over dp, whatever number of microbatches' heads wrote them. */
+static void tp_grads_head(Bld *b, int k, int mb)
+{
+    if (!b->head_tp_due[k]) return;
+    b->head_tp_due[k] = false;
+    int o = op_new(b, OP_TP_ALLREDUCE, ST_TP_COMM, (int)b->m->l, mb, b->c->buckets[k].chunk);
+    b->s->ops[o].sub = SUB_GRADS;
+    b->s->ops[o].bytes = b->head_repl[k] * b->p->gbytes;
+    op_rd(b, o, b->bucket_inst[k]);
+    op_wr(b, o, b->bucket_inst[k]);
+    op_part(b, o, k);
 }
 
 /* Reduces bucket k over dp (its buffer or, ZeRO 0-1, its part of the full
@@ -777,6 +814,7 @@ static void tp_grads(Bld *b, int L, int mb, int chunk, bool final)
 static void reduce_bucket(Bld *b, int k, int mb)
 {
     const Partition *p = b->p;
+    if (p->zero >= 2) tp_grads_head(b, k, mb);
     int src = p->zero < 2 ? b->grads : b->bucket_inst[k];
     int o = op_new(b, OP_GRAD_REDUCE, ST_DP_COMM, -1, mb, b->c->buckets[k].chunk);
     b->s->ops[o].aux = k;

@@ -5,7 +5,8 @@
 # (4 microbatches of 4).  The single-rank run of each model is the reference;
 # pp 2 under gpipe and interleaved (2 virtual stages), pp 4 under gpipe and 1f1b,
 # pp 2 · dp 2 with ZeRO 1 (1f1b) and ZeRO 3 (interleaved), pp 2 with ZeRO 3
-# and no persistent parameters (GPT gpipe, Llama interleaved), GPT at 8 layers
+# and no persistent parameters (GPT gpipe, Llama interleaved; with tp 2:
+# train_sp3d.test.sh), GPT at 8 layers
 # under pp 4 interleaved (2 virtual stages) against the 8-layer single rank,
 # and the 3D layout
 # tp 2 · pp 2 · dp 2 (Llama, 8 ranks) with ZeRO 1 and ZeRO 3: every step's loss

@@ -6,7 +6,8 @@
 # each other the sequence shards, (N/tp)·C per rank), tp 2 + SP with full (GPT)
 # and selective (Llama) checkpointing (the recompute starts from the shard the
 # forward kept), tp 2 + SP with full checkpointing (Llama: SwiGLU's tensors in
-# the forward's scratch, which shares space by lifetime), and tp 2 · pp 2 · dp 2 + SP + selective (Llama, 8 ranks):
+# the forward's scratch, which shares space by lifetime), tp 2 · pp 2 · dp 2 + SP + selective (Llama, 8 ranks),
+# and tp 2 + SP + pp 2 under GPipe with ZeRO-3 and no persistent parameters (Llama):
 # every step's loss within 1e-5 relative, the final weights (shardc export)
 # within 1e-5.  The race checker is on.  AdamW's eps is 1e-6 here, not 1e-8:
 # the GPT at 4 layers has a weight (h.2.mlp.c_proj[47, 9]) whose gradient is
@@ -39,5 +40,11 @@ run specs/tiny-llama.tspec llama-sp-full 2 1 1 "${SP[@]}" -D zero.stage=0 -D che
     check llama llama-sp-full
 run specs/tiny-llama.tspec llama-sp-tp2pp2dp2-sel 2 2 2 "${SP[@]}" -D zero.stage=1 \
     -D checkpointing.activations=selective && check llama llama-sp-tp2pp2dp2-sel
+# ZeRO-3 with nothing persistent under GPipe: every microbatch's head runs
+# before the backward and accumulates the final norm's partial gradients into
+# one bucket instance, all-reduced over tp once before the bucket's reduction
+# (an all-reduce after each head summed the earlier heads' over tp again)
+run specs/tiny-llama.tspec llama-sp-pp2-gpipe-z3p0 2 2 1 "${SP[@]}" -D zero.stage=3 \
+    -D zero.param_persistence_threshold=0 -D parallel.schedule=gpipe && check llama llama-sp-pp2-gpipe-z3p0
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"
