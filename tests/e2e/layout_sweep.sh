@@ -2,36 +2,54 @@
 # layout_sweep.sh SHARDC BUILD_DIR [N] [SEED] — on request (not in make test):
 # the promise that every parallel layout trains the same model to the same
 # losses, checked on N (default 24) layouts drawn at random (SEED, default 1)
-# from everything the CPU trainer combines: GPT or Llama at 4 layers, tp 1/2/4
-# (sequence parallelism, `tp_comm_overlap`, pp scatter/gather), pp 1/2/4
+# from everything the CPU trainer combines: GPT (tied or not) or Llama (2 or
+# 4 kv heads) at 4 layers, tp 1/2/4 (sequence parallelism, `tp_comm_overlap`
+# and its chunks, pp scatter/gather, partitioned checkpoints), pp 1/2/4
 # (1f1b, GPipe, interleaved), dp 1/2, the rank order, ZeRO 0-3 with its
 # buckets, prefetch, live-parameter and reuse limits, persistence and
-# gather-across-microbatches, optimizer and parameter offload to the host,
-# full (every 1 or 2, on the host or not) and selective checkpointing, and the
-# micro-batch, with the global batch fixed at 16 sequences.  Each layout is
-# built, trained 4 steps (race checker on) and exported, and its every step's
-# loss and gradient norm and its final weights compared with the model's
-# one-rank run within 1e-5 (fp32; AdamW eps 1e-6 as train_sp3d.test.sh says
-# why).  A layout the checker refuses (`shardc plan` exits 1 with a
-# diagnostic) is counted and skipped; any other failure fails the sweep.
-# Prints each layout's -D options, so that a failure is one command to rerun.
+# gather-across-microbatches, optimizer offload to the host or NVMe (all or
+# part of it) and parameter offload, full (every 1 or 2, on the host or not)
+# and selective checkpointing, fp32 or bf16, and the micro-batch, with the
+# global batch fixed at 16 sequences.  Each layout is built, trained 4 steps
+# (race checker on) and exported, and its every step's loss and gradient norm,
+# its final weights and its arenas compared with the same model's one-rank run
+# of the same precision: fp32 within 1e-5 (AdamW eps 1e-6, as
+# train_sp3d.test.sh says why), bf16 within 2e-3 (losses) and 1e-2 (weights),
+# as train_equivalence.test.sh.  A layout the checker refuses (`shardc plan`
+# exits 1 with a diagnostic) is counted and skipped; any other failure fails
+# the sweep.  Prints each layout's -D options, so that a failure is one
+# command to rerun.
 set -u
 . "$(dirname "$0")/train_lib.sh"
 N=${3:-24}
 SEED=${4:-1}
 fail=0
-COMMON=(-D model.layers=4 -D train.optimizer.eps=1e-6 -D precision.dtype=fp32)
-for fam in gpt llama; do
-    train_3d "$fam-ref" "specs/tiny-$fam.tspec" 1 1 1 "${COMMON[@]}" -D zero.stage=0 -D train.micro_batch=4 || exit 1
-done
-# One layout a line: FAMILY RANKS -D key=value ...
+COMMON=(-D model.layers=4 -D train.optimizer.eps=1e-6)
+# model_of MODEL: its spec (MSPEC) and its own keys (MDEFS)
+model_of() {
+    case $1 in
+    gpt) MSPEC=specs/tiny-gpt.tspec MDEFS=() ;;
+    gpt-untied) MSPEC=specs/tiny-gpt.tspec MDEFS=(-D model.tie_embeddings=off) ;;
+    llama) MSPEC=specs/tiny-llama.tspec MDEFS=() ;;
+    llama-kv4) MSPEC=specs/tiny-llama.tspec MDEFS=(-D model.kv_heads=4) ;;
+    esac
+}
+# ref MODEL DTYPE: that model's one-rank run in that precision, trained once
+ref() {
+    [ -f "$T/$1-$2-ref.safetensors" ] && return 0
+    model_of "$1"
+    train_3d "$1-$2-ref" "$MSPEC" 1 1 1 "${COMMON[@]}" "${MDEFS[@]}" -D precision.dtype="$2" -D zero.stage=0 \
+        -D train.micro_batch=4
+}
+# One layout a line: MODEL DTYPE RANKS -D key=value ...
 "$PY" - "$N" "$SEED" > "$T/layouts.txt" <<'EOF'
 import random, sys
 n, seed = int(sys.argv[1]), int(sys.argv[2])
 r = random.Random(seed)
 c = r.choice
 for _ in range(n):
-    fam = c(["gpt", "llama"])
+    model = c(["gpt", "gpt", "gpt-untied", "llama", "llama", "llama-kv4"])
+    dtype = "bf16" if r.random() < 0.2 else "fp32"
     tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2])
     while tp * pp * dp > 8:
         tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2])
@@ -40,6 +58,8 @@ for _ in range(n):
     if tp > 1:
         d["parallel.sequence_parallel"] = c(["on", "off"])
         d["parallel.tp_comm_overlap"] = c(["none", "wgrad", "full"])
+        if d["parallel.tp_comm_overlap"] == "full":
+            d["parallel.tp_overlap_chunks"] = c([2, 4])
     if pp > 1:
         s = c(["1f1b", "gpipe", "interleaved"] if pp == 2 else ["1f1b", "gpipe"])  # 4 layers: 2 chunks of pp 2
         d["parallel.schedule"] = s
@@ -61,7 +81,12 @@ for _ in range(n):
         if pp > 1:
             d["zero.gather_across_microbatches"] = c(["on", "off"])
     if z >= 1 and r.random() < 0.3:
-        d["offload.optimizer"] = "cpu"
+        dev = c(["cpu", "cpu", "nvme"])
+        d["offload.optimizer"] = dev
+        if dev == "nvme":
+            d["offload.optimizer.path"] = "NVME"
+        if z == 3 and r.random() < 0.3:
+            d["offload.optimizer.ratio"] = 0.5
         if z == 3 and r.random() < 0.5:
             d["offload.params"] = "cpu"
     k = c(["none", "full", "selective"])
@@ -69,17 +94,22 @@ for _ in range(n):
     if k == "full":
         d["checkpointing.every"] = c([1, 2])
         d["checkpointing.cpu"] = c(["on", "off"])
+    if k != "none" and tp > 1 and r.random() < 0.3:
+        d["checkpointing.partition_activations"] = "on"
     d["train.micro_batch"] = c([m for m in (1, 2, 4, 8) if 16 % (m * dp) == 0])
-    print(fam, tp * pp * dp, " ".join(f"-D {k}={v}" for k, v in d.items()))
+    d["precision.dtype"] = dtype
+    print(model, dtype, tp * pp * dp, " ".join(f"-D {k}={v}" for k, v in d.items()))
 EOF
+mkdir -p "$T/nvme"
 i=0 ran=0 refused=0
-while read -r fam np defs <&3; do    # (fd 3: mpirun reads stdin)
+while read -r model dtype np defs <&3; do    # (fd 3: mpirun reads stdin)
     i=$((i + 1))
-    name=$fam-$i
-    # shellcheck disable=SC2086  # defs is a list of -D options
-    set -- $defs
-    echo "layout $i: $fam on $np ranks: $defs"
-    "$SHARDC" plan "specs/tiny-$fam.tspec" "${COMMON[@]}" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.plan" 2>&1
+    name=$model-$i
+    # shellcheck disable=SC2086  # defs is a list of -D options (NVME: a folder of $T)
+    set -- ${defs//=NVME/=\"$T/nvme\"}
+    echo "layout $i: $model, $dtype, on $np ranks: $defs"
+    model_of "$model"
+    "$SHARDC" plan "$MSPEC" "${COMMON[@]}" "${MDEFS[@]}" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.plan" 2>&1
     rc=$?
     if [ "$rc" = 1 ]; then
         echo "  refused by the checker: $(grep -m1 error "$T/$name.plan")"
@@ -91,8 +121,14 @@ while read -r fam np defs <&3; do    # (fd 3: mpirun reads stdin)
         fail=1
         continue
     fi
-    train_layout "$name" "specs/tiny-$fam.tspec" "$np" "${COMMON[@]}" "$@" || continue
-    train_check "$fam-ref" "$name" 1e-5 1e-5 "$name"
+    ref "$model" "$dtype" || { echo "FAIL: the $model $dtype reference did not train"; exit 1; }
+    model_of "$model"
+    train_layout "$name" "$MSPEC" "$np" "${COMMON[@]}" "${MDEFS[@]}" "$@" || continue
+    if [ "$dtype" = bf16 ]; then
+        train_check "$model-$dtype-ref" "$name" 2e-3 1e-2 "$name"
+    else
+        train_check "$model-$dtype-ref" "$name" 1e-5 1e-5 "$name"
+    fi
     train_arenas "$name"
     ran=$((ran + 1))
 done 3< "$T/layouts.txt"
