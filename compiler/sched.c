@@ -100,6 +100,7 @@ typedef struct Bld {
     int64_t *repl_bucketed, *repl_whole;   /* per key: replicated elements in bucketed / whole segments */
     int64_t *head_repl;         /* per bucket: the head's replicated elements in it (bucketed segments) */
     bool *head_tp_due;          /* per bucket: the head wrote them, not yet all-reduced over tp */
+    int *head_done, nhead_done; /* ZeRO 2-3: buckets the head completed, reduced with the next backward */
     int tok_seg;                /* the segment of the token embedding, or -1 */
     Pending pend[MAX_PENDING];
     int npend;
@@ -431,6 +432,8 @@ static void build_keys(Bld *b)
     }
     b->head_repl = arena_alloc(&g_arena, sizeof(int64_t) * (size_t)(c->nbuckets + 1));
     b->head_tp_due = arena_alloc(&g_arena, sizeof(bool) * (size_t)(c->nbuckets + 1));
+    b->head_done = arena_alloc(&g_arena, sizeof(int) * (size_t)(c->nbuckets + 1));
+    b->nhead_done = 0;
     for (int i = 0; i < c->ntensors; i++) {
         const ClassTensor *ct = &c->tensors[i];
         const Tensor *t = &b->m->t[ct->tensor];
@@ -848,6 +851,14 @@ static void reduce_bucket(Bld *b, int k, int mb)
 static void grads_done(Bld *b, int L, int mb, int chunk, bool final)
 {
     int k = key_of(L), touched[64], nt = 0;
+    bool head = L == (int)b->m->l && b->p->zero >= 2;
+    /* ZeRO 2-3: the buckets the head completed are reduced with the next
+     * backward, so that heads run ahead of it (GPipe, interleaved) accumulate
+     * into the instances the first of them opened, as they do into a bucket
+     * they share with a layer: one head never writes instances of two
+     * microbatches, whose places the trainer could not tell apart */
+    for (int i = 0; !head && i < b->nhead_done; i++) reduce_bucket(b, b->head_done[i], mb);
+    if (!head) b->nhead_done = 0;
     tp_grads(b, L, mb, chunk, final);
     for (int i = b->key_first[k]; i < b->key_first[k + 1]; i++) {
         int sg = b->key_segs[i];
@@ -858,8 +869,12 @@ static void grads_done(Bld *b, int L, int mb, int chunk, bool final)
         for (int j = 0; j < nt; j++) dup |= touched[j] == bk;
         if (!dup && !(whole && b->p->zero >= 2) && b->bucket_layer[bk] == L && nt < 64) touched[nt++] = bk;
     }
-    for (int i = 0; i < nt; i++)
-        if (b->p->zero >= 2 || final) reduce_bucket(b, touched[i], mb);
+    for (int i = 0; i < nt; i++) {
+        bool due = false;
+        for (int j = 0; j < b->nhead_done; j++) due |= b->head_done[j] == touched[i];
+        if (head && !due) b->head_done[b->nhead_done++] = touched[i];
+        else if (!head && (b->p->zero >= 2 || final)) reduce_bucket(b, touched[i], mb);
+    }
 }
 
 /* ---- ZeRO-3 units --------------------------------------------------------------------- */
