@@ -1471,6 +1471,17 @@ static int ckpt_from_host(Bld *b, int chunk, int i, int mb)
 {
     int host = -2 - b->X[lm(b, chunk, i, mb)];
     int L = b->c->chunks[chunk].first_layer + i;
+    /* its trip to the host is over first: the wait for that copy, deferred
+     * past the forward's next compute op, is due now when the backward comes
+     * that soon (one microbatch in flight), else the device checkpoint of (L,
+     * mb) would still be live when its copy back is written */
+    for (int j = 0; j < b->npend; j++) {
+        const Op *d = &b->s->ops[b->pend[j].op];
+        if (d->kind != OP_CKPT_D2H || d->layer != L || d->mb != mb || d->chunk != chunk) continue;
+        emit_wait(b, b->pend[j].op);
+        for (b->npend--; j < b->npend; j++) b->pend[j] = b->pend[j + 1];
+        break;
+    }
     int dev = act_buf(b, b->p->act.ckpt < b->p->act.x ? BR_CKPT_SLICE : BR_CKPT, SUB_WHOLE, L, mb, "ckpt", b->p->act.ckpt);
     int o = op_new(b, OP_CKPT_H2D, ST_COPY, L, mb, chunk);
     b->s->ops[o].bytes = b->p->act.ckpt;

@@ -6,7 +6,8 @@
 # pp 2 under gpipe and interleaved (2 virtual stages), pp 4 under gpipe and 1f1b,
 # pp 2 · dp 2 with ZeRO 1 (1f1b) and ZeRO 3 (interleaved), pp 2 with ZeRO 3
 # and no persistent parameters (GPT gpipe, Llama interleaved; with tp 2:
-# train_sp3d.test.sh), GPT at 8 layers
+# train_sp3d.test.sh), pp 2 with one microbatch and full checkpoints on the
+# host (GPT), GPT at 8 layers
 # under pp 4 interleaved (2 virtual stages) against the 8-layer single rank,
 # and the 3D layout
 # tp 2 · pp 2 · dp 2 (Llama, 8 ranks) with ZeRO 1 and ZeRO 3: every step's loss
@@ -50,6 +51,12 @@ done
 # of two microbatches, which the code generator refused)
 run specs/tiny-llama.tspec llama-pp2-z3p0-small 1 2 1 -D zero.stage=3 -D zero.param_persistence_threshold=0 \
     -D zero.reduce_bucket=1e3 -D parallel.schedule=gpipe && check llama llama-pp2-z3p0-small
+# one microbatch a step (of 16) with full checkpoints on the host: the backward
+# follows the forward at once, and the checkpoint's copy back to the device
+# waits for its copy to the host (the plan once stopped: two device instances
+# of one layer's checkpoint alive at once)
+run specs/tiny-gpt.tspec gpt-pp2-m1-ckptcpu 1 2 1 -D zero.stage=0 -D train.micro_batch=16 \
+    -D checkpointing.activations=full -D checkpointing.cpu=on && check gpt gpt-pp2-m1-ckptcpu
 # pp 4 under interleaved (2 virtual stages: 8 model chunks) needs 8 layers: GPT against its 8-layer reference
 if LAYERS=8 run specs/tiny-gpt.tspec gpt8-ref 1 1 1 -D zero.stage=0; then
     LAYERS=8 run specs/tiny-gpt.tspec gpt8-pp4-inter 1 4 1 -D zero.stage=0 -D parallel.schedule=interleaved \
