@@ -760,6 +760,12 @@ static void grads_write(Bld *b, int o, int L)
     }
 }
 
+/* Whether grad layer L is the head under ZeRO 2-3, whose bucketed gradients
+ * wait for the next backward (their tp all-reduce and the buckets the head
+ * completes): heads that run ahead of it (GPipe, interleaved) accumulate into
+ * the instances the first of them opened. */
+static bool head_waits(const Bld *b, int L) { return L == (int)b->m->l && b->p->zero >= 2; }
+
 /* tp > 1: the gradients of the replicated tensors (norms, row-parallel
  * biases, positions; kv heads shared by several tp ranks, summed over just
  * those ranks in the same op) are partial sums over the tp ranks — each rank
@@ -770,11 +776,10 @@ static void tp_grads(Bld *b, int L, int mb, int chunk, bool final)
 {
     if (!b->tpx) return;
     int k = key_of(L);
-    /* ZeRO 2-3: the head's bucketed part waits for its bucket's reduction
-     * (tp_grads_head): heads that run ahead of the backward (GPipe,
-     * interleaved) accumulate into one bucket instance, which an all-reduce
-     * after each would sum over tp again */
-    bool head = L == (int)b->m->l && b->p->zero >= 2;
+    /* the head's bucketed part waits for its bucket's reduction
+     * (tp_grads_head): an all-reduce after each head would sum the earlier
+     * heads' partial sums in the instance over tp again */
+    bool head = head_waits(b, L);
     int64_t n = b->p->zero < 2 ? (final ? b->repl_bucketed[k] + b->repl_whole[k] : 0)
                                : (head ? 0 : b->repl_bucketed[k]) + (final ? b->repl_whole[k] : 0);
     for (int i = b->key_first[k]; head && i < b->key_first[k + 1]; i++) {
@@ -851,12 +856,10 @@ static void reduce_bucket(Bld *b, int k, int mb)
 static void grads_done(Bld *b, int L, int mb, int chunk, bool final)
 {
     int k = key_of(L), touched[64], nt = 0;
-    bool head = L == (int)b->m->l && b->p->zero >= 2;
-    /* ZeRO 2-3: the buckets the head completed are reduced with the next
-     * backward, so that heads run ahead of it (GPipe, interleaved) accumulate
-     * into the instances the first of them opened, as they do into a bucket
-     * they share with a layer: one head never writes instances of two
-     * microbatches, whose places the trainer could not tell apart */
+    bool head = head_waits(b, L);
+    /* the buckets the head completed are reduced with the next backward, as
+     * a bucket it shares with a layer is: one head never writes instances of
+     * two microbatches, whose places the trainer could not tell apart */
     for (int i = 0; !head && i < b->nhead_done; i++) reduce_bucket(b, b->head_done[i], mb);
     if (!head) b->nhead_done = 0;
     tp_grads(b, L, mb, chunk, final);

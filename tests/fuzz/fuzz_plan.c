@@ -57,12 +57,18 @@ static bool small(const Spec *s)
            s->parallel.virtual_stages <= 8;
 }
 
-/* Everything `shardc plan` and `shardc build --emit-c` do with a plan. */
-static void use(Plan *pl, Sim *sim)
+/* What `shardc plan` prints of a plan. */
+static void print(Plan *pl, Sim *sim)
 {
     fix_find(pl);
     report_text(devnull, pl);
     sim_summary(devnull, pl, sim);
+}
+
+/* Everything `shardc plan` and `shardc build --emit-c` do with a plan. */
+static void use(Plan *pl, Sim *sim)
+{
+    print(pl, sim);
     if (pl->part.world > 0) report_rank(devnull, pl, pl->part.world - 1);
     report_json(pl, sim, 0);
     if (!trace_write(devnull, pl, sim)) abort();
@@ -157,11 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         Plan *pl = arena_alloc(&g_arena, sizeof *pl);
         Sim *sim = arena_alloc(&g_arena, sizeof *sim);
         /* the step from a few microbatches, as `shardc plan` prints it ... */
-        if (period_plan(spec, true, pl, sim)) {
-            fix_find(pl);
-            report_text(devnull, pl);
-            sim_summary(devnull, pl, sim);
-        }
+        if (period_plan(spec, true, pl, sim)) print(pl, sim);
         /* ... and the whole step, as the files and `shardc build` use it */
         int before = diag_errors;
         if (plan_build(spec, pl, true)) {
