@@ -2,10 +2,12 @@
 # layout_sweep.sh SHARDC BUILD_DIR [N] [SEED] — on request (not in make test):
 # the promise that every parallel layout trains the same model to the same
 # losses, checked on N (default 24) layouts drawn at random (SEED, default 1)
-# from everything the CPU trainer combines: GPT (tied or not) or Llama (2 or
-# 4 kv heads) at 4 layers, tp 1/2/4 (sequence parallelism, `tp_comm_overlap`
-# and its chunks, pp scatter/gather, partitioned checkpoints), pp 1/2/4
-# (1f1b, GPipe, interleaved), dp 1/2, the rank order, ZeRO 0-3 with its
+# from everything the CPU trainer combines: GPT (tied or not) or Llama (1, 2
+# or 4 kv heads) at 4, 6 or 8 layers, tp 1/2/4 (sequence parallelism,
+# `tp_comm_overlap` and its chunks, pp scatter/gather, partitioned
+# checkpoints), pp 1/2/4 (1f1b and GPipe, evenly or with uneven
+# `stage_layers`, and interleaved with 2 or 4 virtual stages where the layers
+# divide), dp 1/2/4/8, the rank order, ZeRO 0-3 with its
 # buckets, prefetch, live-parameter and reuse limits, persistence and
 # gather-across-microbatches, optimizer offload to the host or NVMe (all or
 # part of it) and parameter offload, full (every 1 or 2, on the host or not)
@@ -24,15 +26,18 @@ set -u
 N=${3:-24}
 SEED=${4:-1}
 fail=0
-COMMON=(-D model.layers=4 -D train.optimizer.eps=1e-6)
-# model_of MODEL: its spec (MSPEC) and its own keys (MDEFS)
+COMMON=(-D train.optimizer.eps=1e-6)
+# model_of MODEL: its spec (MSPEC) and its own keys (MDEFS); MODEL is a name
+# below and its layer count, as gpt-untied.6
 model_of() {
-    case $1 in
+    case ${1%.*} in
     gpt) MSPEC=specs/tiny-gpt.tspec MDEFS=() ;;
     gpt-untied) MSPEC=specs/tiny-gpt.tspec MDEFS=(-D model.tie_embeddings=off) ;;
     llama) MSPEC=specs/tiny-llama.tspec MDEFS=() ;;
     llama-kv4) MSPEC=specs/tiny-llama.tspec MDEFS=(-D model.kv_heads=4) ;;
+    llama-kv1) MSPEC=specs/tiny-llama.tspec MDEFS=(-D model.kv_heads=1) ;;
     esac
+    MDEFS+=(-D model.layers="${1##*.}")
 }
 # ref MODEL DTYPE: that model's one-rank run in that precision, trained once
 ref() {
@@ -48,11 +53,12 @@ n, seed = int(sys.argv[1]), int(sys.argv[2])
 r = random.Random(seed)
 c = r.choice
 for _ in range(n):
-    model = c(["gpt", "gpt", "gpt-untied", "llama", "llama", "llama-kv4"])
+    model = c(["gpt", "gpt", "gpt-untied", "llama", "llama", "llama-kv4", "llama-kv1"])
+    layers = c([4, 4, 6, 8])
     dtype = "bf16" if r.random() < 0.2 else "fp32"
-    tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2])
+    tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2, 2, 4, 8])
     while tp * pp * dp > 8:
-        tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2])
+        tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2, 2, 4, 8])
     d = {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp,
          "parallel.rank_order": c(["tp_dp_pp", "tp_pp_dp"])}
     if tp > 1:
@@ -61,10 +67,14 @@ for _ in range(n):
         if d["parallel.tp_comm_overlap"] == "full":
             d["parallel.tp_overlap_chunks"] = c([2, 4])
     if pp > 1:
-        s = c(["1f1b", "gpipe", "interleaved"] if pp == 2 else ["1f1b", "gpipe"])  # 4 layers: 2 chunks of pp 2
+        vs = [v for v in (2, 4) if layers % (pp * v) == 0]
+        s = c(["1f1b", "gpipe"] + (["interleaved"] if vs else []))
         d["parallel.schedule"] = s
         if s == "interleaved":
-            d["parallel.virtual_stages"] = 2
+            d["parallel.virtual_stages"] = c(vs)
+        elif r.random() < 0.3:  # an uneven split: pp stages of at least one layer each
+            cuts = sorted(r.sample(range(1, layers), pp - 1))
+            d["parallel.stage_layers"] = "[" + ",".join(str(b - a) for a, b in zip([0] + cuts, cuts + [layers])) + "]"
         if tp > 1 and d.get("parallel.sequence_parallel") == "off":
             d["parallel.pp_scatter_gather"] = c(["on", "off"])
     z = c([0, 1, 2, 3])
@@ -98,7 +108,7 @@ for _ in range(n):
         d["checkpointing.partition_activations"] = "on"
     d["train.micro_batch"] = c([m for m in (1, 2, 4, 8) if 16 % (m * dp) == 0])
     d["precision.dtype"] = dtype
-    print(model, dtype, tp * pp * dp, " ".join(f"-D {k}={v}" for k, v in d.items()))
+    print(f"{model}.{layers}", dtype, tp * pp * dp, " ".join(f"-D {k}={v}" for k, v in d.items()))
 EOF
 mkdir -p "$T/nvme"
 i=0 ran=0 refused=0
@@ -106,7 +116,7 @@ while read -r model dtype np defs <&3; do    # (fd 3: mpirun reads stdin)
     i=$((i + 1))
     name=$model-$i
     # shellcheck disable=SC2086  # defs is a list of -D options (NVME: a folder of $T)
-    set -- ${defs//=NVME/=\"$T/nvme\"}
+    set -f; set -- ${defs//=NVME/=\"$T/nvme\"}; set +f   # (stage_layers' [..] is no pattern)
     echo "layout $i: $model, $dtype, on $np ranks: $defs"
     model_of "$model"
     "$SHARDC" plan "$MSPEC" "${COMMON[@]}" "${MDEFS[@]}" -D cluster.gpus_per_node="$np" "$@" > "$T/$name.plan" 2>&1
