@@ -387,17 +387,6 @@ static double cpu_act_time(const Partition *p, const CpuRank *r, bool bwd)
     return rate > 0 ? act_elems(p) / rate * r->share_ew : -1;
 }
 
-/* Seconds of norms over `elems` elements on the CPU backend at the profile's
- * measured rate for the model's norm (LayerNorm, RMSNorm: row sums in double
- * in index order, computed, not streamed); -1 for a profile without norm
- * rows, which streams their bytes instead. */
-static double cpu_norm_time(const Partition *p, const CpuRank *r, bool bwd, double elems)
-{
-    int norm = p->model->family == FAM_LLAMA ? PROFILE_RMSNORM : PROFILE_LAYERNORM;
-    double rate = profile_norm_rate(r->pf, norm, r->dt, bwd, r->threads);
-    return rate > 0 ? elems / rate * r->share_ew : -1;
-}
-
 /* Seconds of the biases of the linears in `pieces` on the CPU backend:
  * kc_matmul_forward writes the bias into every output row before the GEMM
  * adds its product there (so the GEMM also reads its output), and
@@ -480,11 +469,7 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     if ((pieces & PC_MLP_IN) && !act_here) bytes -= act_bytes(p, bwd);     /* GELU: the column chunks' */
     double act = act_here ? cpu_act_time(p, &r, bwd) : -1;
     if (act >= 0) bytes -= act_bytes(p, bwd);   /* priced by its own rate instead */
-    /* the halves' norms where the op runs them (sequence parallelism: the parts' norm ops) */
-    double nrows = p->T_sp == p->T ? ((pieces & PC_QKV ? 1 : 0) + (pieces & PC_MLP_IN ? 1 : 0)) * (double)p->T : 0;
-    double norm = nrows > 0 ? cpu_norm_time(p, &r, bwd, nrows * (double)p->model->h) : -1;
-    if (norm >= 0) bytes -= (bwd ? 3 : 2) * nrows * (double)p->model->h * p->wbytes;   /* as layer_elementwise_bytes */
-    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + fmax(norm, 0) + cpu_bias_time(p, &r, gemms, bwd, rows) +
+    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, gemms, bwd, rows) +
            cpu_kernels(&r, kernels);
 }
 
@@ -500,10 +485,6 @@ static double norm_op_time(const Partition *p, bool bwd)
     int kernels = bwd ? 3 : 1;
     if (cost_cpu_priced(p->spec)) {
         CpuRank r = cpu_rank(p);
-        double elems = (double)p->T_sp * (double)p->model->h, fwd = cpu_norm_time(p, &r, false, elems);
-        double back = bwd ? cpu_norm_time(p, &r, true, elems) : 0;
-        if (fwd >= 0 && back >= 0)     /* the norm (backward: its statistics again, and its backward) at its rate */
-            return fwd + back + (bwd ? cpu_stream(&r, 2 * elems * p->wbytes, elems * p->wbytes) : 0) + cpu_kernels(&r, kernels);
         return cpu_stream(&r, bytes, bytes / (bwd ? 4 : 2)) + cpu_kernels(&r, kernels);
     }
     return hbm_time(p->spec, bytes) + kernels_time(p->spec, kernels);
@@ -596,11 +577,8 @@ static double head_time(const Partition *p, const Op *o)
     double bytes = (double)p->wbytes * (5 * (double)p->T_sp * h + 3 * T * vt);
     if (cost_cpu_priced(p->spec)) {
         CpuRank r = cpu_rank(p);
-        double elems = (double)p->T_sp * h, fwd = cpu_norm_time(p, &r, false, elems), back = cpu_norm_time(p, &r, true, elems);
-        double norm = 0;
-        if (fwd >= 0 && back >= 0) norm = fwd + back, bytes -= 5 * elems * p->wbytes;   /* the final norm at its rate */
-        return cpu_gemm(&r, false, T, vt, h) + cpu_gemm(&r, true, T, vt, h) + norm +
-               cpu_stream(&r, bytes, 3 * T * vt * p->wbytes) + cpu_kernels(&r, 8);
+        return cpu_gemm(&r, false, T, vt, h) + cpu_gemm(&r, true, T, vt, h) + cpu_stream(&r, bytes, 3 * T * vt * p->wbytes) +
+               cpu_kernels(&r, 8);
     }
     double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(cost_profile(p->spec), T, vt, h));
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, 8);

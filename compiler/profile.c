@@ -8,8 +8,7 @@
  *    "threads": 1, "m": 64, "n": 64, "k": 64, "seconds": 1.2e-5}, ...]}
  * Tables: gemm (m, n, k), attention (batch, seq, heads, head_dim), elementwise
  * (bytes: srt_add_fwd's 3·n·w), activation (op gelu or swiglu, dtype, pass,
- * elements of the output; optional: older profiles lack it), norm (op
- * layernorm or rmsnorm, dtype, pass, elements of the input; optional), launch,
+ * elements of the output; optional: older profiles lack it), launch,
  * optimizer (elements), sumsq (elements; optional), copy (op h2d or
  * d2h, bytes), nvme (op read or write, bytes), collective (op, span intra or
  * inter, ranks_per_node, group, bytes), sharing (ranks_per_node, threads,
@@ -322,8 +321,8 @@ static int coll_index(Profile *pf, int op, bool inter, int w, int n)
 
 static const char *const DT_CHOICES = "fp32|bf16", *const PASS_CHOICES = "fwd|bwd";
 static const char *const TABLES =
-    "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing|skew|activation|sumsq|norm";
-enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE, TB_SKEW, TB_ACT, TB_SUMSQ, TB_NORM };
+    "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing|skew|activation|sumsq";
+enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE, TB_SKEW, TB_ACT, TB_SUMSQ };
 
 /* Reads every row into points and per-thread values; false on an error. */
 static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *npts)
@@ -380,14 +379,13 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
             p.key = -1;   /* a value per thread count, not a point */
             break;
         }
-        case TB_ACT: case TB_NORM: {
-            bool norm = tb == TB_NORM;
-            int op = choice(r, row, i, name, "op", norm ? "layernorm|rmsnorm" : "gelu|swiglu");
-            int dt = choice(r, row, i, name, "dtype", DT_CHOICES), ps = choice(r, row, i, name, "pass", PASS_CHOICES);
+        case TB_ACT: {
+            int op = choice(r, row, i, name, "op", "gelu|swiglu"), dt = choice(r, row, i, name, "dtype", DT_CHOICES);
+            int ps = choice(r, row, i, name, "pass", PASS_CHOICES);
             int ti = thread_index(pf, (int)num(r, row, i, name, "threads", false));
-            double rate = num(r, row, i, name, "elements", false) / num(r, row, i, name, "seconds", false);
-            if (norm) pf->norm_rate[op][rate_key(dt, ps, ti)] = rate, pf->has_norm = true;
-            else pf->act_rate[op][rate_key(dt, ps, ti)] = rate, pf->has_act = true;
+            pf->act_rate[op][rate_key(dt, ps, ti)] =
+                num(r, row, i, name, "elements", false) / num(r, row, i, name, "seconds", false);
+            pf->has_act = true;
             p.key = -1;
             break;
         }
@@ -478,17 +476,6 @@ static bool build_tables(Reader *r, Profile *pf, const Pt *p, int n)
                 if (!(pf->act_rate[a][rate_key(k / PASSES, k % PASSES, ti)] > 0)) {
                     prof_error(r, key_at(r, "rows"), "shardc calibrate measures every one; a hand-made profile must too",
                                "no activation row for %s %s %s at %d thread%s", acts[a], dts[k / PASSES],
-                               passes[k % PASSES], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
-                    return false;
-                }
-    /* norm rows likewise */
-    static const char *const norms[] = {"layernorm", "rmsnorm"};
-    for (int ti = 0; pf->has_norm && ti < pf->nthreads; ti++)
-        for (int a = 0; a < 2; a++)
-            for (int k = 0; k < DTYPES * PASSES; k++)
-                if (!(pf->norm_rate[a][rate_key(k / PASSES, k % PASSES, ti)] > 0)) {
-                    prof_error(r, key_at(r, "rows"), "shardc calibrate measures every one; a hand-made profile must too",
-                               "no norm row for %s %s %s at %d thread%s", norms[a], dts[k / PASSES],
                                passes[k % PASSES], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                     return false;
                 }
@@ -641,20 +628,6 @@ double profile_act_rate(const Profile *pf, int act, int dtype, bool bwd, double 
     if (!pf->has_act) return 0;
     ActQ q = {act, dt_of(dtype), bwd};
     return over_threads(pf, threads, act_at, &q);
-}
-
-typedef struct NormQ { int norm, dt, pass; } NormQ;
-static double norm_at(const Profile *pf, int ti, const void *ud)
-{
-    const NormQ *q = ud;
-    return pf->norm_rate[q->norm][rate_key(q->dt, q->pass, ti)];
-}
-
-double profile_norm_rate(const Profile *pf, int norm, int dtype, bool bwd, double threads)
-{
-    if (!pf->has_norm) return 0;
-    NormQ q = {norm, dt_of(dtype), bwd};
-    return over_threads(pf, threads, norm_at, &q);
 }
 double profile_opt_rate(const Profile *pf, double threads) { return over_threads(pf, threads, opt_at, NULL); }
 

@@ -368,7 +368,6 @@ enum { PROFILE_H2D, PROFILE_D2H, PROFILE_NVME_READ, PROFILE_NVME_WRITE };
 enum { PROFILE_ALLREDUCE, PROFILE_ALLGATHER, PROFILE_REDUCE_SCATTER, PROFILE_SENDRECV };
 /* The activations the profile times (its "op" of an activation row). */
 enum { PROFILE_GELU, PROFILE_SWIGLU };
-enum { PROFILE_LAYERNORM, PROFILE_RMSNORM };
 #define PROFILE_MAX_THREADS 16
 /* A rate on a grid of up to 3 axes (the logarithms of the coordinates and of
  * the rate), interpolated multilinearly. */
@@ -409,11 +408,6 @@ typedef struct Profile {
      * activation rows (written before they were measured) */
     double act_rate[2][PROFILE_MAX_THREADS * 4];
     bool has_act;
-    /* [PROFILE_LAYERNORM, _RMSNORM][key as above]: input elements/s of the
-     * norm (srt_layernorm_*, srt_rmsnorm_*); all 0 in a profile without norm
-     * rows (written before they were measured) */
-    double norm_rate[2][PROFILE_MAX_THREADS * 4];
-    bool has_norm;
     double sumsq_rate[PROFILE_MAX_THREADS];   /* srt_grad_sumsq fp32 elements/s; 0: not measured */
     bool has_sumsq;
     ProfFit io[4];              /* PROFILE_H2D .. PROFILE_NVME_WRITE            */
@@ -438,9 +432,6 @@ double profile_opt_rate(const Profile *pf, double threads);    /* elements/s    
 /* Output elements/s of an activation (PROFILE_GELU, _SWIGLU) forward or
  * backward; 0 when the profile has no activation rows. */
 double profile_act_rate(const Profile *pf, int act, int dtype, bool bwd, double threads);
-/* Input elements/s of a norm (PROFILE_LAYERNORM, _RMSNORM) forward or
- * backward; 0 when the profile has no norm rows. */
-double profile_norm_rate(const Profile *pf, int norm, int dtype, bool bwd, double threads);
 /* fp32 elements/s of the gradient norm's sum of squares; 0 when not measured. */
 double profile_sumsq_rate(const Profile *pf, double threads);
 double profile_io_seconds(const Profile *pf, int which, double bytes);

@@ -444,46 +444,6 @@ static void act_run(srt_ctx *c, void *ud)
     else srt_swiglu_bwd(c, SRT_COMPUTE, x[0], x[1], x[2], x[3], x[4], N, ACT_H, ACT_H);
 }
 
-/* A norm over n elements in rows of ACT_H: LayerNorm (GPT) or RMSNorm
- * (Llama), forward (its output and row statistics) or backward (dinp, and
- * the weight's and bias's gradients accumulated), each call on the next copy
- * of its operands (the row statistics fp32, as the backends keep them).  Its
- * row sums run in double in index order on the CPU (kc_layernorm_forward):
- * computed at a rate of its own, not streamed. */
-enum { NORM_LAYER, NORM_RMS };
-static const char *const NORM_NAMES[] = {"layernorm", "rmsnorm"};
-
-static void norm_run(srt_ctx *c, void *ud)
-{
-    Act *a = ud;   /* a->op: NORM_LAYER or NORM_RMS */
-    int64_t n = a->n, w = ops_dtype_size(a->dt), N = n / ACT_H;
-    int64_t at = cold_copy(&a->call, (3 * n + 4 * ACT_H) * w + 2 * N * 4);
-    srt_t x = srt_dview(c, at, n, a->dt), y = srt_dview(c, at + n * w, n, a->dt), d = srt_dview(c, at + 2 * n * w, n, a->dt);
-    int64_t o = at + 3 * n * w;
-    srt_t wt = srt_dview(c, o, ACT_H, a->dt), b = srt_dview(c, o + ACT_H * w, ACT_H, a->dt);
-    srt_t dw = srt_dview(c, o + 2 * ACT_H * w, ACT_H, a->dt), db = srt_dview(c, o + 3 * ACT_H * w, ACT_H, a->dt);
-    srt_t mean = srt_dview(c, o + 4 * ACT_H * w, N, SRT_F32), rstd = srt_dview(c, o + 4 * ACT_H * w + N * 4, N, SRT_F32);
-    if (a->op == NORM_LAYER && !a->bwd) srt_layernorm_fwd(c, SRT_COMPUTE, y, mean, rstd, x, wt, b, (int)N, ACT_H, 1e-5f);
-    else if (a->op == NORM_LAYER) srt_layernorm_bwd(c, SRT_COMPUTE, d, dw, db, y, x, wt, mean, rstd, (int)N, ACT_H);
-    else if (!a->bwd) srt_rmsnorm_fwd(c, SRT_COMPUTE, y, rstd, x, wt, (int)N, ACT_H, 1e-5f);
-    else srt_rmsnorm_bwd(c, SRT_COMPUTE, d, dw, y, x, wt, rstd, (int)N, ACT_H);
-}
-
-/* A norm row: elements (the input's) per call. */
-static void bench_norm(srt_ctx *c, Act *a)
-{
-    double s = bench(c, norm_run, a, false);
-    cJSON *r = rate_row("norm", a->dt, a->bwd);
-    cJSON_AddStringToObject(r, "op", NORM_NAMES[a->op]);
-    cJSON_AddNumberToObject(r, "elements", (double)a->n);
-    cJSON_AddNumberToObject(r, "seconds", s);
-    char what[128], res[64];
-    snprintf(what, sizeof what, "norm %s %s %s %lld elements", NORM_NAMES[a->op], dt_name(a->dt),
-             a->bwd ? "bwd" : "fwd", (long long)a->n);
-    snprintf(res, sizeof res, "%.2f ns/element", s / (double)a->n * 1e9);
-    record(r, what, res);
-}
-
 /* An activation row: elements (the output's) per call. */
 static void bench_act(srt_ctx *c, Act *a)
 {
@@ -632,12 +592,6 @@ static void run_compute(void)
                 for (int bwd = 0; bwd < 2; bwd++) {
                     Act a = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->act_n / ACT_H * ACT_H, 0};
                     bench_act(c, &a);
-                }
-        for (int d = 0; d < 2; d++)
-            for (int op = NORM_LAYER; op <= NORM_RMS; op++)
-                for (int bwd = 0; bwd < 2; bwd++) {
-                    Act a = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->act_n / ACT_H * ACT_H, 0};
-                    bench_norm(c, &a);
                 }
         Ew tiny = {SRT_F32, 16};
         double s = bench(c, ew_run, &tiny, false);

@@ -232,23 +232,6 @@ static const char *kernel_rows(double gelu, double sumsq)
     return rows;
 }
 
-/* Norm rows at 1 and 2 threads: LayerNorm forward `ln` input elements/s
- * at 1 thread (everything else 5e8), twice as fast at 2 threads. */
-static const char *norm_rows(double ln)
-{
-    char *rows = arena_strdup(&g_arena, "");
-    for (int t = 1; t <= 2; t++)
-        for (int op = 0; op < 2; op++)
-            for (int dt = 0; dt < 2; dt++)
-                for (int bwd = 0; bwd < 2; bwd++) {
-                    double rate = (op == 0 && dt == 0 && bwd == 0 ? ln : 5e8) * t;
-                    rows = arena_printf(&g_arena, "%s{\"table\":\"norm\",\"op\":\"%s\",\"dtype\":\"%s\",\"pass\":\"%s\","
-                                        "\"threads\":%d,\"elements\":65536,\"seconds\":%.17g},\n", rows,
-                                        op ? "rmsnorm" : "layernorm", dt ? "bf16" : "fp32", bwd ? "bwd" : "fwd", t, 65536 / rate);
-                }
-    return rows;
-}
-
 /* cpu_plan's GPT on one rank, with gradient clipping (the norm's sums) and
  * `model` added to its model block. */
 static Plan *clip_plan(const char *path, const char *model)
@@ -321,47 +304,6 @@ static void test_kernel_rows(void)
     step_of(a, OP_LAYER_FWD, &ba), step_of(nb, OP_LAYER_FWD, &bb);
     step_of(a, OP_LAYER_BWD, &wa), step_of(nb, OP_LAYER_BWD, &wb);
     CHECK(ba > bb && wa > wb);
-}
-
-/* The norms' rows: read back (0 without them), all or none; a layer's two
- * LayerNorms priced at the measured rate (input elements, [T, h] each), not
- * streamed, and the head's final norm likewise. */
-static void test_norm_rows(void)
-{
-    const char *kr = kernel_rows(1e8, 1e9);
-    const Profile *pf = load(profile_text(1, arena_printf(&g_arena, "%s%s", kr, norm_rows(1e8)), true));
-    CHECK(pf != NULL);
-    if (!pf) {
-        fprintf(stderr, "%s", captured());
-        return;
-    }
-    CHECK_NEAR(profile_norm_rate(pf, PROFILE_LAYERNORM, DT_FP32, false, 1), 1e8, 1e-6);
-    CHECK_NEAR(profile_norm_rate(pf, PROFILE_LAYERNORM, DT_FP32, false, 1.5), 1.5e8, 1e-6);
-    CHECK_NEAR(profile_norm_rate(pf, PROFILE_RMSNORM, DT_BF16, true, 2), 1e9, 1e-6);
-    const Profile *old = load(profile_text(1, kr, true));   /* a profile from before these rows */
-    CHECK(old && profile_norm_rate(old, PROFILE_LAYERNORM, DT_FP32, false, 1) == 0);
-    const char *rows = norm_rows(1e8), *cut = strstr(rows, "{\"table\":\"norm\",\"op\":\"rmsnorm\",\"dtype\":\"bf16\"");
-    CHECK(cut != NULL);
-    if (!cut) return;
-    const char *end = strchr(cut, '\n') + 1;
-    CHECK(load(profile_text(1, arena_printf(&g_arena, "%s%.*s%s", kr, (int)(cut - rows), rows, end), true)) == NULL);
-    CHECK_HAS(captured(), "no norm row for rmsnorm bf16 forward at 1 thread");
-
-    /* 1 rank, 2 threads: LayerNorm forward at 2e8 against 8e8 elements/s, on the
-     * layer's two [T, h] = 128 x 128 inputs */
-    const char *slow = write_tmp(profile_text(1, arena_printf(&g_arena, "%s%s", kr, norm_rows(1e8)), true));
-    const char *fast = write_tmp(profile_text(1, arena_printf(&g_arena, "%s%s", kr, norm_rows(4e8)), true));
-    const char *none = write_tmp(profile_text(1, kr, true));
-    Plan *a = clip_plan(slow, ""), *b = clip_plan(fast, ""), *c = clip_plan(none, "");
-    CHECK(a && b && c);
-    if (!a || !b || !c) return;
-    double fa = 0, fb = 0, fc = 0, ha = 0, hb = 0;
-    step_of(a, OP_LAYER_FWD, &fa), step_of(b, OP_LAYER_FWD, &fb), step_of(c, OP_LAYER_FWD, &fc);
-    double norms = 2 * 128.0 * 128;
-    CHECK_NEAR(fa - fb, norms / 2e8 - norms / 8e8, 1e-9);
-    CHECK(fa > fc);   /* computed at 2e8 elements/s, not streamed at GB/s */
-    step_of(a, OP_HEAD, &ha), step_of(b, OP_HEAD, &hb);
-    CHECK_NEAR(ha - hb, norms / 2 / 2e8 - norms / 2 / 8e8, 1e-9);   /* the final norm's forward */
 }
 
 /* Properties of the CPU model. */
@@ -676,7 +618,6 @@ int main(void)
     test_wait_spin();
     test_skew();
     test_kernel_rows();
-    test_norm_rows();
     if (diag_stream) fclose(diag_stream), diag_stream = NULL;
     return failures != 0;
 }
