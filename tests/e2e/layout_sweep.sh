@@ -56,9 +56,10 @@ for _ in range(n):
     model = c(["gpt", "gpt", "gpt-untied", "llama", "llama", "llama-kv4", "llama-kv1"])
     layers = c([4, 4, 6, 8])
     dtype = "bf16" if r.random() < 0.2 else "fp32"
-    tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2, 2, 4, 8])
-    while tp * pp * dp > 8:
+    while True:     # at most 8 ranks
         tp, pp, dp = c([1, 2, 4]), c([1, 2, 4]), c([1, 2, 2, 4, 8])
+        if tp * pp * dp <= 8:
+            break
     d = {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp,
          "parallel.rank_order": c(["tp_dp_pp", "tp_pp_dp"])}
     if tp > 1:
