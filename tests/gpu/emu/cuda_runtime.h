@@ -38,8 +38,11 @@ void __syncthreads(void);
 int __syncthreads_or(int pred);
 unsigned __ballot_sync(unsigned mask, int pred);
 float __shfl_xor_sync(unsigned mask, float v, int lane_xor);
+unsigned __match_any_sync(unsigned mask, unsigned value);
+unsigned __reduce_add_sync(unsigned mask, unsigned value);
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 /* Rounded fp32 operations (the host compiler contracts nothing without -mfma). */

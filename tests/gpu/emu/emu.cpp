@@ -53,6 +53,7 @@ static int g_xi[1024];                       /* __syncthreads_or's slots */
  * which every lane reaches after reading it. */
 static float g_wf[2][1024];
 static int g_wi[2][1024];
+static unsigned g_wu[2][1024], g_wm[2][1024];   /* match / reduce: value and mask */
 static unsigned char g_wpar[1024];
 static unsigned g_wgen[1024];                /* warp operations each lane has made */
 /* One kernel at a time: the fibers, their stacks and the dims are global,
@@ -135,6 +136,49 @@ float __shfl_xor_sync(unsigned mask, float v, int lane_xor)
         abort();
     }
     return g_wf[p][src];
+}
+
+unsigned __match_any_sync(unsigned mask, unsigned value)
+{
+    emu_full_mask(mask);
+    int p = g_wpar[g_cur];
+    g_wpar[g_cur] = (unsigned char)(p ^ 1);
+    g_wu[p][g_cur] = value;
+    g_wgen[g_cur]++;
+    emu_wait(EMU_WAIT_WARP);
+    unsigned r = 0;
+    int w0 = g_cur & ~31;
+    for (int l = 0; l < 32 && w0 + l < g_nthreads; l++)
+        if (g_fiber[w0 + l].state != EMU_DONE && g_wu[p][w0 + l] == value) r |= 1u << l;
+    return r;
+}
+
+/* The one warp operation with a partial mask: every lane of the warp calls it
+ * at once (the warp barrier), each with its group's mask, as lanes grouped by
+ * __match_any_sync do; a lane named in a mask that calls with another mask,
+ * or a mask without the caller, is CUDA's undefined behaviour and ends the test. */
+unsigned __reduce_add_sync(unsigned mask, unsigned value)
+{
+    int p = g_wpar[g_cur], lane = g_cur & 31, w0 = g_cur & ~31;
+    g_wpar[g_cur] = (unsigned char)(p ^ 1);
+    g_wu[p][g_cur] = value;
+    g_wm[p][g_cur] = mask;
+    unsigned gen = ++g_wgen[g_cur];
+    emu_wait(EMU_WAIT_WARP);
+    if (!(mask >> lane & 1u)) {
+        fprintf(stderr, "emu: __reduce_add_sync: lane %d is not in its mask %#x\n", lane, mask);
+        abort();
+    }
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1u)) continue;
+        if (w0 + l >= g_nthreads || g_wgen[w0 + l] < gen || g_wm[p][w0 + l] != mask) {
+            fprintf(stderr, "emu: __reduce_add_sync: lane %d named in mask %#x did not call with it\n", l, mask);
+            abort();
+        }
+        r += g_wu[p][w0 + l];
+    }
+    return r;
 }
 
 /* Releases the barriers that every live thread has reached; 0 if none. */
