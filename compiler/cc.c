@@ -233,6 +233,10 @@ static int build_trainer(const CcOpts *b, const char *c_path, const CatalogExter
      * gpt3-175b's C (7.6 s of CPU against 2.2 s) for host code that calls ops of
      * milliseconds each. */
     arg(&cc, "-O0");
+    /* an int constant expression that overflows is a shardc bug, never a warning
+     * to scroll past: past 2 GiB of arena an offset once wrapped to a negative
+     * one (GCC; clang calls it -Winteger-overflow and only warns here) */
+    arg(&cc, "-Werror=overflow");
     arg(&cc, "-I");
     arg(&cc, inc);
     arg(&cc, "-c");

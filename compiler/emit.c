@@ -2051,7 +2051,9 @@ static void gen_part_tables(const CE *e, bool slots, Str *o)
         for (int li = 0; li < e->nl; li++) {
             const char *cmt = arena_printf(&g_arena, "layer %d", lower_slot_layer(e, li));
             if (alike)
-                sf(o, "    %s_ROW(%lld, %lld),  /* %s */\n", e->PX, (long long)e->layer[li].woff[r0],
+                /* LL: an int constant plus the row's offsets could overflow int
+                 * (past 2 GiB: Llama 1B's gradients on an H200, 2026-12-04) */
+                sf(o, "    %s_ROW(%lldLL, %lldLL),  /* %s */\n", e->PX, (long long)e->layer[li].woff[r0],
                    (long long)e->layer[li].goff[r0], cmt);
             else
                 sput(o, "    "), gen_group_row(o, &e->layer[li], slots, cmt, ",");
