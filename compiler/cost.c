@@ -838,7 +838,10 @@ static double sumsq_time(const Sched *s, const Op *o)
         return work + cpu_kernels(&r, calls > 1 ? calls : 1);
     }
     if (o->stream == ST_HOST) return read_bytes(s, o, SPACE_HOST) / sp->cluster.host_bandwidth;
-    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, 1);
+    /* a launch per tensor piece, as on the CPU (GPT-2 124M: 148 on an H200) */
+    double elems;
+    int calls = owned_calls(s, 0, shard_space(s), true, &elems);
+    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, calls > 1 ? calls : 1);
 }
 
 /* Seconds of one optimizer sub-group's AdamW step: on the device fp32 master,
@@ -864,8 +867,15 @@ static double opt_time(const Sched *s, const Op *o)
         return n / profile_opt_rate(r.pf, r.threads) * r.share_ew + cpu_kernels(&r, calls > 1 ? calls : 1);
     }
     if (o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
-    double per = 24.0 + (p->gbytes < 4 && p->spec->precision.dtype != DT_FP32 ? 4 : p->gbytes) + p->wbytes;
-    return hbm_time(p->spec, n * per) + kernels_time(p->spec, 2);
+    bool staged = p->gbytes < 4 && p->spec->precision.dtype != DT_FP32;
+    double per = 24.0 + (staged ? 4 : p->gbytes) + p->wbytes;
+    /* a step per tensor piece of the sub-group, each after its 16-bit
+     * gradient's conversion to fp32 (emit.c's owned helper; GPT-2 124M on an
+     * H200: 148 steps and 148 conversions a step) */
+    double elems;
+    int calls = owned_calls(s, (int64_t)o->aux * p->spec->zero.sub_group_size,
+                            (int64_t)o->aux * p->spec->zero.sub_group_size + (int64_t)n, false, &elems);
+    return hbm_time(p->spec, n * per) + kernels_time(p->spec, (calls > 1 ? calls : 1) * (staged ? 2 : 1));
 }
 
 /* Seconds of a copy, NVMe transfer or embedding on the CPU backend (the
