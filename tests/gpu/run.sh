@@ -5,6 +5,7 @@
 # against their CPU twins, tiny-gpt on the GPU against the CPU backend, resume
 # bit for bit) and the CUDA build test, then the GPT-2 124M benchmark against
 # PyTorch (tests/bench/gpu/run.sh).  Exits non-zero when a test fails.
+# A GPU machine without this project's toolchain: tests/gpu/bundle.sh.
 set -eu
 cd "$(dirname "$0")/../.."
 B=${1:-build-gpu}
