@@ -62,6 +62,14 @@ double cost_peak(const Spec *s)
     return tf * 1e12;
 }
 
+/* FLOP/s per GPU that MFU and HFU are counted against: cost_peak, except
+ * that a CUDA profile's fitted peak prices and the data sheet counts. */
+double cost_mfu_peak(const Spec *s)
+{
+    double tf = s->precision.dtype == DT_FP32 ? s->cluster.mfu_fp32_tflops : s->cluster.mfu_bf16_tflops;
+    return tf > 0 ? tf * 1e12 : cost_peak(s);
+}
+
 /* One factor of the shape curve. */
 static double dim_factor(const CostProfile *cp, double x) { return x > 0 ? x / (x + cp->gemm_dim) : 0; }
 

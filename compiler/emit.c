@@ -1884,7 +1884,7 @@ static void gen_program(const Plan *mp, const char *name, Str *o, bool *has_eval
     sf(o, "    .aio_block_size = %lld, .aio_queue_depth = %lld, .nvme_path = %s,\n", (long long)s->offload.aio_block_size,
        (long long)s->offload.aio_queue_depth, nvme_path && *nvme_path ? c_string(nvme_path) : "NULL");
     sf(o, "    .model_flops_per_step = %.17g, .peak_flops = %.17g,\n    .classes = classes,\n",
-       m->flops_model_step, cost_peak(s));
+       m->flops_model_step, cost_mfu_peak(s));
     sf(o, "    .gemms = %s, .ngemms = %d,\n};\n\n", em_ngemms ? "gemm_shapes" : "NULL", em_ngemms);
     sput(o, "int main(int argc, char **argv)\n{\n    return srt_main(argc, argv, &program);\n}\n");
 }

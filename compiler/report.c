@@ -423,7 +423,7 @@ static cJSON *json_sim(const Plan *mp, const Sim *sim)
     cJSON *o = cJSON_CreateObject();
     jsim(o, "step_time_s", sim->step_time);
     jsim(o, "tokens_per_s", sim->tokens_per_s);
-    jsim(o, "peak_flops_per_gpu", cost_peak(mp->spec));
+    jsim(o, "peak_flops_per_gpu", cost_mfu_peak(mp->spec));
     jsim(o, "mfu", sim->mfu);
     jsim(o, "hfu", sim->hfu);
     jsim(o, "bubble", sim->bubble);

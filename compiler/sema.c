@@ -782,6 +782,7 @@ static void derive_cluster(Sema *cx)
     const NetInfo *n = &cluster_nets[s->cluster.network];
     if (!is_set(cx, "cluster.inter_node")) s->cluster.inter_node = n->bandwidth;
     if (!is_set(cx, "cluster.network_latency_us")) s->cluster.network_latency_us = n->latency_us;
+    s->cluster.mfu_bf16_tflops = s->cluster.bf16_tflops, s->cluster.mfu_fp32_tflops = s->cluster.fp32_tflops;
     if (!s->cluster.profile) return;
     ProfCluster pc = profile_cluster(s->cluster.profile, s->cluster.gpu, s->cluster.gpus_per_node);
     struct { const char *path; double *f; double v; } fill[] = {
@@ -797,6 +798,11 @@ static void derive_cluster(Sema *cx)
     };
     for (size_t i = 0; i < sizeof fill / sizeof fill[0]; i++)
         if (!is_set(cx, fill[i].path) && fill[i].v > 0) *fill[i].f = fill[i].v;
+    /* A CPU has no data sheet: its MFU is against the profile's best rates.  A
+     * GPU's profile fits a peak that makes the shape curve meet its largest
+     * measured GEMM (1.19 PFLOP/s for an H200's 866 TFLOP/s): for pricing only. */
+    if (s->cluster.gpu == GPU_CPU)
+        s->cluster.mfu_bf16_tflops = s->cluster.bf16_tflops, s->cluster.mfu_fp32_tflops = s->cluster.fp32_tflops;
 }
 
 /* Family-dependent model defaults: kv_heads, ffn_hidden, bias, tied embeddings. */

@@ -323,6 +323,9 @@ typedef struct Spec {
         int gpu;                /* enum GpuProfile                          */
         int64_t gpu_memory;     /* bytes                                    */
         double bf16_tflops, fp32_tflops;
+        /* the MFU's peak: the GPU's data sheet (or the spec's keys) even where a
+         * CUDA profile rescales bf16/fp32_tflops for pricing (sema.c) */
+        double mfu_bf16_tflops, mfu_fp32_tflops;
         double hbm_bandwidth, intra_node, inter_node, pcie;   /* bytes/s     */
         int network;            /* enum Network                             */
         double network_latency_us;

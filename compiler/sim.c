@@ -741,7 +741,7 @@ void sim_step_figures(const Plan *mp, Sim *out)
     out->step_time = step = cost_shared_step(mp, step, busy);
     free(busy);
     const Spec *s = mp->spec;
-    double denom = step * (double)mp->part.world * cost_peak(s);
+    double denom = step * (double)mp->part.world * cost_mfu_peak(s);
     out->tokens_per_s = step > 0 ? (double)s->train.global_batch * (double)mp->model.s / step : 0;
     out->mfu = denom > 0 ? mp->model.flops_model_step / denom : 0;
     out->hfu = denom > 0 ? mp->model.flops_hw_step / denom : 0;
@@ -835,7 +835,7 @@ void sim_summary(FILE *f, const Plan *mp, const Sim *sim)
         fprintf(f, " | %7.4f %6.1f%%\n", idle, sc->work > 0 ? 100 * sc->bubble / sc->work : 0);
     }
     fprintf(f, "\nstep      %.4f s predicted; %.4g tokens/s; MFU %.1f%%, HFU %.1f%% of %.3g TFLOP/s per GPU\n",
-            sim->step_time, sim->tokens_per_s, 100 * sim->mfu, 100 * sim->hfu, cost_peak(mp->spec) / 1e12);
+            sim->step_time, sim->tokens_per_s, 100 * sim->mfu, 100 * sim->hfu, cost_mfu_peak(mp->spec) / 1e12);
     if (sim->step_time < sim->timeline)
         fprintf(f, "shared    the ranks share their cores: the timeline above ends at %.4f s, and ranks that wait yield "
                    "their cores (processor sharing)\n", sim->timeline);

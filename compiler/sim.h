@@ -54,6 +54,7 @@ double cost_shared_step(const Plan *mp, double timeline, const double *busy);
 double cost_recv_wait(const Sched *s, int op);
 /* Dense peak FLOP/s of the spec's GPU at the training dtype (fp32 or bf16/fp16). */
 double cost_peak(const Spec *s);
+double cost_mfu_peak(const Spec *s);   /* MFU and HFU's denominator: the data sheet on a GPU */
 /* The compute constants of one GPU generation (cost.c, docs/cost-model.md):
  * a GEMM of M×K by K×N reaches gemm_eff · Π f(x) of peak, f(x) = x / (x +
  * gemm_dim); the attention core attn_eff · f(head dim); a streaming kernel

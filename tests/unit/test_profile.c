@@ -607,6 +607,31 @@ static void test_llama_gemms(void)
     CHECK_NEAR(ta - tb, want, 1e-12);
 }
 
+/* MFU's peak: a CUDA profile fits the peak it prices with (its largest GEMM
+ * over the shape curve), but MFU and HFU count against the GPU's data sheet;
+ * a CPU profile, with no data sheet, counts against its own best rates. */
+static void test_mfu_peak(void)
+{
+    const char *cpu = profile_text(1, "", false), *key = "\"backend\": \"cpu\"", *at = strstr(cpu, key);
+    CHECK(at != NULL);
+    if (!at) return;
+    const char *cuda = arena_printf(&g_arena, "%.*s\"backend\": \"cuda\"%s", (int)(at - cpu), cpu, at + strlen(key));
+    const char *gpu_path = write_tmp(cuda), *cpu_path = write_tmp(cpu);
+    Plan *g = cal_plan(arena_printf(&g_arena,
+        "model gpt { layers = 2  hidden = 128  heads = 4  vocab = 256  seq_len = 64 }\n"
+        "parallel { dp = 1 }\n precision { dtype = bf16 }\n train { global_batch = 2  micro_batch = 2 }\n"
+        "cluster { nodes = 1  gpus_per_node = 1  gpu = h200_141gb  profile = \"%s\" }\n", gpu_path));
+    Plan *c = cpu_plan(cpu_path, 1, "dp = 1");
+    CHECK(g && c);
+    if (!g || !c) return;
+    CHECK_NEAR(cost_mfu_peak(g->spec), 989e12, 1e-6);       /* the H200's data sheet */
+    CHECK(!(fabs(cost_peak(g->spec) - 989e12) <= 1e9));      /* the fitted peak, which prices */
+    Sim sim;
+    sim_run(g, &sim);
+    CHECK_NEAR(sim.mfu, g->model.flops_model_step / (sim.step_time * 989e12), 1e-9);
+    CHECK_NEAR(cost_mfu_peak(c->spec), cost_peak(c->spec), 1e-9);   /* a CPU: its profile's rates */
+}
+
 int main(void)
 {
     test_llama_gemms();
@@ -618,6 +643,7 @@ int main(void)
     test_wait_spin();
     test_skew();
     test_kernel_rows();
+    test_mfu_peak();
     if (diag_stream) fclose(diag_stream), diag_stream = NULL;
     return failures != 0;
 }
