@@ -147,10 +147,6 @@ static double load_avg(void)
 int calibrate_run(const CalibOpts *opts)
 {
     CalibOpts o = *opts;
-    if (o.nranks == 0) {    /* 2, 4, 8, ... up to the larger of 8 and the cores */
-        int most = calib_cores() > 8 ? calib_cores() : 8;
-        for (int64_t w = 2; w <= most && o.nranks < CALIB_MAX_RANKS; w *= 2) o.ranks[o.nranks++] = w;
-    }
     bool cuda = strcmp(o.backend, "cuda") == 0;
     const char *bin = cc_runtime_file(o.runtime, cuda ? "shardrt_calibrate_cuda" : "shardrt_calibrate");
     if (!bin) {
@@ -159,6 +155,34 @@ int calibrate_run(const CalibOpts *opts)
         fprintf(stderr, "hint: build it (cmake --build BUILD --target %s)%s, or point --runtime at its folder\n",
                 cuda ? "shardrt_calibrate_cuda" : "shardrt_calibrate", cuda ? " where nvcc is found" : "");
         return EXIT_USER;
+    }
+    if (o.nranks == 0) {
+        /* the CPU: 2, 4, 8, ... up to the larger of 8 and the cores; a GPU node:
+         * up to its GPUs (a rank a GPU: NCCL takes no two ranks on one device),
+         * none on one GPU (whose plans have no collectives to price) */
+        int most = calib_cores() > 8 ? calib_cores() : 8;
+        if (cuda) {
+            FILE *f = popen(arena_printf(&g_arena, "%s devices", sh_quote(bin)), "r");
+            int n = 0;
+            if (!f || fscanf(f, "%d", &n) != 1) n = 0;
+            if (f) pclose(f);
+            if (n < 1) {
+                fprintf(stderr, "shardc calibrate: error: %s devices found no CUDA device\n", bin);
+                fprintf(stderr, "hint: calibrate the CUDA backend on a GPU machine (nvidia-smi -L lists its GPUs)\n");
+                return EXIT_USER;
+            }
+            most = n;
+            if (n == 1)
+                fprintf(stderr, "shardc calibrate: one GPU: no collectives to measure (--ranks N with N ranks on "
+                                "N GPUs measures them); the profile prices one-GPU plans\n");
+        }
+        for (int64_t w = 2; w <= most && o.nranks < CALIB_MAX_RANKS; w *= 2) o.ranks[o.nranks++] = w;
+        if (o.nranks == 0 && o.nodes > 1) {
+            fprintf(stderr, "shardc calibrate: error: --nodes %lld with one GPU a node: no rank count to measure across\n",
+                    (long long)o.nodes);
+            fprintf(stderr, "hint: --ranks 1 measures one rank a node\n");
+            return EXIT_USER;
+        }
     }
     int cores = calib_cores();
     char tmpl[] = "/tmp/shardc-calibrate-XXXXXX";
@@ -171,7 +195,8 @@ int calibrate_run(const CalibOpts *opts)
     static const char *const grid_flag[] = {"", " --quick", " --smoke"}, *const grid_name[] = {"full", "quick", "smoke"};
     const char *q = grid_flag[o.grid];
     const char *nvme = o.nvme_dir ? arena_printf(&g_arena, " --nvme-dir %s", sh_quote(o.nvme_dir)) : "";
-    int threads[2] = {1, cores}, nthr = cores > 1 ? 2 : 1;
+    /* the CPU's rates per thread count; a GPU's ops do not depend on the host's threads */
+    int threads[2] = {1, cores}, nthr = cores > 1 && !cuda ? 2 : 1;
     Progress pg = {0, nthr + o.nranks + (o.nodes > 1 ? 1 : 0), isatty(2) && !getenv("NO_COLOR")};
     double load0 = load_avg();
     cJSON *rows = cJSON_CreateArray();

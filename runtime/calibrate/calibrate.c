@@ -51,6 +51,9 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#ifdef SRT_CALIBRATE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "internal.h"
 
@@ -855,6 +858,15 @@ static bool write_rows(void)
 
 int main(int argc, char **argv)
 {
+#ifdef SRT_CALIBRATE_CUDA
+    /* `devices`: the node's GPUs, for shardc calibrate's rank counts (no MPI, no context) */
+    if (argc == 2 && strcmp(argv[1], "devices") == 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+        printf("%d\n", n);
+        return 0;
+    }
+#endif
     if (g_backend.start) g_backend.start(argv);    /* the trainers' start: OpenMP's wait, OpenBLAS's kernels */
     if (argc < 2) usage(NULL);
     bool comm = strcmp(argv[1], "comm") == 0;

@@ -7,7 +7,9 @@
 # the derived cluster keys, a predicted step, and a spec that sets a key still
 # overriding the profile.  Usage errors and a failing phase (no profile left
 # behind).  Two nodes simulated on this machine (--nodes 2, --smoke).  Then the CUDA backend's path on the emulated CUDA stack
-# (BUILD/cuda-emu, docs/cuda-emulation.md) with --smoke, planned for an H100.
+# (BUILD/cuda-emu, docs/cuda-emulation.md) with --smoke, planned for an H100; the
+# emulator as a node of one GPU (CUEMU_DEVICES=1): the compute phase once and no
+# collectives; and the real CUDA build without a GPU: an error, no profile.
 set -u
 SHARDC=$1
 BUILD=$2
@@ -116,11 +118,32 @@ if [ -x "$BUILD/cuda-emu/shardrt_calibrate_cuda" ]; then
     else
         bad "the CUDA path on the emulator:"; tail -5 "$T/cu.err" "$T/cu.plan"
     fi
+    # one GPU (the emulator standing for a node of one): no --ranks, no collectives to
+    # measure; the compute phase once (a GPU's ops do not depend on the host's threads)
+    if CUEMU_DEVICES=1 "$SHARDC" calibrate --backend cuda --runtime "$BUILD/cuda-emu" --smoke -o "$T/one.json" \
+           > "$T/one.out" 2> "$T/one.err" && grep -q "one GPU: no collectives to measure" "$T/one.err" &&
+       grep -q "0 collective fits" "$T/one.out" &&
+       /usr/bin/python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert not [r for r in rows if r["table"] in ("collective", "sharing", "skew")], "collectives on one GPU"
+assert {r.get("threads", 1) for r in rows} == {1}, "a compute phase per thread count"' "$T/one.json" &&
+       "$SHARDC" plan specs/gpt2-124m.tspec -D parallel.dp=1 -D cluster.gpus_per_node=1 \
+           -D "cluster.profile=\"$T/one.json\"" 2>&1 | grep -q '^step .* s predicted'; then
+        echo "ok: one GPU: the compute phase once, no collectives, and the profile plans one GPU"
+    else
+        bad "the one-GPU calibration:"; tail -3 "$T/one.err" "$T/one.out"
+    fi
     # a CUDA profile cannot plan the CPU backend
     "$SHARDC" check specs/tiny-gpt.tspec -D "cluster.profile=\"$T/cuda.json\"" > /dev/null 2> "$T/cu.bad"
     grep -q "measured the CUDA backend" "$T/cu.bad" || bad "a CUDA profile with cluster.gpu = cpu was accepted"
 else
     echo "(no BUILD/cuda-emu: the CUDA path is not exercised here)"
+fi
+# the CUDA build on a machine without a GPU: a clear error, nothing written
+if [ -x "$BUILD/runtime/shardrt_calibrate_cuda" ] && ! nvidia-smi -L > /dev/null 2>&1; then
+    "$SHARDC" calibrate --backend cuda -o "$T/nogpu.json" > /dev/null 2> "$T/nogpu.err"; rc=$?
+    { [ $rc = 1 ] && [ ! -e "$T/nogpu.json" ] && grep -q "found no CUDA device" "$T/nogpu.err"; } ||
+        bad "--backend cuda without a GPU: exit $rc, $(head -2 "$T/nogpu.err")"
 fi
 [ $fail = 0 ] && echo "ok: shardc calibrate"
 exit $fail

@@ -837,18 +837,26 @@ bool cuemu_stream_live(const void *s)
 
 /* ---- device management ----------------------------------------------------------- */
 
-/* The devices of a node: EMRT_DEVICES. */
+/* The devices of a node: EMRT_DEVICES, or CUEMU_DEVICES (1..EMRT_DEVICES) to
+ * stand for a smaller node (tests/e2e/calibrate.test.sh: one GPU). */
+static int emrt_devices(void)
+{
+    const char *v = getenv("CUEMU_DEVICES");
+    int n = v ? atoi(v) : 0;
+    return n >= 1 && n <= EMRT_DEVICES ? n : EMRT_DEVICES;
+}
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
     if (!count) return emrt_err(cudaErrorInvalidValue);
-    *count = EMRT_DEVICES;
+    *count = emrt_devices();
     return cudaSuccess;
 }
 
 /* Selects the process's device (only its number is kept: every device is this host). */
 cudaError_t cudaSetDevice(int device)
 {
-    if (device < 0 || device >= EMRT_DEVICES) return emrt_err(cudaErrorInvalidDevice);
+    if (device < 0 || device >= emrt_devices()) return emrt_err(cudaErrorInvalidDevice);
     emrt_device = device;
     return cudaSuccess;
 }
@@ -865,7 +873,7 @@ cudaError_t cudaGetDevice(int *device)
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
     if (!prop) return emrt_err(cudaErrorInvalidValue);
-    if (device < 0 || device >= EMRT_DEVICES) return emrt_err(cudaErrorInvalidDevice);
+    if (device < 0 || device >= emrt_devices()) return emrt_err(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "shardc CPU emulator (H100-like, tests/gpu/emu)");
     prop->totalGlobalMem = EMRT_TOTAL;
