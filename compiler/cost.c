@@ -828,28 +828,27 @@ static int owned_calls(const Sched *s, int64_t lo, int64_t hi, bool sumsq, doubl
  * the whole flat space): what the owned helper ranges over. */
 static int64_t shard_space(const Sched *s) { return s->part->zero >= 1 ? s->cls->shard : s->cls->padded; }
 
-/* Seconds of this rank's squared gradient norm: read its gradients.  On the
- * CPU backend a call per tensor (owned_calls), each summing its squares
- * exactly into integer bins per exponent (kc_sumsq_add): computed at the
- * profile's measured rate per element, or its bytes streamed with a profile
- * that did not measure it. */
+/* Seconds of this rank's squared gradient norm: read its gradients, a call
+ * (a launch on a GPU) per tensor piece (owned_calls), each summing its squares
+ * exactly into integer bins per exponent (kc_sumsq_add, kg_sumsq_add).  On the
+ * CPU backend at the profile's measured rate per element, or its bytes
+ * streamed with a profile that did not measure it. */
 static double sumsq_time(const Sched *s, const Op *o)
 {
     const Spec *sp = s->part->spec;
+    double elems;
+    int calls = owned_calls(s, 0, shard_space(s), true, &elems);
+    if (calls < 1) calls = 1;
     if (cost_cpu_priced(sp)) {
         CpuRank r = cpu_rank(s->part);
         r.dt = DT_FP32;   /* the gradients' sums are read in their dtype; fp32's rate bounds it */
-        double elems, rate = profile_sumsq_rate(r.pf, r.threads);
-        int calls = owned_calls(s, 0, shard_space(s), true, &elems);
+        double rate = profile_sumsq_rate(r.pf, r.threads);
         double work = rate > 0 ? elems / rate * r.share_ew
                                : cpu_stream(&r, read_bytes(s, o, o->stream == ST_HOST ? SPACE_HOST : SPACE_DEVICE), 0);
-        return work + cpu_kernels(&r, calls > 1 ? calls : 1);
+        return work + cpu_kernels(&r, calls);
     }
     if (o->stream == ST_HOST) return read_bytes(s, o, SPACE_HOST) / sp->cluster.host_bandwidth;
-    /* a launch per tensor piece, as on the CPU (GPT-2 124M: 148 on an H200) */
-    double elems;
-    int calls = owned_calls(s, 0, shard_space(s), true, &elems);
-    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, calls > 1 ? calls : 1);
+    return hbm_time(sp, read_bytes(s, o, SPACE_DEVICE)) + kernels_time(sp, calls);
 }
 
 /* Seconds of one optimizer sub-group's AdamW step: on the device fp32 master,
@@ -859,31 +858,29 @@ static double opt_time(const Sched *s, const Op *o)
 {
     const Partition *p = s->part;
     double n = o->flops / 16.0;
-    if (cost_cpu_priced(p->spec)) {   /* the host's steps run the same kernel on the CPU backend */
-        CpuRank r = cpu_rank(p);
-        /* a call per tensor in the sub-group's range: device sub-groups from
-         * 0, host ones after the device's part of the shard space */
-        int64_t sub = p->spec->zero.sub_group_size, lo = (int64_t)o->aux * sub;
-        if (o->stream == ST_HOST) {
-            double host = 0;
-            for (int i = 0; i < s->nops; i++)
-                if (s->ops[i].kind == OP_OPT_STEP && s->ops[i].stream == ST_HOST) host += s->ops[i].flops / 16.0;
-            lo += shard_space(s) - (int64_t)host;
-        }
-        double elems;
-        int calls = owned_calls(s, lo, lo + (int64_t)n, false, &elems);
-        return n / profile_opt_rate(r.pf, r.threads) * r.share_ew + cpu_kernels(&r, calls > 1 ? calls : 1);
+    bool cpu = cost_cpu_priced(p->spec);   /* the host's steps run the same kernel on the CPU backend */
+    if (!cpu && o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
+    /* a call per tensor piece in the sub-group's range (emit.c's owned helper):
+     * device sub-groups from 0, host ones after the device's part of the shard space */
+    int64_t lo = (int64_t)o->aux * p->spec->zero.sub_group_size;
+    if (o->stream == ST_HOST) {
+        double host = 0;
+        for (int i = 0; i < s->nops; i++)
+            if (s->ops[i].kind == OP_OPT_STEP && s->ops[i].stream == ST_HOST) host += s->ops[i].flops / 16.0;
+        lo += shard_space(s) - (int64_t)host;
     }
-    if (o->stream == ST_HOST) return n * 32.0 / p->spec->cluster.host_bandwidth;
+    double elems;
+    int calls = owned_calls(s, lo, lo + (int64_t)n, false, &elems);
+    if (calls < 1) calls = 1;
+    if (cpu) {
+        CpuRank r = cpu_rank(p);
+        return n / profile_opt_rate(r.pf, r.threads) * r.share_ew + cpu_kernels(&r, calls);
+    }
+    /* on the device each step follows its 16-bit gradient's conversion to fp32
+     * (GPT-2 124M on an H200: 148 steps and 148 conversions a step) */
     bool staged = p->gbytes < 4 && p->spec->precision.dtype != DT_FP32;
     double per = 24.0 + (staged ? 4 : p->gbytes) + p->wbytes;
-    /* a step per tensor piece of the sub-group, each after its 16-bit
-     * gradient's conversion to fp32 (emit.c's owned helper; GPT-2 124M on an
-     * H200: 148 steps and 148 conversions a step) */
-    double elems;
-    int calls = owned_calls(s, (int64_t)o->aux * p->spec->zero.sub_group_size,
-                            (int64_t)o->aux * p->spec->zero.sub_group_size + (int64_t)n, false, &elems);
-    return hbm_time(p->spec, n * per) + kernels_time(p->spec, (calls > 1 ? calls : 1) * (staged ? 2 : 1));
+    return hbm_time(p->spec, n * per) + kernels_time(p->spec, calls * (staged ? 2 : 1));
 }
 
 /* Seconds of a copy, NVMe transfer or embedding on the CPU backend (the

@@ -4,6 +4,10 @@
   train_compare.py losses REF.jsonl RUN.jsonl TOL [exact | NORM_TOL]
       every step of REF is in RUN with |loss - ref| <= TOL * |ref|, and its grad_norm
       within NORM_TOL (default TOL) the same way (exact: both bit for bit)
+  train_compare.py scales REF.jsonl RUN.jsonl TOL
+      fp16's loss scaling: the same steps, the same steps skipped and the same loss
+      scales in RUN as in REF, some steps skipped and some taken, and the losses of
+      the steps taken within TOL relative
   train_compare.py weights REF.safetensors RUN.safetensors TOL
       the same tensors, shapes and dtypes; |w - ref| <= TOL * max(1, |ref|) everywhere
 Prints the worst difference; exits 1 on a mismatch.  Every comparison is written
@@ -88,6 +92,22 @@ def main():
                 print("step %d: grad_norm %r vs reference %r (rel %.3g)" % (s, qg, g, dn))
                 bad += 1
         print("losses: %d steps, worst relative difference %.3g (grad_norm %.3g)" % (len(r), worst, worst_norm))
+    elif mode == "scales":
+        a, b = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in (ref, run))
+        key = lambda rows: [(o["step"], bool(o.get("skipped")), o.get("loss_scale")) for o in rows]
+        if not a or key(a) != key(b):
+            sys.exit("steps, skips or scales differ:\n  %s\n  %s" % (key(a), key(b)))
+        skipped = sum(bool(o.get("skipped")) for o in a)
+        if not 0 < skipped < len(a):
+            sys.exit("%d of %d steps skipped: the test needs some of each" % (skipped, len(a)))
+        worst = 0.0
+        for x, y in zip(a, b):
+            if not x.get("skipped"):
+                worst = worse(rel(y["loss"], x["loss"]), worst)
+        print("scales: %d steps, the same %d skipped and the same scales (down to %g), losses within %.3g"
+              % (len(a), skipped, a[-1]["loss_scale"], worst))
+        if not (worst <= tol):
+            bad = 1
     else:
         r, q = tensors(ref), tensors(run)
         if sorted(r) != sorted(q):

@@ -19,15 +19,7 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 # the data: (STEPS + 2) batches of random GPT-2 token ids, llm.c's uint16 shard
-"$PY" - "$tmp/train.bin" $(( (STEPS + 2) * BATCH * 1024 + 1 )) << 'PYEOF'
-import array, random, struct, sys
-n = int(sys.argv[2])
-random.seed(1337)
-head = [20240520, 1, n] + [0] * 253
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", *head))
-    f.write(array.array("H", (random.randrange(50257) for _ in range(n))).tobytes())
-PYEOF
+"$PY" tests/bench/gpu/random_shard.py "$tmp/train.bin" $(( (STEPS + 2) * BATCH * 1024 + 1 ))
 "$B/shardc" build specs/gpt2-124m.tspec --backend cuda -o "$tmp/gpt2" -D parallel.dp=1 -D cluster.gpus_per_node=1 \
     -D cluster.gpu=h200_141gb -D zero.stage=0 -D train.global_batch="$BATCH" -D train.micro_batch="$BATCH" \
     -D train.steps="$STEPS" -D train.lr_schedule.warmup=2 -D train.eval_every=0 -D train.log_every=1 \
