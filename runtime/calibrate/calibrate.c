@@ -545,6 +545,38 @@ static void record_bytes(const char *table, const char *op, int64_t bytes, doubl
 static Gemm SHARE_GEMM = {SRT_F32, false, 256, 256, 256, 0, false};
 static const Ew SHARE_EW = {SRT_F32, 1 << 18};
 
+/* With SRT_CHECK=1 (the tests), on the CPU backend: after pass p the
+ * device arena holds no subnormal operand, by the upper 16 bits of each
+ * 32-bit word: an fp32 value's sign, exponent and top mantissa bits, which
+ * show every fp32 subnormal from 2^-133 up, and of bf16 data every other
+ * element (the lower halves of fp32 words can look like anything, so the
+ * check reads no further).  The benchmarks share the arena, each call's
+ * operands a copy further on; with values below 1 left there (sumsq_fill's),
+ * GEMM outputs that become later GEMMs' operands shrink pass after pass into
+ * subnormals, on which x86 takes up to a hundred times the cycles: a pass's
+ * batches then timed arithmetic no trainer runs, and the fastest batch came
+ * from the first pass alone.  run_compute zeroes the arena before every
+ * pass. */
+static void check_operands(srt_ctx *c, int64_t arena, int p)
+{
+#ifdef SRT_CALIBRATE_CUDA
+    (void)c, (void)arena, (void)p;
+#else
+    const char *e = getenv("SRT_CHECK");
+    if (!e || !*e || strcmp(e, "0") == 0) return;
+    srt_stream_sync(c, SRT_COMPUTE);
+    uint32_t *w = srt_dview(c, 0, arena / 4, SRT_F32).p;
+    if (getenv("SRT_TEST_SUBNORMAL")) w[arena / 8] = 0x00400000;   /* the tests' seam: one subnormal (2^-127) */
+    int64_t bad = 0;
+    for (int64_t i = 0; i < arena / 4; i++) bad += (w[i] >> 16 & 0x7f80) == 0 && (w[i] >> 16 & 0x007f) != 0;
+    if (bad) {
+        fprintf(stderr, "shardrt_calibrate: pass %d left %lld subnormal operands in the arena: its benchmarks "
+                        "timed subnormal arithmetic (a bug in shardrt_calibrate)\n", p + 1, (long long)bad);
+        exit(1);
+    }
+#endif
+}
+
 /* compute: every single-process benchmark. */
 static void run_compute(void)
 {
@@ -574,9 +606,9 @@ static void run_compute(void)
                     declare_gemm(SRT_GEMM_BWD_WEIGHT, gd[i], gd[l], gd[j], dt);
                 }
     srt_ctx *c = make_ctx(1, 1, 1, 0, arena, host, nb[nnb - 1], dmax, tokens);
-    srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, arena, SRT_U8));
     for (int p = 0; p < Z->passes; p++) {   /* every table, then every table again */
         pass_start(p);
+        srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, arena, SRT_U8));   /* no pass inherits another's values */
         for (int warm = 0; warm < 2; warm++) {  /* the cold grid, then the warm one (its first nwd dimensions) */
             int n = warm ? nwd : ngd;
             for (int d = 0; d < 2; d++)
@@ -641,6 +673,7 @@ static void run_compute(void)
                 Nvme k = {nb[i], w == 1};
                 record_bytes("nvme", w ? "write" : "read", nb[i], bench(c, nvme_run, &k, false));
             }
+        check_operands(c, arena, p);
     }
     R.slot = -1;
     ctx_destroy(c);

@@ -5,7 +5,8 @@
 # (every table there, the activation and sum-of-squares rows at every thread
 # count, read back by `shardc check`), and plans made with it:
 # the derived cluster keys, a predicted step, and a spec that sets a key still
-# overriding the profile.  Usage errors and a failing phase (no profile left
+# overriding the profile; with SRT_CHECK=1 no calibration pass left subnormal operands
+# (and the check finds the one a seam writes).  Usage errors and a failing phase (no profile left
 # behind).  Two nodes simulated on this machine (--nodes 2, --smoke).  Then the CUDA backend's path on the emulated CUDA stack
 # (BUILD/cuda-emu, docs/cuda-emulation.md) with --smoke, planned for an H100; the
 # emulator as a node of one GPU (CUEMU_DEVICES=1): the compute phase once and no
@@ -23,8 +24,9 @@ trap 'rm -rf "$T"' EXIT
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
-# the CPU runtime, --quick, collectives on 2 ranks
-if ! "$SHARDC" calibrate --quick --ranks 2 -o "$T/machine.json" > "$T/cal.out" 2> "$T/cal.err"; then
+# the CPU runtime, --quick, collectives on 2 ranks; SRT_CHECK=1: no pass leaves subnormal
+# operands in the compute phase's arena (check_operands in runtime/calibrate/calibrate.c)
+if ! SRT_CHECK=1 "$SHARDC" calibrate --quick --ranks 2 -o "$T/machine.json" > "$T/cal.out" 2> "$T/cal.err"; then
     bad "shardc calibrate --quick failed:"; tail -20 "$T/cal.err"
 else
     grep -q '^\[phase 1/3\] \[1/[0-9]*\] pass 1/2 gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no progress line per benchmark"
@@ -84,6 +86,14 @@ PY
     mkdir "$T/sub" && cp "$T/machine.json" "$T/sub/m.json" &&
         printf 'include "%s/specs/tiny-gpt.tspec"\ncluster { profile = "m.json" }\n' "$PWD" > "$T/sub/s.tspec"
     "$SHARDC" plan "$T/sub/s.tspec" > /dev/null 2>&1 || bad "a relative profile path is not read from the spec's folder"
+fi
+
+# the operands' check finds a subnormal (the seam writes one): the phase fails, no profile
+SRT_CHECK=1 SRT_TEST_SUBNORMAL=1 "$SHARDC" calibrate --smoke --ranks 2 -o "$T/sub.json" > /dev/null 2> "$T/sub.err"; rc=$?
+if [ $rc != 0 ] && [ ! -e "$T/sub.json" ] && grep -q "pass 1 left 1 subnormal operands in the arena" "$T/sub.err"; then
+    echo "ok: SRT_CHECK=1 finds a subnormal operand left in the arena (exit $rc, no profile)"
+else
+    bad "a subnormal operand in the arena: exit $rc, $(tail -3 "$T/sub.err")"
 fi
 
 # two nodes of 2 ranks on this machine: the rows across nodes, and a plan across nodes with them
