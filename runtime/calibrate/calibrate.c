@@ -562,18 +562,15 @@ static void check_operands(srt_ctx *c, int64_t arena, int p)
 #ifdef SRT_CALIBRATE_CUDA
     (void)c, (void)arena, (void)p;
 #else
-    const char *e = getenv("SRT_CHECK");
-    if (!e || !*e || strcmp(e, "0") == 0) return;
+    if (!ctx_check_wanted(NULL)) return;
     srt_stream_sync(c, SRT_COMPUTE);
     uint32_t *w = srt_dview(c, 0, arena / 4, SRT_F32).p;
     if (getenv("SRT_TEST_SUBNORMAL")) w[arena / 8] = 0x00400000;   /* the tests' seam: one subnormal (2^-127) */
     int64_t bad = 0;
     for (int64_t i = 0; i < arena / 4; i++) bad += (w[i] >> 16 & 0x7f80) == 0 && (w[i] >> 16 & 0x007f) != 0;
-    if (bad) {
-        fprintf(stderr, "shardrt_calibrate: pass %d left %lld subnormal operands in the arena: its benchmarks "
-                        "timed subnormal arithmetic (a bug in shardrt_calibrate)\n", p + 1, (long long)bad);
-        exit(1);
-    }
+    if (bad)
+        ctx_die(c, "pass %d left %lld subnormal operands in the arena: its benchmarks timed "
+                   "subnormal arithmetic", p + 1, (long long)bad);
 #endif
 }
 

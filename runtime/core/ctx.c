@@ -140,8 +140,7 @@ static void ctx_groups(srt_ctx *c)
     c->gcolor[SRT_TP_KV] = c->gcolor[SRT_TP] * p->tp + c->tp_idx / rep;
 }
 
-/* Whether checking is on: the option, else SRT_CHECK=1 in the environment. */
-static bool ctx_check_wanted(const ctx_options *o)
+bool ctx_check_wanted(const ctx_options *o)
 {
     if (o && o->check != 0) return o->check > 0;
     const char *e = getenv("SRT_CHECK");

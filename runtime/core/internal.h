@@ -170,6 +170,10 @@ typedef struct ctx_options {
     void *race_ud;
 } ctx_options;
 
+/* Whether checking is on: o's check, else SRT_CHECK=1 in the environment
+ * (o NULL: the environment alone). */
+bool ctx_check_wanted(const ctx_options *o);
+
 struct srt_ctx {
     const srt_program *prog;
     const srt_class *cls;       /* this rank's stage: prog->classes[pp_idx]           */
