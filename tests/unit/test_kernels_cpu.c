@@ -241,6 +241,78 @@ static void test_norm(int rms)
     check_doubled(what, dw, dw2, c.C);
 }
 
+/* The norms' row statistics sum 16 lanes in double (norm.c); every summand
+ * is a float or a product of two floats, exact in double, and these rows'
+ * sums are exact too, so the lanes must give the bits of the index-order
+ * double sums the kernels used before: forward outputs and statistics, and
+ * the backward's dinp, bit for bit against that reference, at widths with
+ * and without a tail (C mod 16), one and several 64-column blocks. */
+static void norm_reference(int rms, float *out, float *mean, float *rstd, float *dinp, const float *inp,
+                           const float *weight, const float *bias, const float *dout, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float *o = out + (size_t)n * C, *dx = dinp + (size_t)n * C;
+        if (rms) {
+            double ss = 0.0;
+            for (int i = 0; i < C; i++) ss += (double)x[i] * x[i];
+            float r = (float)(1.0 / sqrt(ss / C + 1e-5f));
+            for (int i = 0; i < C; i++) o[i] = weight[i] * (x[i] * r);
+            double s = 0.0;
+            for (int i = 0; i < C; i++) s += (double)(weight[i] * d[i]) * x[i];
+            float k = (float)(s / C) * r * r;
+            for (int i = 0; i < C; i++) dx[i] += r * (weight[i] * d[i] - x[i] * k);
+            rstd[n] = r;
+            continue;
+        }
+        double s = 0.0;
+        for (int i = 0; i < C; i++) s += x[i];
+        float m = (float)(s / C);
+        double v = 0.0;
+        for (int i = 0; i < C; i++) {
+            double t = x[i] - m;
+            v += t * t;
+        }
+        float r = (float)(1.0 / sqrt(v / C + 1e-5f));
+        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * weight[i] + bias[i];
+        double sg = 0.0, sgn = 0.0;
+        for (int i = 0; i < C; i++) {
+            float g = weight[i] * d[i];
+            sg += g;
+            sgn += g * ((x[i] - m) * r);
+        }
+        float mg = (float)(sg / C), mgn = (float)(sgn / C);
+        for (int i = 0; i < C; i++) dx[i] += (weight[i] * d[i] - mg - (x[i] - m) * r * mgn) * r;
+        mean[n] = m, rstd[n] = r;
+    }
+}
+
+static void test_norm_lanes(void)
+{
+    static const int widths[] = {7, 16, 80, 128, 200, 768};
+    for (int rms = 0; rms < 2; rms++)
+        for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+            int N = 9, C = widths[k];
+            size_t n = (size_t)N * C, bad = 0;
+            float *x = rand_array(n, 3), *w = rand_array(C, 1), *b = rand_array(C, 1), *d = rand_array(n, 1);
+            for (size_t i = 0; i < n; i++) x[i] += 0.25f;
+            float *o = zeros(n), *m = zeros(N), *r = zeros(N), *dx = zeros(n);
+            float *o2 = zeros(n), *m2 = zeros(N), *r2 = zeros(N), *dx2 = zeros(n);
+            if (rms) kc_rmsnorm_forward(o, r, x, w, N, C, 1e-5f);
+            else kc_layernorm_forward(o, m, r, x, w, b, N, C, 1e-5f);
+            if (rms) kc_rmsnorm_backward(dx, NULL, d, x, w, r, N, C);
+            else kc_layernorm_backward(dx, NULL, NULL, d, x, w, m, r, N, C);
+            norm_reference(rms, o2, m2, r2, dx2, x, w, b, d, N, C);
+            bad += memcmp(o, o2, n * sizeof *o) != 0;
+            bad += memcmp(r, r2, (size_t)N * sizeof *r) != 0;
+            bad += memcmp(m, m2, (size_t)N * sizeof *m) != 0;
+            bad += memcmp(dx, dx2, n * sizeof *dx) != 0;
+            char what[96];
+            snprintf(what, sizeof what, "%s C=%d: lane sums give the index-order bits", rms ? "rmsnorm" : "layernorm", C);
+            check(bad == 0, what, (double)bad, 0);
+        }
+}
+
 /* ---- pointwise ---------------------------------------------------------- */
 typedef struct PointCtx { int which, N, H; float *x, *out, *w; } PointCtx;
 enum { P_GELU, P_RELU, P_SWIGLU };
@@ -1288,6 +1360,7 @@ int main(int argc, char **argv)
     test_matmul();
     test_norm(0);
     test_norm(1);
+    test_norm_lanes();
     test_pointwise();
     test_attention(2, 70, 4, 2, 8);    /* GQA, T over one key tile */
     test_attention(1, 40, 3, 3, 16);   /* plain multi-head */

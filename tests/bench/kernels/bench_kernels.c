@@ -10,7 +10,11 @@
  * FLOPs counted: matmul forward 2·N·C·OC, backward twice that (dinp, dweight);
  * causal attention forward 2·2·B·NH·HS·T(T+1)/2 (q·k and p·v over the
  * visible keys), backward twice the forward (dv, dp, dq, dk; the recomputed
- * scores are not counted).  tests/bench/kernels/bench_torch.py measures the
+ * scores are not counted).  Norms (layernorm, rmsnorm) are memory-bound and
+ * report GB/s instead: forward 8·N·C bytes (read the input, write the
+ * output), backward 16·N·C (read the output gradient and the input, read and
+ * write the input gradient); the weights' and statistics' bytes are not
+ * counted.  tests/bench/kernels/bench_torch.py measures the
  * same cases in PyTorch; run.sh runs both with the same thread count.
  */
 #include "kernels.h"
@@ -87,6 +91,20 @@ static void at_bwd(void *p)
                           a->qkv + q, a->qkv + q + k, a->s);
 }
 
+typedef struct Nm { int N, C, rms; float *x, *w, *b, *y, *mean, *rstd, *dy, *dx, *dw, *db; } Nm;
+static void nm_fwd(void *p)
+{
+    Nm *n = p;
+    if (n->rms) kc_rmsnorm_forward(n->y, n->rstd, n->x, n->w, n->N, n->C, 1e-5f);
+    else kc_layernorm_forward(n->y, n->mean, n->rstd, n->x, n->w, n->b, n->N, n->C, 1e-5f);
+}
+static void nm_bwd(void *p)
+{
+    Nm *n = p;
+    if (n->rms) kc_rmsnorm_backward(n->dx, n->dw, n->dy, n->x, n->w, n->rstd, n->N, n->C);
+    else kc_layernorm_backward(n->dx, n->dw, n->db, n->dy, n->x, n->w, n->mean, n->rstd, n->N, n->C);
+}
+
 int main(int argc, char **argv)
 {
     /* `core`: the OpenBLAS kernels a trainer runs here (the upgrade its start
@@ -129,5 +147,22 @@ int main(int argc, char **argv)
                B, T, NH, NKV, HS, tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2 * fl / tb * 1e-9);
         free(a.qkv), free(a.o), free(a.lse), free(a.dqkv), free(a.dout);
     }
+    /* norms: the fidelity benchmark's rows (2 x 64 tokens, C = 128), GPT-2
+     * small's (8 x 1024, C = 768), a Llama 7B micro-batch's (1 x 1024, C = 4096) */
+    int nms[][2] = {{128, 128}, {8192, 768}, {1024, 4096}};
+    for (int rms = 0; rms < 2; rms++)
+        for (size_t i = 0; i < sizeof nms / sizeof nms[0]; i++) {
+            Nm n = {.N = nms[i][0], .C = nms[i][1], .rms = rms};
+            size_t nx = (size_t)n.N * n.C;
+            n.x = buf(nx), n.w = buf(n.C), n.b = buf(n.C), n.y = buf(nx), n.dy = buf(nx), n.dx = buf(nx);
+            n.mean = buf(n.N), n.rstd = buf(n.N), n.dw = buf(n.C), n.db = buf(n.C);
+            nm_fwd(&n);
+            double tf = timeit(nm_fwd, &n, min_s), tb = timeit(nm_bwd, &n, min_s);
+            printf("%s  N=%d C=%d                 fwd %7.3f ms %6.1f GB/s      bwd %7.3f ms %6.1f GB/s\n",
+                   rms ? "rmsnorm  " : "layernorm", n.N, n.C, tf * 1e3, 8.0 * nx / tf * 1e-9, tb * 1e3,
+                   16.0 * nx / tb * 1e-9);
+            free(n.x), free(n.w), free(n.b), free(n.y), free(n.dy), free(n.dx);
+            free(n.mean), free(n.rstd), free(n.dw), free(n.db);
+        }
     return 0;
 }

@@ -5,6 +5,9 @@ Matmul: F.linear forward, and its backward (dinp, dweight, dbias) by autograd.
 Attention: the causal softmax(q k^T / sqrt(HS)) v written with torch ops (the
 Debian torch 1.13 has no scaled_dot_product_attention), kv heads repeated for
 GQA; forward, and backward by autograd.  FLOPs are counted as in the C file.
+Norms: F.layer_norm, and rmsnorm as Hugging Face's LlamaRMSNorm writes it
+(torch 1.13 has no fused one); forward, and backward by autograd (the input,
+weight and bias gradients); GB/s counted as in the C file.
 Threads: torch.set_num_threads(OMP_NUM_THREADS, default 2).
 """
 import os
@@ -64,8 +67,31 @@ def bench_attention(B, T, NH, NKV, HS):
           f"   bwd {tb*1e3:7.2f} ms {2*fl/tb*1e-9:6.1f} GFLOP/s")
 
 
+def rmsnorm(x, w):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+
+
+def bench_norm(rms, N, C):
+    x = torch.rand(N, C, requires_grad=True)
+    w = torch.rand(C, requires_grad=True)
+    b = torch.rand(C, requires_grad=True)
+    dy = torch.rand(N, C)
+    fn = (lambda: rmsnorm(x, w)) if rms else (lambda: F.layer_norm(x, (C,), w, b))
+    with torch.no_grad():
+        tf = timeit(fn)
+    y = fn()
+    wrt = (x, w) if rms else (x, w, b)
+    tb = timeit(lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True))
+    name = "rmsnorm  " if rms else "layernorm"
+    print(f"{name}  N={N} C={C}                 fwd {tf*1e3:7.3f} ms {8*N*C/tf*1e-9:6.1f} GB/s"
+          f"      bwd {tb*1e3:7.3f} ms {16*N*C/tb*1e-9:6.1f} GB/s")
+
+
 print(f"threads {torch.get_num_threads()} (torch {torch.__version__})")
 for shape in ((256, 768, 2304), (1024, 768, 2304), (1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768)):
     bench_matmul(*shape)
 for shape in ((4, 256, 6, 6, 64), (1, 1024, 12, 12, 64), (1, 1024, 8, 2, 128)):
     bench_attention(*shape)
+for rms in (0, 1):
+    for shape in ((128, 128), (8192, 768), (1024, 4096)):
+        bench_norm(rms, *shape)

@@ -33,10 +33,10 @@ done
 grep '^torch threads' "$tmp/all.txt" | head -1
 echo "threads $OMP_NUM_THREADS, best of $rounds rounds of ${secs}s per case"
 # a line: WHO CASE... fwd MS ms GF GFLOP/s bwd MS ms GF GFLOP/s
-awk '$2 == "matmul" || $2 == "attention" {
+awk '$2 == "matmul" || $2 == "attention" || $2 == "layernorm" || $2 == "rmsnorm" {
     split($0, p, " fwd "); key = substr(p[1], index(p[1], " ") + 1); who = $1
     n = split(p[2], f, " "); fwd = f[1]; bwd = f[6]
-    flf = f[1] * f[3]; flb = f[6] * f[8]          # ms * GFLOP/s: the FLOP count
+    flf = f[1] * f[3]; flb = f[6] * f[8]          # ms * GFLOP/s (GB/s): the FLOPs (bytes)
     if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
     if (!((who, key) in bf) || fwd < bf[who, key]) bf[who, key] = fwd
     if (!((who, key) in bb) || bwd < bb[who, key]) bb[who, key] = bwd
@@ -44,10 +44,10 @@ awk '$2 == "matmul" || $2 == "attention" {
   END {
     printf "%-40s %20s %20s %16s\n", "case", "ours fwd/bwd ms", "torch fwd/bwd ms", "speed-up f/b"
     for (i = 1; i <= nk; i++) { k = order[i]
-        printf "%-40s %9.2f/%-9.2f %9.2f/%-9.2f %6.2fx/%5.2fx   (ours %.0f/%.0f GFLOP/s)", k,
+        printf "%-40s %9.3f/%-9.3f %9.3f/%-9.3f %6.2fx/%5.2fx   (ours %.0f/%.0f %s)", k,
             bf["ours", k], bb["ours", k], bf["torch", k], bb["torch", k],
             bf["torch", k] / bf["ours", k], bb["torch", k] / bb["ours", k],
-            FL[k] / bf["ours", k], BL[k] / bb["ours", k]
+            FL[k] / bf["ours", k], BL[k] / bb["ours", k], (k ~ /norm/ ? "GB/s" : "GFLOP/s")
         if (("whole", k) in bf)
             printf "  OpenBLAS whole %.2f/%.2f ms: %.2fx/%.2fx", bf["whole", k], bb["whole", k],
                 bf["whole", k] / bf["ours", k], bb["whole", k] / bb["ours", k]
