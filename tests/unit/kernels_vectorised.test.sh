@@ -7,7 +7,11 @@
 # machines that pick it, yet computes the same values, so no numeric test
 # sees it.  This reads the clones' machine code: each must evaluate the exp
 # polynomial (six multiply-adds) with packed instructions of its width —
-# mulps/addps on xmm, vfmadd*ps on ymm, on zmm.  Skipped (77) off x86-64,
+# mulps/addps on xmm, vfmadd*ps on ymm, on zmm.  The norms' row sums (16
+# double lanes, norm.c) likewise: packed double adds or multiply-adds of the
+# clone's width, more than the lanes' final total alone has (it adds a tail
+# into the 16 lanes: 2 on zmm, 4 on ymm, 8 on xmm per sum), where a sum in
+# index order is a chain of scalar adds (vaddsd).  Skipped (77) off x86-64,
 # without objdump, or in a sanitizer build.
 set -eu
 lib=${2:-build}/kernels/cpu/libshardk_cpu.a
@@ -43,6 +47,30 @@ for fn in kc_vexp kc_gelu_fwd_block kc_gelu_bwd_block kc_gelu_scale_block kc_swi
             fail=1
         else
             echo "ok: $fn.$clone: $packed packed multiply-adds"
+        fi
+    done
+done
+for fn in kc_norm_sum kc_norm_sqdev kc_norm_sumsq kc_norm_ln_dsums kc_norm_rms_dsum; do
+    sums=1
+    [ "$fn" = kc_norm_ln_dsums ] && sums=2
+    for clone in default arch_x86_64_v3 arch_x86_64_v4; do
+        case $clone in
+        default) pat='addpd[[:space:]].*%xmm' tail=8 ;;
+        arch_x86_64_v3) pat='(vaddpd|vfn?m(add|sub)[0-9]+pd)[[:space:]].*%ymm' tail=4 ;;
+        arch_x86_64_v4) pat='(vaddpd|vfn?m(add|sub)[0-9]+pd)[[:space:]].*%zmm' tail=2 ;;
+        esac
+        n=$(grep -c "^$fn\.$clone	" "$tmp/asm" || true)
+        if [ "$n" -eq 0 ]; then
+            echo "FAIL: $fn has no $clone clone in $lib"
+            fail=1
+            continue
+        fi
+        packed=$(grep "^$fn\.$clone	" "$tmp/asm" | grep -c -E "$pat" || true)
+        if [ "$packed" -le $((sums * tail)) ]; then
+            echo "FAIL: $fn.$clone: $packed packed double adds (/$pat/), the total alone has $((sums * tail)): the lanes are not vectorised"
+            fail=1
+        else
+            echo "ok: $fn.$clone: $packed packed double adds"
         fi
     done
 done
