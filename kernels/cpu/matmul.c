@@ -122,21 +122,32 @@ void kc_matmul_forward(float *out, const float *inp, const float *weight,
     kc_sgemm(0, 1, N, OC, C, inp, C, weight, C, beta, out, OC);
 }
 
+enum { KC_BIAS_COLS = 64 };   /* columns per block of the bias gradient */
+
+/* One block of nc <= KC_BIAS_COLS columns of kc_bias_backward, its rows in
+ * order.  Compiled per x86-64 level: its 64 double accumulators fit the
+ * AVX-512 clone's registers (the SSE2 build spilled them every row); the
+ * sums are adds of floats in row order in every clone, so the bits are the
+ * same. */
+KC_MULTIVERSION
+static void kc_bias_block(float *dbias, const float *dout, int N, int OC, int c0, int nc)
+{
+    double acc[KC_BIAS_COLS] = {0};
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * OC + c0;   /* (nc) */
+        for (int j = 0; j < nc; j++) acc[j] += d[j];
+    }
+    for (int j = 0; j < nc; j++) dbias[c0 + j] += (float)acc[j];
+}
+
 /* dbias(OC) += sum over rows of dout(N,OC), in row order, in double. */
 static void kc_bias_backward(float *dbias, const float *dout, int N, int OC)
 {
-    enum { COLS = 64 };
-    int nblocks = (OC + COLS - 1) / COLS;
+    int nblocks = (OC + KC_BIAS_COLS - 1) / KC_BIAS_COLS;
     #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
-        int c0 = blk * COLS;
-        int nc = OC - c0 < COLS ? OC - c0 : COLS;
-        double acc[COLS] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *d = dout + (size_t)n * OC + c0;   /* (nc) */
-            for (int j = 0; j < nc; j++) acc[j] += d[j];
-        }
-        for (int j = 0; j < nc; j++) dbias[c0 + j] += (float)acc[j];
+        int c0 = blk * KC_BIAS_COLS;
+        kc_bias_block(dbias, dout, N, OC, c0, OC - c0 < KC_BIAS_COLS ? OC - c0 : KC_BIAS_COLS);
     }
 }
 
