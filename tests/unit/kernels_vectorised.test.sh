@@ -28,50 +28,34 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 objdump -d --no-show-raw-insn "$lib" |
     awk '/^[0-9a-f]+ <.*>:$/ { f = substr($2, 2, length($2) - 3); next } NF { print f "\t" $0 }' > "$tmp/asm"
 fail=0
+# packed FN CLONE PATTERN LEAST WHAT WHY: FN's CLONE must hold at least LEAST
+# instructions matching PATTERN (WHAT, counted); WHY ends the failure's line
+packed() {
+    if ! grep -q "^$1\.$2	" "$tmp/asm"; then
+        echo "FAIL: $1 has no $2 clone in $lib"
+        fail=1
+        return
+    fi
+    n=$(grep "^$1\.$2	" "$tmp/asm" | grep -c -E "$3" || true)
+    if [ "$n" -lt "$4" ]; then
+        echo "FAIL: $1.$2: $n $5 (/$3/), $6"
+        fail=1
+    else
+        echo "ok: $1.$2: $n $5"
+    fi
+}
 for fn in kc_vexp kc_gelu_fwd_block kc_gelu_bwd_block kc_gelu_scale_block kc_swiglu_fwd_row; do
-    for clone in default arch_x86_64_v3 arch_x86_64_v4; do
-        case $clone in
-        default) pat='(mul|add)ps[[:space:]].*%xmm' ;;
-        arch_x86_64_v3) pat='vfn?m(add|sub)[0-9]+ps[[:space:]].*%ymm' ;;
-        arch_x86_64_v4) pat='vfn?m(add|sub)[0-9]+ps[[:space:]].*%zmm' ;;
-        esac
-        n=$(grep -c "^$fn\.$clone	" "$tmp/asm" || true)
-        if [ "$n" -eq 0 ]; then
-            echo "FAIL: $fn has no $clone clone in $lib"
-            fail=1
-            continue
-        fi
-        packed=$(grep "^$fn\.$clone	" "$tmp/asm" | grep -c -E "$pat" || true)
-        if [ "$packed" -lt 6 ]; then
-            echo "FAIL: $fn.$clone: $packed packed multiply-adds (/$pat/), the exp alone needs 6: not vectorised"
-            fail=1
-        else
-            echo "ok: $fn.$clone: $packed packed multiply-adds"
-        fi
-    done
+    packed "$fn" default '(mul|add)ps[[:space:]].*%xmm' 6 "packed multiply-adds" "the exp alone needs 6: not vectorised"
+    packed "$fn" arch_x86_64_v3 'vfn?m(add|sub)[0-9]+ps[[:space:]].*%ymm' 6 "packed multiply-adds" "the exp alone needs 6: not vectorised"
+    packed "$fn" arch_x86_64_v4 'vfn?m(add|sub)[0-9]+ps[[:space:]].*%zmm' 6 "packed multiply-adds" "the exp alone needs 6: not vectorised"
 done
+# the lanes' final total adds a tail into 16 lanes: 8 xmm, 4 ymm, 2 zmm adds a sum
 for fn in kc_norm_sum kc_norm_sqdev kc_norm_sumsq kc_norm_ln_dsums kc_norm_rms_dsum; do
     sums=1
     [ "$fn" = kc_norm_ln_dsums ] && sums=2
-    for clone in default arch_x86_64_v3 arch_x86_64_v4; do
-        case $clone in
-        default) pat='addpd[[:space:]].*%xmm' tail=8 ;;
-        arch_x86_64_v3) pat='(vaddpd|vfn?m(add|sub)[0-9]+pd)[[:space:]].*%ymm' tail=4 ;;
-        arch_x86_64_v4) pat='(vaddpd|vfn?m(add|sub)[0-9]+pd)[[:space:]].*%zmm' tail=2 ;;
-        esac
-        n=$(grep -c "^$fn\.$clone	" "$tmp/asm" || true)
-        if [ "$n" -eq 0 ]; then
-            echo "FAIL: $fn has no $clone clone in $lib"
-            fail=1
-            continue
-        fi
-        packed=$(grep "^$fn\.$clone	" "$tmp/asm" | grep -c -E "$pat" || true)
-        if [ "$packed" -le $((sums * tail)) ]; then
-            echo "FAIL: $fn.$clone: $packed packed double adds (/$pat/), the total alone has $((sums * tail)): the lanes are not vectorised"
-            fail=1
-        else
-            echo "ok: $fn.$clone: $packed packed double adds"
-        fi
-    done
+    why="needs more than the lanes' total alone: the lanes are not vectorised"
+    packed "$fn" default 'addpd[[:space:]].*%xmm' $((sums * 8 + 1)) "packed double adds" "$why"
+    packed "$fn" arch_x86_64_v3 '(vaddpd|vfn?m(add|sub)[0-9]+pd)[[:space:]].*%ymm' $((sums * 4 + 1)) "packed double adds" "$why"
+    packed "$fn" arch_x86_64_v4 '(vaddpd|vfn?m(add|sub)[0-9]+pd)[[:space:]].*%zmm' $((sums * 2 + 1)) "packed double adds" "$why"
 done
 exit $fail
