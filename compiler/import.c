@@ -408,6 +408,7 @@ static const char *import_describe(const cJSON *v)
         int n = cJSON_GetArraySize(v);
         return arena_printf(&g_arena, "an array of %d element%s", n, n == 1 ? "" : "s");
     }
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble)) return "a number beyond a double's range";
     if (cJSON_IsNumber(v)) {
         char buf[64];
         import_shortest(buf, sizeof buf, "%.*g", v->valuedouble);
@@ -586,13 +587,13 @@ static int import_get_int(const JDoc *d, const char *path, int64_t *out)
     return J_OK;
 }
 
-/* Reads a number. */
+/* Reads a finite number (cJSON reads 1e999 as inf). */
 static int import_get_num(const JDoc *d, const char *path, double *out)
 {
     cJSON *v = import_get(d, path);
     if (!v || cJSON_IsNull(v)) return J_ABSENT;
     if (import_is_auto(v)) return J_AUTO;
-    if (!cJSON_IsNumber(v)) {
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
         import_type_error(d, path, v, "a number");
         return J_BAD;
     }
@@ -1081,7 +1082,8 @@ static void import_hf_key(Imp *im, const HfKey *h, const char *alias)
         return;
     }
     bool integral = k->type == T_INT;
-    if (!cJSON_IsNumber(v) || (integral && (v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 9.0e15))) {
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+        (integral && (v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 9.0e15))) {
         import_type_error(d, path, v, integral ? "an integer" : "a number");
         return;
     }
@@ -1873,7 +1875,7 @@ static double import_sched_warmup(Imp *im, int t)
     double warm = 1000;
     bool given;
     if (!import_sched_num(im, "warmup_num_steps", 1000, &warm, &given)) return -1;
-    if (warm != floor(warm)) {
+    if (warm != floor(warm) || warm > 9.0e15) {   /* an int64_t below, as import_get_int bounds it */
         diag_error(import_val_loc(&im->ds, "scheduler.params.warmup_num_steps"),
                    "scheduler.params.warmup_num_steps: expected an integer, got %s", import_fmt_float(warm));
         return -1;
