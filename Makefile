@@ -31,7 +31,7 @@ build: deps
 	$(call configure,$(BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo)
 	$(call compile,$(BUILD))
 
-# Every test: unit, golden, e2e, fuzz (five short runs), gpu (skipped without
+# Every test: unit, golden, e2e, fuzz (the committed seeds replayed), gpu (skipped without
 # one); then the ASan+UBSan pass.  ctest prints one line per test (on a
 # terminal, one line rewritten) and the output of the ones that fail.
 test: build
