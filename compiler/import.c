@@ -572,6 +572,10 @@ static void import_type_error(const JDoc *d, const char *path, const cJSON *v, c
     diag_error(import_val_loc(d, path), "%s: expected %s, got %s", path, want, import_describe(v));
 }
 
+/* The largest integer a JSON number may give (exact in a double, and an
+ * int64_t when cast). */
+#define IMPORT_INT_MAX 9.0e15
+
 /* Reads an integral number (5e8 is fine, 1.5 is not); null counts as absent. */
 static int import_get_int(const JDoc *d, const char *path, int64_t *out)
 {
@@ -579,7 +583,7 @@ static int import_get_int(const JDoc *d, const char *path, int64_t *out)
     if (!v || cJSON_IsNull(v)) return J_ABSENT;
     if (import_is_auto(v)) return J_AUTO;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-        fabs(v->valuedouble) > 9.0e15) {
+        fabs(v->valuedouble) > IMPORT_INT_MAX) {
         import_type_error(d, path, v, "an integer");
         return J_BAD;
     }
@@ -1083,7 +1087,7 @@ static void import_hf_key(Imp *im, const HfKey *h, const char *alias)
     }
     bool integral = k->type == T_INT;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
-        (integral && (v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 9.0e15))) {
+        (integral && (v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > IMPORT_INT_MAX))) {
         import_type_error(d, path, v, integral ? "an integer" : "a number");
         return;
     }
@@ -1875,7 +1879,7 @@ static double import_sched_warmup(Imp *im, int t)
     double warm = 1000;
     bool given;
     if (!import_sched_num(im, "warmup_num_steps", 1000, &warm, &given)) return -1;
-    if (warm != floor(warm) || warm > 9.0e15) {   /* an int64_t below, as import_get_int bounds it */
+    if (warm != floor(warm) || warm > IMPORT_INT_MAX) {   /* cast to int64_t below */
         diag_error(import_val_loc(&im->ds, "scheduler.params.warmup_num_steps"),
                    "scheduler.params.warmup_num_steps: expected an integer, got %s", import_fmt_float(warm));
         return -1;

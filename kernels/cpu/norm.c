@@ -1,9 +1,10 @@
 /* norm.c — layernorm (GPT) and rmsnorm (Llama) over the last axis.
  *
  * Row statistics are sums in double over 16 lanes: element i goes to lane
- * i mod 16, the lanes are added in a fixed tree at the end (kc_norm_total).  The order depends on C only, never on the
- * thread count or the rows a thread gets, and the lanes are independent, so
- * the compiler vectorises the sums (a sum in index order is one chain of
+ * i mod 16, the lanes are added in a fixed tree at the end (kc_norm_total).
+ * The order depends on C only, never on the thread count or the rows a
+ * thread gets, and the lanes are independent, so the compiler vectorises the
+ * sums (a sum in index order is one chain of
  * dependent double adds: the norms ran at 6-7 GB/s on one thread, a tenth of
  * the machine's bandwidth).  Each summand is what the index-order sums added
  * (a float, or a product of two floats, exact in double), so the statistics
@@ -62,8 +63,8 @@ static double kc_norm_sum(const float *x, int C)
     return kc_norm_total(v, t);
 }
 
-/* sum (x[i] - m)^2, the difference in float as the output's, for
- * layernorm's variance. */
+/* sum (x[i] - m)^2, the difference in float as the output's: layernorm's
+ * variance, and with m = 0 (x - 0 is x) rmsnorm's sum of squares. */
 KC_MULTIVERSION
 static double kc_norm_sqdev(const float *x, float m, int C)
 {
@@ -79,22 +80,6 @@ static double kc_norm_sqdev(const float *x, float m, int C)
         double d = x[i] - m;
         t[j] = d * d;
     }
-    return kc_norm_total(v, t);
-}
-
-/* sum x[i]^2, for rmsnorm's forward. */
-KC_MULTIVERSION
-static double kc_norm_sumsq(const float *x, int C)
-{
-    kc_v8d v[KC_NORM_VECS] = {0};
-    double t[KC_NORM_LANES] = {0};
-    int i = 0;
-    for (; i + KC_NORM_LANES <= C; i += KC_NORM_LANES)
-        for (int k = 0; k < KC_NORM_VECS; k++) {
-            kc_v8d d = kc_wide8(kc_ld8(x + i + 8 * k));
-            v[k] += d * d;
-        }
-    for (int j = 0; i < C; i++, j++) t[j] = (double)x[i] * x[i];
     return kc_norm_total(v, t);
 }
 
@@ -226,7 +211,7 @@ void kc_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;   /* (C) */
         float *o = out + (size_t)n * C;         /* (C) */
-        float r = (float)(1.0 / sqrt(kc_norm_sumsq(x, C) / C + eps));
+        float r = (float)(1.0 / sqrt(kc_norm_sqdev(x, 0.0f, C) / C + eps));
         /* Hugging Face order: weight * (x * rstd) */
         for (int i = 0; i < C; i++) o[i] = weight[i] * (x[i] * r);
         rstd[n] = r;

@@ -50,7 +50,7 @@ for fn in kc_vexp kc_gelu_fwd_block kc_gelu_bwd_block kc_gelu_scale_block kc_swi
     packed "$fn" arch_x86_64_v4 'vfn?m(add|sub)[0-9]+ps[[:space:]].*%zmm' 6 "packed multiply-adds" "the exp alone needs 6: not vectorised"
 done
 # the lanes' final total adds a tail into 16 lanes: 8 xmm, 4 ymm, 2 zmm adds a sum
-for fn in kc_norm_sum kc_norm_sqdev kc_norm_sumsq kc_norm_ln_dsums kc_norm_rms_dsum; do
+for fn in kc_norm_sum kc_norm_sqdev kc_norm_ln_dsums kc_norm_rms_dsum; do
     sums=1
     [ "$fn" = kc_norm_ln_dsums ] && sums=2
     why="needs more than the lanes' total alone: the lanes are not vectorised"
