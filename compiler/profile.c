@@ -223,9 +223,11 @@ static bool grid_build(Reader *r, ProfGrid *g, const Pt *p, int n, int key, int 
             int rest = i;
             double c[3] = {0};
             for (int d = nd - 1; d >= 0; d--) c[d] = exp(g->ax[d][rest % g->n[d]]), rest /= g->n[d];
+            char pt[96] = "";
+            for (int d = 0, at = 0; d < nd; d++)
+                at += snprintf(pt + at, sizeof pt - (size_t)at, "%s%g", d ? ", " : "", c[d]);
             prof_error(r, first, "shardc calibrate measures full grids; a hand-made profile must too",
-                       "%s: the grid misses the point (%g%s%g%s%g): every combination of the measured values is needed",
-                       what, c[0], nd > 1 ? ", " : "", nd > 1 ? c[1] : 0, nd > 2 ? ", " : "", nd > 2 ? c[2] : 0);
+                       "%s: the grid misses the point (%s): every combination of the measured values is needed", what, pt);
             return false;
         }
     return true;

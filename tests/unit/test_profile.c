@@ -178,6 +178,10 @@ static void test_errors(void)
     CHECK(load(profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
                                "\"m\":1024,\"n\":64,\"k\":64,\"seconds\":1e-3},\n", false)) == NULL);
     CHECK_HAS(captured(), "gemm fp32 forward at 1 thread: the grid misses the point (1024, 64, 512)");
+    /* and on a grid of two axes, the point's two coordinates (until 2026-12-05: "(1024, 320)") */
+    CHECK(load(profile_text(1, "{\"table\":\"attention\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
+                               "\"batch\":4,\"seq\":1024,\"heads\":4,\"head_dim\":64,\"seconds\":1e-3},\n", false)) == NULL);
+    CHECK_HAS(captured(), "attention fp32 forward at 1 thread: the grid misses the point (1024, 32): every");
     CHECK(load(profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
                                "\"m\":64,\"n\":64,\"k\":64,\"seconds\":1e-3},\n", false)) == NULL);
     CHECK_HAS(captured(), "this point is measured twice");
