@@ -395,6 +395,22 @@ static double cpu_act_time(const Partition *p, const CpuRank *r, bool bwd)
     return rate > 0 ? act_elems(p) / rate * r->share_ew : -1;
 }
 
+/* Seconds of `rows` token rows of a layer's norm (layernorm, or RMSNorm) on
+ * the CPU backend, forward or backward, at the profile's measured rate for
+ * that shape: its row sums are computed row by row, so a norm over a few
+ * hundred rows takes several times what its bytes stream in (gpt-1 of the
+ * fidelity benchmark: 15.7 µs forward and 20.0 µs backward a call at one
+ * thread, against 1.6 and 2.0 µs as bytes and a kernel's fixed cost; the
+ * measured call includes that cost).  -1 for a profile without norm rows,
+ * which streams its bytes instead. */
+static double cpu_norm_time(const Partition *p, const CpuRank *r, bool bwd, double rows)
+{
+    double h = (double)p->model->h;
+    double rate = profile_norm_rate(r->pf, p->model->layernorm ? PROFILE_LAYERNORM : PROFILE_RMSNORM, r->dt, bwd,
+                                    r->threads, rows, h);
+    return rate > 0 ? rows * h / rate * r->share_ew : -1;
+}
+
 /* Seconds of the biases of the linears in `pieces` on the CPU backend:
  * kc_matmul_forward writes the bias into every output row before the GEMM
  * adds its product there (so the GEMM also reads its output), and
@@ -477,8 +493,15 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     if ((pieces & PC_MLP_IN) && !act_here) bytes -= act_bytes(p, bwd);     /* GELU: the column chunks' */
     double act = act_here ? cpu_act_time(p, &r, bwd) : -1;
     if (act >= 0) bytes -= act_bytes(p, bwd);   /* priced by its own rate instead */
-    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + cpu_bias_time(p, &r, gemms, bwd, rows) +
-           cpu_kernels(&r, kernels);
+    /* the halves' norms, where sequence parallelism has not moved them to the norm ops */
+    int norms = p->T_sp < p->T || pieces == PC_CORE ? 0 : (pieces & PC_QKV ? 1 : 0) + (pieces & PC_MLP_IN ? 1 : 0);
+    double norm = norms ? cpu_norm_time(p, &r, bwd, (double)p->T) : -1;
+    if (norm >= 0) {   /* priced by their own rate instead, each call's fixed cost included */
+        bytes -= norms * (bwd ? 3.0 : 2.0) * each;
+        kernels -= norms;
+    }
+    return t + cpu_stream(&r, bytes, 3 * each) + fmax(act, 0) + norms * fmax(norm, 0) +
+           cpu_bias_time(p, &r, gemms, bwd, rows) + cpu_kernels(&r, kernels);
 }
 
 /* Sequence parallelism's norm op (GR_NORM), on this rank's tokens.  A
@@ -493,6 +516,11 @@ static double norm_op_time(const Partition *p, bool bwd)
     int kernels = bwd ? 3 : 1;
     if (cost_cpu_priced(p->spec)) {
         CpuRank r = cpu_rank(p);
+        double rows = (double)p->T_sp, fwd = cpu_norm_time(p, &r, false, rows);
+        if (fwd >= 0) {   /* the norm (twice backward: its statistics again) and its backward at their rates */
+            double resid = 2 * rows * (double)p->model->h * p->wbytes;   /* backward: the residual copied */
+            return fwd + (bwd ? cpu_norm_time(p, &r, true, rows) + cpu_stream(&r, resid, resid) + cpu_kernels(&r, 1) : 0);
+        }
         return cpu_stream(&r, bytes, bytes / (bwd ? 4 : 2)) + cpu_kernels(&r, kernels);
     }
     return hbm_time(p->spec, bytes) + kernels_time(p->spec, kernels);
@@ -585,8 +613,15 @@ static double head_time(const Partition *p, const Op *o)
     double bytes = (double)p->wbytes * (5 * (double)p->T_sp * h + 3 * T * vt);
     if (cost_cpu_priced(p->spec)) {
         CpuRank r = cpu_rank(p);
-        return cpu_gemm(&r, false, T, vt, h) + cpu_gemm(&r, true, T, vt, h) + cpu_stream(&r, bytes, 3 * T * vt * p->wbytes) +
-               cpu_kernels(&r, 8);
+        double fwd = cpu_norm_time(p, &r, false, (double)p->T_sp), norm = 0;
+        int kernels = 8;
+        if (fwd >= 0) {   /* the final norm and its backward at their rates, not 5 passes of bytes */
+            norm = fwd + cpu_norm_time(p, &r, true, (double)p->T_sp);
+            bytes -= (double)p->wbytes * 5 * (double)p->T_sp * h;
+            kernels -= 2;
+        }
+        return cpu_gemm(&r, false, T, vt, h) + cpu_gemm(&r, true, T, vt, h) + norm +
+               cpu_stream(&r, bytes, 3 * T * vt * p->wbytes) + cpu_kernels(&r, kernels);
     }
     double t = o->flops / (cost_peak(p->spec) * cost_gemm_eff(cost_profile(p->spec), T, vt, h));
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, 8);

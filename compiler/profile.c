@@ -323,8 +323,8 @@ static int coll_index(Profile *pf, int op, bool inter, int w, int n)
 
 static const char *const DT_CHOICES = "fp32|bf16", *const PASS_CHOICES = "fwd|bwd";
 static const char *const TABLES =
-    "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing|skew|activation|sumsq";
-enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE, TB_SKEW, TB_ACT, TB_SUMSQ };
+    "gemm|attention|elementwise|launch|optimizer|copy|nvme|collective|sharing|skew|activation|sumsq|norm";
+enum { TB_GEMM, TB_ATTN, TB_EW, TB_LAUNCH, TB_OPT, TB_COPY, TB_NVME, TB_COLL, TB_SHARE, TB_SKEW, TB_ACT, TB_SUMSQ, TB_NORM };
 
 /* Reads every row into points and per-thread values; false on an error. */
 static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *npts)
@@ -389,6 +389,16 @@ static bool read_rows(Reader *r, Profile *pf, const cJSON *rows, Pt **pts, int *
                 num(r, row, i, name, "elements", false) / num(r, row, i, name, "seconds", false);
             pf->has_act = true;
             p.key = -1;
+            break;
+        }
+        case TB_NORM: {   /* elements/s of one call over rows × cols, keyed 6000 + op · 1000 */
+            int op = choice(r, row, i, name, "op", "layernorm|rmsnorm"), dt = choice(r, row, i, name, "dtype", DT_CHOICES);
+            int ps = choice(r, row, i, name, "pass", PASS_CHOICES);
+            int ti = thread_index(pf, (int)num(r, row, i, name, "threads", false));
+            p.key = 6000 + op * 1000 + rate_key(dt, ps, ti);
+            p.x[0] = num(r, row, i, name, "rows", false), p.x[1] = num(r, row, i, name, "cols", false);
+            p.v = p.x[0] * p.x[1] / num(r, row, i, name, "seconds", false);
+            pf->has_norm = true;
             break;
         }
         case TB_COPY: case TB_NVME: {
@@ -458,6 +468,17 @@ static bool build_tables(Reader *r, Profile *pf, const Pt *p, int n)
                 }
                 snprintf(what, sizeof what, "attention %s %s at %d thread%s", dts[dt], passes[ps], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
                 if (!grid_build(r, &pf->attn[k], p, n, 1000 + k, 2, what)) return false;
+                for (int op = 0; pf->has_norm && op < 2; op++) {
+                    snprintf(what, sizeof what, "norm %s %s %s at %d thread%s", op ? "rmsnorm" : "layernorm", dts[dt], passes[ps],
+                             pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
+                    if (!grid_build(r, &pf->norm[op][k], p, n, 6000 + op * 1000 + k, 2, what)) return false;
+                    if (pf->norm[op][k].n[0] == 0) {
+                        prof_error(r, key_at(r, "rows"), "shardc calibrate measures every one; a hand-made profile must too",
+                                   "%s: no rows (a profile with norm rows needs them for both norms at every dtype, pass "
+                                   "and thread count)", what);
+                        return false;
+                    }
+                }
             }
             char what[96];
             snprintf(what, sizeof what, "elementwise %s at %d thread%s", dts[dt], pf->threads[ti], pf->threads[ti] > 1 ? "s" : "");
@@ -616,6 +637,20 @@ static double sumsq_at(const Profile *pf, int ti, const void *ud) { (void)ud; re
 double profile_sumsq_rate(const Profile *pf, double threads)
 {
     return pf->has_sumsq ? over_threads(pf, threads, sumsq_at, NULL) : 0;
+}
+
+typedef struct NormQ { int op, dt, pass; double x[2]; } NormQ;
+static double norm_at(const Profile *pf, int ti, const void *ud)
+{
+    const NormQ *q = ud;
+    return grid_eval(&pf->norm[q->op][rate_key(q->dt, q->pass, ti)], q->x);
+}
+
+double profile_norm_rate(const Profile *pf, int op, int dtype, bool bwd, double threads, double rows, double cols)
+{
+    if (!pf->has_norm) return 0;
+    NormQ q = {op, dt_of(dtype), bwd, {rows, cols}};
+    return over_threads(pf, threads, norm_at, &q);
 }
 
 typedef struct ActQ { int act, dt, pass; } ActQ;

@@ -371,6 +371,8 @@ enum { PROFILE_H2D, PROFILE_D2H, PROFILE_NVME_READ, PROFILE_NVME_WRITE };
 enum { PROFILE_ALLREDUCE, PROFILE_ALLGATHER, PROFILE_REDUCE_SCATTER, PROFILE_SENDRECV };
 /* The activations the profile times (its "op" of an activation row). */
 enum { PROFILE_GELU, PROFILE_SWIGLU };
+/* The norms the profile times (its "op" of a norm row). */
+enum { PROFILE_LAYERNORM, PROFILE_RMSNORM };
 #define PROFILE_MAX_THREADS 16
 /* A rate on a grid of up to 3 axes (the logarithms of the coordinates and of
  * the rate), interpolated multilinearly. */
@@ -411,6 +413,11 @@ typedef struct Profile {
      * activation rows (written before they were measured) */
     double act_rate[2][PROFILE_MAX_THREADS * 4];
     bool has_act;
+    /* [PROFILE_LAYERNORM, _RMSNORM][key as above]: elements/s of one call
+     * over rows × cols (srt_layernorm_*, srt_rmsnorm_*); has_norm false in a
+     * profile without norm rows (written before they were measured) */
+    ProfGrid norm[2][PROFILE_MAX_THREADS * 4];
+    bool has_norm;
     double sumsq_rate[PROFILE_MAX_THREADS];   /* srt_grad_sumsq fp32 elements/s; 0: not measured */
     bool has_sumsq;
     ProfFit io[4];              /* PROFILE_H2D .. PROFILE_NVME_WRITE            */
@@ -435,6 +442,9 @@ double profile_opt_rate(const Profile *pf, double threads);    /* elements/s    
 /* Output elements/s of an activation (PROFILE_GELU, _SWIGLU) forward or
  * backward; 0 when the profile has no activation rows. */
 double profile_act_rate(const Profile *pf, int act, int dtype, bool bwd, double threads);
+/* Elements/s of a norm (PROFILE_LAYERNORM, _RMSNORM) call over rows × cols,
+ * forward or backward; 0 when the profile has no norm rows. */
+double profile_norm_rate(const Profile *pf, int op, int dtype, bool bwd, double threads, double rows, double cols);
 /* fp32 elements/s of the gradient norm's sum of squares; 0 when not measured. */
 double profile_sumsq_rate(const Profile *pf, double threads);
 double profile_io_seconds(const Profile *pf, int which, double bytes);

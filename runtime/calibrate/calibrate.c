@@ -15,7 +15,8 @@
  * compute (one process, at the thread count OMP_NUM_THREADS gives it): GEMM
  * forward and backward over a grid of shapes in fp32 and bf16, attention
  * forward and backward over sequence lengths and head sizes, an elementwise
- * op over sizes, the activations (GELU, SwiGLU) forward and backward, the
+ * op over sizes, the activations (GELU, SwiGLU) and the norms (layernorm,
+ * RMSNorm, over rows and columns) forward and backward, the
  * AdamW step, the gradient norm's sum of squares, an op's fixed cost, copies between the
  * device and the host arena, NVMe writes and reads; and the reference GEMM
  * and elementwise op of the sharing test alone.
@@ -85,6 +86,7 @@ typedef struct Sizes {
     int batches;                /* timed batches of a benchmark run once         */
     int passes, pass_batches;   /* the tables run `passes` times, each benchmark
                                    `pass_batches` batches a pass (bench)         */
+    int norm_rows[2], norm_cols[2], nnorm_rows, nnorm_cols;   /* the norms' grid  */
 } Sizes;
 #ifdef SRT_CALIBRATE_CUDA
 /* The GPU's full grid (shardrt_calibrate_cuda): an H200 reached 743 TFLOP/s
@@ -94,17 +96,18 @@ typedef struct Sizes {
 static const Sizes FULL = {{128, 512, 2048, 8192}, 4, {256, 1024, 4096}, 3, {32, 64, 128}, 3,
                            {3 << 20, 48 << 20, 192 << 20, 384 << 20}, {1 << 20, 16 << 20, 64 << 20, 256 << 20},
                            {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
-                           16384, 1 << 24, 1 << 22, 10e-3, 300e-3, 5, 3, 2};
+                           16384, 1 << 24, 1 << 22, 10e-3, 300e-3, 5, 3, 2, {1024, 8192}, {1024, 2048}, 2, 2};
 #else
 static const Sizes FULL = {{32, 128, 512, 2048}, 4, {64, 256, 1024}, 3, {16, 64, 128}, 3,
                            {12 << 10, 192 << 10, 3 << 20, 48 << 20}, {64 << 10, 1 << 20, 16 << 20, 64 << 20},
                            {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
-                           1024, 1 << 20, 1 << 18, 10e-3, 300e-3, 5, 3, 2};
+                           1024, 1 << 20, 1 << 18, 10e-3, 300e-3, 5, 3, 2, {128, 1024}, {128, 1024}, 2, 2};
 #endif
 static const Sizes QUICK = {{64, 512}, 2, {64, 256}, 2, {32, 64}, 2, {48 << 10, 12 << 20}, {64 << 10, 8 << 20},
-                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 1 << 16, 2e-3, 50e-3, 3, 2, 2};
+                            {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 1 << 16, 2e-3, 50e-3, 3, 2, 2,
+                            {128, 1024}, {128, 1024}, 2, 2};
 static const Sizes SMOKE = {{64}, 1, {32}, 1, {16}, 1, {48 << 10}, {64 << 10}, {1 << 20}, {4 << 10}, 1, 1, 1, 1,
-                            64, 1 << 12, 1 << 10, 0, 0, 1, 1, 1};
+                            64, 1 << 12, 1 << 10, 0, 0, 1, 1, 1, {64}, {64}, 1, 1};
 static const Sizes *Z = &FULL;
 
 /* Monotonic seconds. */
@@ -473,6 +476,54 @@ static void bench_act(srt_ctx *c, Act *a)
     record(r, what, res);
 }
 
+/* A norm over rows of C: layernorm (GPT) or RMSNorm (Llama), forward (out,
+ * and the row statistics) or backward (dinp, and dweight, dbias summed over
+ * the rows), each call on the next copy of its operands.  It is timed, not
+ * streamed: its row sums run per row, and a layer's norm of a few hundred
+ * rows costs several times its bytes at the elementwise rate (docs/cost-model.md,
+ * "The CPU backend's model"). */
+enum { NORM_LAYER, NORM_RMS };
+static const char *const NORM_NAMES[] = {"layernorm", "rmsnorm"};
+typedef struct Norm { srt_dtype dt; int op; bool bwd; int N, C; int64_t call; } Norm;
+
+/* The bytes of a norm call's operands: four [N, C] tensors (x, out or dout,
+ * dinp, spare) and the weights, bias and statistics. */
+static int64_t norm_bytes(const Norm *q)
+{
+    return ((int64_t)4 * q->N * q->C + 4 * q->C) * ops_dtype_size(q->dt) + 2 * (int64_t)q->N * 4;
+}
+
+static void norm_run(srt_ctx *c, void *ud)
+{
+    Norm *q = ud;
+    int64_t N = q->N, C = q->C, w = ops_dtype_size(q->dt), at = cold_copy(&q->call, norm_bytes(q));
+    srt_t x = srt_dview(c, at, N * C, q->dt), y = srt_dview(c, at + N * C * w, N * C, q->dt);
+    srt_t dx = srt_dview(c, at + 2 * N * C * w, N * C, q->dt);
+    int64_t v = at + 4 * N * C * w;
+    srt_t wt = srt_dview(c, v, C, q->dt), b = srt_dview(c, v + C * w, C, q->dt);
+    srt_t dw = srt_dview(c, v + 2 * C * w, C, q->dt), db = srt_dview(c, v + 3 * C * w, C, q->dt);
+    srt_t mean = srt_dview(c, v + 4 * C * w, N, SRT_F32), rstd = srt_dview(c, v + 4 * C * w + N * 4, N, SRT_F32);
+    if (q->op == NORM_LAYER && !q->bwd) srt_layernorm_fwd(c, SRT_COMPUTE, y, mean, rstd, x, wt, b, q->N, q->C, 1e-5f);
+    else if (q->op == NORM_LAYER) srt_layernorm_bwd(c, SRT_COMPUTE, dx, dw, db, y, x, wt, mean, rstd, q->N, q->C);
+    else if (!q->bwd) srt_rmsnorm_fwd(c, SRT_COMPUTE, y, rstd, x, wt, q->N, q->C, 1e-5f);
+    else srt_rmsnorm_bwd(c, SRT_COMPUTE, dx, dw, y, x, wt, rstd, q->N, q->C);
+}
+
+/* A norm row: rows and cols of one call. */
+static void bench_norm(srt_ctx *c, Norm *q)
+{
+    double s = bench(c, norm_run, q, false);
+    cJSON *r = rate_row("norm", q->dt, q->bwd);
+    cJSON_AddStringToObject(r, "op", NORM_NAMES[q->op]);
+    cJSON_AddNumberToObject(r, "rows", q->N);
+    cJSON_AddNumberToObject(r, "cols", q->C);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char what[128], res[64];
+    snprintf(what, sizeof what, "norm %s %s %s %dx%d", NORM_NAMES[q->op], dt_name(q->dt), q->bwd ? "bwd" : "fwd", q->N, q->C);
+    snprintf(res, sizeof res, "%.2f us (%.2f ns/element)", s * 1e6, s / ((double)q->N * q->C) * 1e9);
+    record(r, what, res);
+}
+
 typedef struct Opt { int64_t n; } Opt;
 
 static void opt_run(srt_ctx *c, void *ud)
@@ -586,12 +637,15 @@ static void run_compute(void)
     int64_t arena = COLD_BYTES + (gemm_bytes > attn_bytes ? gemm_bytes : attn_bytes);
     if (arena < COLD_BYTES + 5 * Z->act_n * 4) arena = COLD_BYTES + 5 * Z->act_n * 4;
     if (arena < 4 * opt_n * 4) arena = 4 * opt_n * 4;
+    Norm nmax = {SRT_F32, NORM_LAYER, false, Z->norm_rows[Z->nnorm_rows - 1], Z->norm_cols[Z->nnorm_cols - 1], 0};
+    if (arena < COLD_BYTES + norm_bytes(&nmax)) arena = COLD_BYTES + norm_bytes(&nmax);
     if (arena < cb[ncb - 1]) arena = cb[ncb - 1];
     int64_t host = cb[ncb - 1] > nb[nnb - 1] ? cb[ncb - 1] : nb[nnb - 1];
     if (host < opt_n * 4) host = opt_n * 4;
     int nwd = 0;   /* the warm grid: the GEMM grid's dimensions up to WARM_MAX_DIM */
     while (nwd < ngd && gd[nwd] <= WARM_MAX_DIM) nwd++;
-    R.total = (2 * 2 * ngd * ngd * ngd + 2 * 2 * nwd * nwd * nwd + 2 * 2 * nas * nah + 2 * neb + 2 * 2 * 2 + 1 + 1 + 1 + 2 * ncb + 2 * nnb) * Z->passes;
+    R.total = (2 * 2 * ngd * ngd * ngd + 2 * 2 * nwd * nwd * nwd + 2 * 2 * nas * nah + 2 * neb + 2 * 2 * 2 +
+               2 * 2 * 2 * Z->nnorm_rows * Z->nnorm_cols + 1 + 1 + 1 + 2 * ncb + 2 * nnb) * Z->passes;
     /* the CUDA backend plans its GEMMs at start-up: declare the grid */
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < ngd; i++)
@@ -636,6 +690,14 @@ static void run_compute(void)
                     Act a = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->act_n / ACT_H * ACT_H, 0};
                     bench_act(c, &a);
                 }
+        for (int d = 0; d < 2; d++)
+            for (int op = NORM_LAYER; op <= NORM_RMS; op++)
+                for (int bwd = 0; bwd < 2; bwd++)
+                    for (int i = 0; i < Z->nnorm_rows; i++)
+                        for (int j = 0; j < Z->nnorm_cols; j++) {
+                            Norm q = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->norm_rows[i], Z->norm_cols[j], 0};
+                            bench_norm(c, &q);
+                        }
         Ew tiny = {SRT_F32, 16};
         double s = bench(c, ew_run, &tiny, false);
         cJSON *r = row_of("launch");

@@ -41,13 +41,22 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 tables = {r["table"] for r in p["rows"]}
 want = {"gemm", "attention", "elementwise", "launch", "optimizer", "copy", "nvme", "collective", "sharing", "skew",
-        "activation", "sumsq"}
+        "activation", "sumsq", "norm"}
 threads = {r["threads"] for r in p["rows"] if r["table"] == "gemm"}
 acts = {(r["op"], r["dtype"], r["pass"], r["threads"]) for r in p["rows"] if r["table"] == "activation"}
 if acts != {(o, d, s, t) for o in ("gelu", "swiglu") for d in ("fp32", "bf16") for s in ("fwd", "bwd") for t in threads} or \
    not all(r["elements"] > 0 and r["seconds"] > 0 for r in p["rows"] if r["table"] in ("activation", "sumsq")) or \
    {r["threads"] for r in p["rows"] if r["table"] == "sumsq"} != threads:
     sys.exit("FAIL: the activation and sumsq rows are not one per (op, dtype, pass) and thread count: %s" % sorted(acts))
+# the norms: a full grid of rows x cols for each norm, dtype, pass and thread count
+norms = {}
+for r in p["rows"]:
+    if r["table"] == "norm" and r["seconds"] > 0:
+        norms.setdefault((r["op"], r["dtype"], r["pass"], r["threads"]), set()).add((r["rows"], r["cols"]))
+shapes = set.union(*norms.values()) if norms else set()
+if set(norms) != {(o, d, s, t) for o in ("layernorm", "rmsnorm") for d in ("fp32", "bf16") for s in ("fwd", "bwd") for t in threads} or \
+   len({r for r, c in shapes}) < 2 or len({c for r, c in shapes}) < 2 or any(v != shapes for v in norms.values()):
+    sys.exit("FAIL: the norm rows are not a grid of rows and columns per (op, dtype, pass) and thread count: %s" % sorted(norms))
 ops = {r["op"] for r in p["rows"] if r["table"] == "collective"}
 skew = {(r["op"], r["ranks_per_node"]) for r in p["rows"] if r["table"] == "skew"}
 if p["shardc_profile"] != 1 or p["backend"] != "cpu" or p["grid"] != "quick" or tables != want or \

@@ -13,8 +13,8 @@
  * its idle time, never faster with the pairs' skew); the
  * kernels' own rows (the activations, the norm's sum of squares) price what
  * they measured, the biases and the per-tensor calls of the optimizer and
- * the norm are priced, and Llama's q, k, v and gate, up GEMMs at their own
- * shapes. */
+ * the norm are priced, the layer norms at their measured rates for their
+ * shape, and Llama's q, k, v and gate, up GEMMs at their own shapes. */
 #include "../bench/costmodel/calib.h"
 #include "check.h"
 #include "sim.h"
@@ -308,6 +308,101 @@ static void test_kernel_rows(void)
     step_of(a, OP_LAYER_FWD, &ba), step_of(nb, OP_LAYER_FWD, &bb);
     step_of(a, OP_LAYER_BWD, &wa), step_of(nb, OP_LAYER_BWD, &wb);
     CHECK(ba > bb && wa > wb);
+}
+
+/* Norm rows at 1 and 2 threads for both norms, dtypes and passes, on a grid
+ * of rows {64, 512} by cols {64, 512}: forward x · rows / 64 elements/s
+ * (log-linear in the rows, flat in the columns), backward half that, both
+ * twice as fast at 2 threads; `skip` leaves out the row whose text begins so. */
+static const char *norm_rows(double x, const char *skip)
+{
+    char *rows = arena_strdup(&g_arena, "");
+    for (int t = 1; t <= 2; t++)
+        for (int op = 0; op < 2; op++)
+            for (int dt = 0; dt < 2; dt++)
+                for (int bwd = 0; bwd < 2; bwd++)
+                    for (int n = 64; n <= 512; n *= 8)
+                        for (int c = 64; c <= 512; c *= 8) {
+                            double rate = x * n / 64 * t / (bwd ? 2 : 1);
+                            const char *row = arena_printf(&g_arena, "{\"table\":\"norm\",\"op\":\"%s\",\"dtype\":\"%s\","
+                                                           "\"pass\":\"%s\",\"threads\":%d,\"rows\":%d,\"cols\":%d,"
+                                                           "\"seconds\":%.17g},\n", op ? "rmsnorm" : "layernorm",
+                                                           dt ? "bf16" : "fp32", bwd ? "bwd" : "fwd", t, n, c,
+                                                           (double)n * c / rate);
+                            if (!skip || strncmp(row, skip, strlen(skip)) != 0) rows = arena_printf(&g_arena, "%s%s", rows, row);
+                        }
+    return rows;
+}
+
+/* The norm rows: read back (log-linear in the rows, clamped, linear between
+ * thread counts; 0 without them), a grid with a point missing an error; a
+ * layer's norms (two a layer, on its [T, h] tokens) and the head's final
+ * norm priced at their measured rates in place of their streamed bytes and
+ * kernels' fixed costs, forward and backward, so that a slower norm makes
+ * every op that holds one slower by exactly its time. */
+static void test_norm_rows(void)
+{
+    const Profile *pf = load(profile_text(1, norm_rows(1e8, NULL), true));
+    CHECK(pf != NULL);
+    if (!pf) {
+        fprintf(stderr, "%s", captured());
+        return;
+    }
+    CHECK_NEAR(profile_norm_rate(pf, PROFILE_LAYERNORM, DT_FP32, false, 1, 64, 64), 1e8, 1e-6);
+    CHECK_NEAR(profile_norm_rate(pf, PROFILE_LAYERNORM, DT_FP32, false, 1, 128, 300), 2e8, 1e-6);
+    CHECK_NEAR(profile_norm_rate(pf, PROFILE_RMSNORM, DT_BF16, true, 2, 4096, 64), 8e8, 1e-6);   /* clamped at 512 rows */
+    CHECK_NEAR(profile_norm_rate(pf, PROFILE_RMSNORM, DT_FP32, false, 1.5, 64, 64), 1.5e8, 1e-6);
+    const Profile *old = load(profile_text(1, "", true));
+    CHECK(old && profile_norm_rate(old, PROFILE_LAYERNORM, DT_FP32, false, 1, 64, 64) == 0);
+    CHECK(load(profile_text(1, norm_rows(1e8, "{\"table\":\"norm\",\"op\":\"rmsnorm\",\"dtype\":\"bf16\",\"pass\":\"fwd\","
+                                             "\"threads\":1,\"rows\":512,\"cols\":64"), true)) == NULL);
+    CHECK_HAS(captured(), "norm rmsnorm bf16 forward at 1 thread: the grid misses the point (512, 64)");
+
+    /* the model: clip_plan's GPT on 1 rank, 2 threads, T = 128 tokens of h = 128; the
+     * profile's fixed cost of a kernel is 1 us at 2 threads */
+    const char *slow = write_tmp(profile_text(1, norm_rows(1e8, NULL), true));
+    const char *fast = write_tmp(profile_text(1, norm_rows(4e8, NULL), true));
+    const char *none = write_tmp(profile_text(1, "", true));
+    Plan *a = clip_plan(slow, ""), *b = clip_plan(fast, ""), *c = clip_plan(none, "");
+    CHECK(a && b && c);
+    if (!a || !b || !c) return;
+    double e = 128.0 * 128, rf = 4e8, rb = 2e8;   /* slow's rates at 128 rows and 2 threads */
+    double fa = 0, fb = 0, fc = 0, ba = 0, bb = 0, bc = 0, ha = 0, hb = 0, hc = 0;
+    step_of(a, OP_LAYER_FWD, &fa), step_of(b, OP_LAYER_FWD, &fb), step_of(c, OP_LAYER_FWD, &fc);
+    step_of(a, OP_LAYER_BWD, &ba), step_of(b, OP_LAYER_BWD, &bb), step_of(c, OP_LAYER_BWD, &bc);
+    step_of(a, OP_HEAD, &ha), step_of(b, OP_HEAD, &hb), step_of(c, OP_HEAD, &hc);
+    CHECK_NEAR(fa - fb, 2 * (e / rf - e / (4 * rf)), 1e-12);
+    CHECK_NEAR(ba - bb, 2 * (e / rb - e / (4 * rb)), 1e-12);
+    CHECK_NEAR(ha - hb, e / rf + e / rb - e / (4 * rf) - e / (4 * rb), 1e-12);
+    /* against the streamed norms: 2 (forward) or 3 (backward) passes of [T, h] fp32 at the
+     * rate for the op's kernels' size (three [T, h] tensors in a layer, the logits' in the
+     * head) and a kernel each */
+    double sl = profile_stream_rate(pf, DT_FP32, 2, 3 * e * 4), sh = profile_stream_rate(pf, DT_FP32, 2, 3 * 128.0 * 256 * 4);
+    CHECK_NEAR(fa - fc, 2 * e / rf - (2 * 2 * e * 4 / sl + 2e-6), 1e-12);
+    CHECK_NEAR(ba - bc, 2 * e / rb - (2 * 3 * e * 4 / sl + 2e-6), 1e-12);
+    CHECK_NEAR(ha - hc, e / rf + e / rb - (5 * e * 4 / sh + 2e-6), 1e-12);
+    /* under sequence parallelism (tp 2 on 2 ranks, a thread each: 64 of the 128 tokens a
+     * rank) the norm ops: forward the norm at its rate, backward the norm again, its
+     * backward and the residual's copy; the layer ops price no norm */
+    Plan *sa = cpu_plan(slow, 2, "tp = 2  sequence_parallel = on"), *sb = cpu_plan(fast, 2, "tp = 2  sequence_parallel = on");
+    CHECK(sa && sb);
+    if (!sa || !sb) return;
+    Sim ta, tb;
+    sim_run(sa, &ta), sim_run(sb, &tb);
+    const Sched *qa = &sa->sched.classes[0];
+    double nf = 64.0 * 128;
+    int seen[2] = {0, 0};   /* layer ops, norm ops */
+    for (int i = 0; i < qa->nops; i++) {
+        const Op *o = &qa->ops[i];
+        if (o->kind != OP_LAYER_FWD && o->kind != OP_LAYER_BWD) continue;
+        bool bwd = o->kind == OP_LAYER_BWD;
+        double da = ta.classes[0].ops[i].end - ta.classes[0].ops[i].start, db = tb.classes[0].ops[i].end - tb.classes[0].ops[i].start;
+        /* 1 thread: forward 1e8 · 64/64 elements/s in slow, backward half that; fast 4 times both */
+        double want = o->grads == GR_NORM ? (nf / 1e8 + (bwd ? nf / 5e7 : 0)) * 0.75 : 0;
+        CHECK(fabs(da - db - want) <= 1e-12);   /* seconds: exact but for rounding */
+        seen[o->grads == GR_NORM] += 1;
+    }
+    CHECK(seen[0] > 0 && seen[1] > 0);
 }
 
 /* Properties of the CPU model. */
@@ -647,6 +742,7 @@ int main(void)
     test_wait_spin();
     test_skew();
     test_kernel_rows();
+    test_norm_rows();
     test_mfu_peak();
     if (diag_stream) fclose(diag_stream), diag_stream = NULL;
     return failures != 0;
