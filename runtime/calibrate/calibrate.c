@@ -87,6 +87,7 @@ typedef struct Sizes {
     int passes, pass_batches;   /* the tables run `passes` times, each benchmark
                                    `pass_batches` batches a pass (bench)         */
     int norm_rows[2], norm_cols[2], nnorm_rows, nnorm_cols;   /* the norms' grid  */
+    int64_t opt_span;           /* bytes the optimizer's operands cycle through  */
 } Sizes;
 #ifdef SRT_CALIBRATE_CUDA
 /* The GPU's full grid (shardrt_calibrate_cuda): an H200 reached 743 TFLOP/s
@@ -96,18 +97,19 @@ typedef struct Sizes {
 static const Sizes FULL = {{128, 512, 2048, 8192}, 4, {256, 1024, 4096}, 3, {32, 64, 128}, 3,
                            {3 << 20, 48 << 20, 192 << 20, 384 << 20}, {1 << 20, 16 << 20, 64 << 20, 256 << 20},
                            {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
-                           16384, 1 << 24, 1 << 22, 10e-3, 300e-3, 5, 3, 2, {1024, 8192}, {1024, 2048}, 2, 2};
+                           16384, 1 << 24, 1 << 22, 10e-3, 300e-3, 5, 3, 2, {1024, 8192}, {1024, 2048}, 2, 2,
+                           (int64_t)2 << 30};
 #else
 static const Sizes FULL = {{32, 128, 512, 2048}, 4, {64, 256, 1024}, 3, {16, 64, 128}, 3,
                            {12 << 10, 192 << 10, 3 << 20, 48 << 20}, {64 << 10, 1 << 20, 16 << 20, 64 << 20},
                            {1 << 20, 16 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20}, 4, 4, 2, 4,
-                           1024, 1 << 20, 1 << 18, 10e-3, 300e-3, 5, 3, 2, {128, 1024}, {128, 1024}, 2, 2};
+                           1024, 1 << 20, 1 << 18, 10e-3, 300e-3, 5, 3, 2, {128, 1024}, {128, 1024}, 2, 2, 512 << 20};
 #endif
 static const Sizes QUICK = {{64, 512}, 2, {64, 256}, 2, {32, 64}, 2, {48 << 10, 12 << 20}, {64 << 10, 8 << 20},
                             {1 << 20, 4 << 20}, {4 << 10, 1 << 20}, 2, 2, 2, 2, 1024, 1 << 18, 1 << 16, 2e-3, 50e-3, 3, 2, 2,
-                            {128, 1024}, {128, 1024}, 2, 2};
+                            {128, 1024}, {128, 1024}, 2, 2, 256 << 20};
 static const Sizes SMOKE = {{64}, 1, {32}, 1, {16}, 1, {48 << 10}, {64 << 10}, {1 << 20}, {4 << 10}, 1, 1, 1, 1,
-                            64, 1 << 12, 1 << 10, 0, 0, 1, 1, 1, {64}, {64}, 1, 1};
+                            64, 1 << 12, 1 << 10, 0, 0, 1, 1, 1, {64}, {64}, 1, 1, 0};
 static const Sizes *Z = &FULL;
 
 /* Monotonic seconds. */
@@ -319,8 +321,8 @@ enum { COLD_BYTES = 48 << 20 };
 enum { WARM_BYTES = 4 << 20, WARM_MAX_DIM = 512 };
 
 /* The offset of call i's copy of a set of `set` bytes cycling through `span`
- * bytes (COLD_BYTES or WARM_BYTES; the arena holds COLD_BYTES + the set, at
- * the least). */
+ * bytes (COLD_BYTES, WARM_BYTES or Sizes.opt_span; the arena holds the span
+ * and the set, at the least). */
 static int64_t cycle_copy(int64_t *i, int64_t set, int64_t span)
 {
     int64_t copies = set < span ? span / set : 1, at = (*i % copies) * ((set + 4095) & ~(int64_t)4095);
@@ -524,14 +526,21 @@ static void bench_norm(srt_ctx *c, Norm *q)
     record(r, what, res);
 }
 
-typedef struct Opt { int64_t n; } Opt;
+/* The optimizer's step over n fp32 elements (parameters and gradients, m,
+ * v), each call on the next copy of them in Sizes.opt_span bytes: a
+ * trainer's parameters and moments are touched once a step and come from
+ * memory, past any cache (on this VM kc_adamw_step took 0.55 ns an element
+ * at one thread on copies cycling through 1 MB, 0.67 through 48 MB, 1.33
+ * through 400 MB, and a trainer's 1.1-1.7; docs/cost-model.md). */
+typedef struct Opt { int64_t n, call; } Opt;
 
 static void opt_run(srt_ctx *c, void *ud)
 {
-    int64_t n = ((const Opt *)ud)->n;
-    srt_t p = srt_dview(c, 0, n, SRT_F32);
-    srt_optimizer_step(c, SRT_COMPUTE, p, p, srt_dview(c, n * 4, n, SRT_F32), srt_dview(c, 2 * n * 4, n, SRT_F32),
-                       srt_dview(c, 3 * n * 4, n, SRT_F32), true);
+    Opt *o = ud;
+    int64_t n = o->n, at = Z->opt_span > 0 ? cycle_copy(&o->call, 4 * n * 4, Z->opt_span) : 0;
+    srt_t p = srt_dview(c, at, n, SRT_F32);
+    srt_optimizer_step(c, SRT_COMPUTE, p, p, srt_dview(c, at + n * 4, n, SRT_F32), srt_dview(c, at + 2 * n * 4, n, SRT_F32),
+                       srt_dview(c, at + 3 * n * 4, n, SRT_F32), true);
 }
 
 /* The gradient norm's exact sum of squares over n fp32 elements (their
@@ -636,7 +645,7 @@ static void run_compute(void)
     int64_t gemm_bytes = 5 * dmax * dmax * 4, attn_bytes = 16 * tokens * 4 * 128 * 4;
     int64_t arena = COLD_BYTES + (gemm_bytes > attn_bytes ? gemm_bytes : attn_bytes);
     if (arena < COLD_BYTES + 5 * Z->act_n * 4) arena = COLD_BYTES + 5 * Z->act_n * 4;
-    if (arena < 4 * opt_n * 4) arena = 4 * opt_n * 4;
+    if (arena < 4 * opt_n * 4 + Z->opt_span) arena = 4 * opt_n * 4 + Z->opt_span;
     Norm nmax = {SRT_F32, NORM_LAYER, false, Z->norm_rows[Z->nnorm_rows - 1], Z->norm_cols[Z->nnorm_cols - 1], 0};
     if (arena < COLD_BYTES + norm_bytes(&nmax)) arena = COLD_BYTES + norm_bytes(&nmax);
     if (arena < cb[ncb - 1]) arena = cb[ncb - 1];
@@ -706,7 +715,7 @@ static void run_compute(void)
         char res[64];
         snprintf(res, sizeof res, "%.2f us", s * 1e6);
         record(r, "an op's fixed cost (add of 16 elements)", res);
-        Opt o = {opt_n};
+        Opt o = {opt_n, 0};
         s = bench(c, opt_run, &o, false);
         r = row_of("optimizer");
         cJSON_AddNumberToObject(r, "threads", threads());
