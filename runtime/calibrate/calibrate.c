@@ -320,12 +320,18 @@ enum { COLD_BYTES = 48 << 20 };
  * operands fit there. */
 enum { WARM_BYTES = 4 << 20, WARM_MAX_DIM = 512 };
 
+/* Bytes rounded up to a whole 4 KB page. */
+static int64_t page_round(int64_t bytes) { return (bytes + 4095) & ~(int64_t)4095; }
+
 /* The offset of call i's copy of a set of `set` bytes cycling through `span`
- * bytes (COLD_BYTES, WARM_BYTES or Sizes.opt_span; the arena holds the span
- * and the set, at the least). */
+ * bytes (COLD_BYTES, WARM_BYTES or Sizes.opt_span): copies a page-rounded
+ * stride apart, as many as fit in the span (one when the set does not), so
+ * that every copy lies within the first max(span, set) bytes, which the arena
+ * holds.  (Until 2026-12-05 the count was span / set, and a set just past a
+ * page multiple had its copies run up to twice the span.) */
 static int64_t cycle_copy(int64_t *i, int64_t set, int64_t span)
 {
-    int64_t copies = set < span ? span / set : 1, at = (*i % copies) * ((set + 4095) & ~(int64_t)4095);
+    int64_t stride = page_round(set), copies = stride < span ? span / stride : 1, at = (*i % copies) * stride;
     ++*i;
     return at;
 }
@@ -519,7 +525,7 @@ static void norm_run(srt_ctx *c, void *ud)
  * the same layout, so it never reads its own statistics as data. */
 static void bench_norm(srt_ctx *c, Norm *q)
 {
-    srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, COLD_BYTES + ((norm_bytes(q) + 4095) & ~(int64_t)4095), SRT_U8));
+    srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, COLD_BYTES + page_round(norm_bytes(q)), SRT_U8));   /* every copy */
     double s = bench(c, norm_run, q, false);
     cJSON *r = rate_row("norm", q->dt, q->bwd);
     cJSON_AddStringToObject(r, "op", NORM_NAMES[q->op]);
@@ -659,7 +665,7 @@ static void run_compute(void)
     Norm nmax = {SRT_F32, NORM_LAYER, false, Z->norm_rows[Z->nnorm_rows - 1], Z->norm_cols[Z->nnorm_cols - 1], 0};
     if (arena < COLD_BYTES + norm_bytes(&nmax)) arena = COLD_BYTES + norm_bytes(&nmax);
     if (arena < cb[ncb - 1]) arena = cb[ncb - 1];
-    int64_t opt_base = (arena + 4095) & ~(int64_t)4095;   /* the optimizer's own span, past the rest */
+    int64_t opt_base = page_round(arena);   /* the optimizer's own span, past the rest */
     arena = opt_base + Z->opt_span + 4 * opt_n * 4;
     int64_t host = cb[ncb - 1] > nb[nnb - 1] ? cb[ncb - 1] : nb[nnb - 1];
     if (host < opt_n * 4) host = opt_n * 4;
