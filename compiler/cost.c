@@ -97,12 +97,14 @@ enum { PC_QKV = 1, PC_PROJ = 2, PC_CORE = 4, PC_MLP_IN = 8, PC_MLP_OUT = 16,
  * (selective recompute); a backward's weight op (tp_comm_overlap) runs only
  * the linears' weight GEMMs; tp_comm_overlap full splits a forward half into
  * its op up to the row-parallel GEMM (GR_HEAD) and that GEMM's token-row
- * chunks (GR_ROWS). */
+ * chunks (GR_ROWS); a full recompute of its group's last layer runs no MLP
+ * down projection (GR_NO_OUTPUT). */
 static int op_pieces(const Partition *p, const Op *o)
 {
     if (o->kind == OP_RECOMPUTE && p->spec->checkpointing.activations == CKPT_SELECTIVE) return PC_CORE;
     int pc = o->sub == SUB_ATTN ? PC_ATTN : o->sub == SUB_MLP ? PC_MLP : PC_ALL;
     if (o->grads == GR_HEAD) return pc & ~(PC_PROJ | PC_MLP_OUT);
+    if (o->grads == GR_NO_OUTPUT) return pc & ~PC_MLP_OUT;
     if (o->grads == GR_ROWS) return pc & (PC_PROJ | PC_MLP_OUT);
     if (o->grads == GR_COLS) return pc & (PC_QKV | PC_MLP_IN);
     return o->grads == GR_WEIGHT ? pc & ~PC_CORE : pc;
@@ -113,6 +115,12 @@ static int op_pieces(const Partition *p, const Op *o)
  * residual stay its own, their first GEMMs (and GELU, in their epilogue)
  * are the chunks'. */
 static bool is_cols_head(const Partition *p, const Op *o) { return o->grads == GR_HEAD && part_tp_cols(p); }
+
+/* Whether forward op o stops before a half's row-parallel GEMM and the
+ * residual added to its output: the op up to it of tp_comm_overlap full
+ * (GR_HEAD; the chunks run them), or a recompute group's last layer, which
+ * runs neither of the MLP's (GR_NO_OUTPUT). */
+static bool stops_before_rows(const Op *o) { return o->grads == GR_HEAD || o->grads == GR_NO_OUTPUT; }
 
 /* The pieces whose linears' GEMMs op o runs: its pieces, but for such a head. */
 static int op_gemms(const Partition *p, const Op *o, int pieces)
@@ -483,11 +491,11 @@ static double cpu_layer_time(const Partition *p, const Op *o, bool bwd, int piec
     if (o->grads == GR_COLS) return cols_time(p, o, pieces);
     int kernels = pieces == PC_CORE ? 1 : (pieces & PC_ATTN ? 5 : 0) + (pieces & PC_MLP ? 4 : 0) + cpu_extra_gemms(p, gemms);
     if (bwd) kernels += kernels + 2 - weight_kernels(o, pieces);
-    if (o->grads == GR_HEAD) kernels -= 2;      /* the GEMM and the residual: the chunks' */
+    if (stops_before_rows(o)) kernels -= 2;     /* the GEMM and the residual: the chunks', or none */
     kernels -= (moved & PC_QKV ? 1 : 0) + (moved & PC_MLP_IN ? 1 : 0);    /* the column GEMMs: the chunks' */
     double each = (double)p->T * (double)p->model->h * p->wbytes;
     double bytes = pieces == PC_CORE ? 0 : layer_elementwise_bytes(p, pieces, bwd) + cpu_extra_bytes(p, pieces, bwd);
-    if (o->grads == GR_HEAD) bytes -= resid_bytes(p);
+    if (stops_before_rows(o)) bytes -= resid_bytes(p);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the parts' norm ops' */
     bool act_here = (pieces & PC_MLP_IN) && !((moved & PC_MLP_IN) && act_in_gemm(p));
     if ((pieces & PC_MLP_IN) && !act_here) bytes -= act_bytes(p, bwd);     /* GELU: the column chunks' */
@@ -540,9 +548,9 @@ static double layer_time_of(const Partition *p, const Op *o, bool bwd, int piece
     if (o->grads == GR_ROWS)
         return t + hbm_time(p->spec, resid_bytes(p) / (double)p->tpc) + kernels_time(p->spec, rows_kernels(p, false));
     /* the column GEMMs moved to the chunks, and GELU in their epilogue */
-    int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (o->grads == GR_HEAD ? 2 : 0) -
+    int kernels = (pieces & PC_ATTN ? 4 : 0) + (pieces & PC_MLP ? 4 : 0) - (stops_before_rows(o) ? 2 : 0) -
                   (moved & PC_QKV ? 1 : 0) - (moved & PC_MLP_IN ? 1 : 0);
-    double bytes = layer_elementwise_bytes(p, pieces, bwd) - (o->grads == GR_HEAD ? resid_bytes(p) : 0) -
+    double bytes = layer_elementwise_bytes(p, pieces, bwd) - (stops_before_rows(o) ? resid_bytes(p) : 0) -
                    ((moved & PC_MLP_IN) && act_in_gemm(p) ? act_bytes(p, bwd) : 0);
     sp_norm_share(p, pieces, bwd, &bytes, &kernels);   /* sp: the norm ops' */
     return t + hbm_time(p->spec, bytes) + kernels_time(p->spec, (bwd ? 2 : 1) * kernels - weight_kernels(o, pieces));

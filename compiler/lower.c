@@ -1130,6 +1130,7 @@ static void recompute_op(CE *e, const Op *o, const char *label)
     xo = inside ? abuf(e, rec, 0) : abuf(e, in, 0);
     int next = op_role_at(e, o, false, BR_RECOMPUTED, BR_RECOMPUTED_IN, o->layer + 1);
     yo = abuf(e, next, 0);
+    int ybuf = next;            /* the buffer y is, -1: none (the group's last layer) */
     if (lower_sp(e)) {     /* SP: its input shard and gathered norm output in, its full partial sums out (none: group's last) */
         int xs;
         int64_t xat;
@@ -1139,6 +1140,7 @@ static void recompute_op(CE *e, const Op *o, const char *label)
         lower_expect(e, r1, a->full, "a recompute's gathered norm output");
         int part = op_role(e, o, false, BR_TP_PARTIAL);
         yo = abuf(e, part, 0);
+        ybuf = part;
         if (part >= 0) lower_expect(e, part, a->full, "a recompute's partial sums");
     } else if (o->sub == SUB_MLP) {
         r1 = op_role_need(e, o, true, BR_RESID1);
@@ -1146,7 +1148,13 @@ static void recompute_op(CE *e, const Op *o, const char *label)
     } else if (o->sub == SUB_ATTN) {
         r1 = op_role_need(e, o, false, BR_RESID1);
         yo = abuf(e, r1, 0);
+        ybuf = r1;
     }
+    /* the trainer stops before the down projection where y is none: the op
+       the cost model prices without it (GR_NO_OUTPUT) is that one */
+    if ((ybuf < 0) != (o->grads == GR_NO_OUTPUT))
+        die("lower: %s %s", label, ybuf < 0 ? "writes no output but is priced with its down projection"
+                                            : "writes an output but is priced without its down projection");
     if (!inside && in < 0 && r1 < 0) die("lower: %s has no input", label);
     int scr = op_need(e, o, false, BK_SCRATCH, "scratch");
     if (e->s->bufs[scr].bytes < e->rscr.total)

@@ -211,15 +211,21 @@ static void model_flops(const Spec *s, Model *m)
     m->fl_layer_bwd = 2.0 * m->fl_layer_fwd;
     m->fl_recompute_full = m->fl_layer_fwd;
     m->fl_recompute_sel = core;     /* the attention core's forward, replayed */
+    m->fl_mlp_down = 2.0 * sq * h * (double)m->ffn;  /* ffn -> h (Llama's down_proj, GPT's c_proj) */
     m->fl_head_fwd = 2.0 * sq * h * (double)m->V;
     m->fl_head_bwd = 2.0 * m->fl_head_fwd;
     double B = (double)s->train.global_batch, l = (double)m->l;
     m->flops_model_step = 3.0 * B * (l * m->fl_layer_fwd + m->fl_head_fwd);
     m->flops_hw_full = m->flops_model_step + B * l * m->fl_recompute_full;
     m->flops_hw_selective = m->flops_model_step + B * l * m->fl_recompute_sel;
-    int pol = s->checkpointing.activations;
-    m->flops_hw_step = pol == CKPT_FULL ? m->flops_hw_full
-                     : pol == CKPT_SELECTIVE ? m->flops_hw_selective : m->flops_model_step;
+}
+
+double model_recompute_flops(const Model *m, int pol, int64_t layers, int64_t every)
+{
+    if (pol == CKPT_SELECTIVE) return (double)layers * m->fl_recompute_sel;
+    if (pol != CKPT_FULL || layers <= 0) return 0;
+    int64_t groups = every > 0 ? (layers + every - 1) / every : layers;
+    return (double)layers * m->fl_recompute_full - (double)groups * m->fl_mlp_down;
 }
 
 /* Builds the inventory, the counts and the FLOPs of the spec's model. */

@@ -268,12 +268,12 @@ static void balance_stages(int64_t l, int64_t pp, double c, double first, double
     }
 }
 
-/* FLOPs of one microbatch's layer: forward, backward and the recompute. */
+/* FLOPs of one microbatch's layer: forward, backward and the recompute (a
+ * group's, shared by its layers). */
 static double layer_cost(const Spec *s, const Model *m)
 {
-    double rc = s->checkpointing.activations == CKPT_FULL ? m->fl_recompute_full
-              : s->checkpointing.activations == CKPT_SELECTIVE ? m->fl_recompute_sel : 0;
-    return m->fl_layer_fwd + m->fl_layer_bwd + rc;
+    int64_t every = s->checkpointing.every > 0 ? s->checkpointing.every : 1;
+    return m->fl_layer_fwd + m->fl_layer_bwd + model_recompute_flops(m, s->checkpointing.activations, every, every) / (double)every;
 }
 
 /* Layers of every model chunk (pp·v of them, in model order). */
@@ -496,6 +496,16 @@ static void plan_class(const Spec *s, Partition *p, RankClass *c, int st)
 /* ---- the plan ------------------------------------------------------------------ */
 
 /* Builds the partition plan of a checked spec. */
+void part_hw_flops(Partition *p)
+{
+    const Spec *s = p->spec;
+    const Model *m = p->model;
+    p->flops_hw_step = m->flops_model_step;
+    for (int64_t c = 0; c < p->pp * p->v; c++)
+        p->flops_hw_step += (double)s->train.global_batch *
+                            model_recompute_flops(m, s->checkpointing.activations, p->chunk_layers[c], s->checkpointing.every);
+}
+
 void part_build(const Spec *s, const Model *m, Partition *p)
 {
     memset(p, 0, sizeof *p);
@@ -518,6 +528,7 @@ void part_build(const Spec *s, const Model *m, Partition *p)
     p->wsplit = p->tp > 1 && s->parallel.tp_comm_overlap != TPO_NONE;
     p->tpc = p->tp > 1 && s->parallel.tp_comm_overlap == TPO_FULL ? s->parallel.tp_overlap_chunks : 1;
     plan_chunks(s, m, p);
+    part_hw_flops(p);
     p->nclasses = (int)p->pp;
     p->classes = arena_alloc(&g_arena, sizeof(RankClass) * (size_t)p->pp);
     for (int st = 0; st < p->pp; st++) plan_class(s, p, &p->classes[st], st);

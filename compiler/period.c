@@ -244,6 +244,7 @@ bool period_plan(const Spec *s, bool verify, Plan *pl, Sim *sim)
     model_build(s, &pl->model);
     pl->part.spec = s;
     pl->part.m = m;
+    part_hw_flops(&pl->part);
     pl->period_m = m0;
     return extend_sim(r, nc, n, pl, sim);
 }

@@ -83,11 +83,13 @@ typedef struct Model {
     /* FLOPs for one sequence of s tokens (multiply by sequences). */
     double fl_layer_fwd, fl_layer_bwd;      /* one layer                           */
     double fl_recompute_full, fl_recompute_sel;   /* one layer                     */
+    double fl_mlp_down;         /* one layer's MLP down projection (its GEMM's FLOPs) */
     double fl_head_fwd, fl_head_bwd;        /* the output projection               */
     /* FLOPs per optimizer step (global batch). */
     double flops_model_step;    /* no recompute: the MFU numerator                 */
-    double flops_hw_full, flops_hw_selective;   /* hardware FLOPs under each policy */
-    double flops_hw_step;       /* hardware FLOPs under the spec's policy          */
+    double flops_hw_full, flops_hw_selective;   /* hardware FLOPs under each policy, as
+                                   the papers count them (a recompute replays whole layers;
+                                   the step's own: Partition.flops_hw_step)        */
 } Model;
 
 /* The layer's activations as a small graph of kernel steps, so the saved set
@@ -163,6 +165,12 @@ const char *model_role_name(int role);
  * on the tp / kv consecutive tp ranks that share it, as Megatron does for fewer
  * kv groups than tp (kv_heads = 1: on every tp rank). */
 int64_t model_kv_rank(const Model *m);
+/* FLOPs one sequence's recompute of `layers` consecutive layers runs under
+ * checkpointing policy pol (enum CkptPolicy) in groups of `every`: full
+ * replays every layer's forward but the MLP down projection of each group's
+ * last layer (its output, the next group's checkpoint, exists); selective the
+ * attention core; none nothing. */
+double model_recompute_flops(const Model *m, int pol, int64_t layers, int64_t every);
 /* Bytes of one element of a dtype (enum DType). */
 int model_dtype_bytes(int dtype);
 
@@ -274,6 +282,9 @@ typedef struct Partition {
     int64_t pad_unit;           /* segments are padded to a multiple of this       */
     int64_t *chunk_layers;      /* [pp·v]: layers of each model chunk              */
     int64_t *chunk_first;       /* [pp·v]: first layer of each model chunk         */
+    double flops_hw_step;       /* hardware FLOPs a step runs: the model's, and the
+                                   recompute of every chunk in its groups
+                                   (model_recompute_flops), the HFU numerator      */
     RankClass *classes;         /* [pp]                                            */
     int nclasses;
     ActBytes act;               /* act_plan                                        */
@@ -298,6 +309,9 @@ static inline bool part_tp_cols(const Partition *p) { return p->tpc > 1 && p->T_
 bool part_check(const Spec *s, bool report);
 /* Builds the partition plan (call part_check first). */
 void part_build(const Spec *s, const Model *m, Partition *p);
+/* Partition.flops_hw_step of p's spec, model and chunks (part_build; the step
+ * of a few microbatches sets it again for the spec's). */
+void part_hw_flops(Partition *p);
 /* Whether the data op of a split backward part (wsplit, OpGrads GR_DATA) of
  * part sub (OpSub) writes weight gradients. */
 bool part_data_grads(const Partition *p, int sub);
@@ -413,6 +427,10 @@ typedef enum OpGrads {
                            GELU in the epilogue), from that chunk of the all-gathered
                            norm output as soon as its all-gather is done (part_tp_cols);
                            the head then runs without them                          */
+    GR_NO_OUTPUT,       /* full recompute, the last layer of its checkpoint group (its MLP
+                           part under tp): the forward without the MLP's down projection
+                           and the residual after it, whose output, the next group's
+                           checkpoint, the forward kept (the trainer's y < 0)       */
 } OpGrads;
 
 typedef struct Op {
@@ -423,7 +441,7 @@ typedef struct Op {
     int chunk;                  /* chunk index on this rank, or -1                 */
     int aux;                    /* bucket, segment or sub-group index; OP_WAIT: the op waited for */
     int16_t sub;                /* OpSub                                           */
-    int16_t grads;              /* OpGrads (OP_LAYER_BWD; GR_ALL elsewhere)         */
+    int16_t grads;              /* OpGrads (layer ops; GR_ALL elsewhere)            */
     int16_t rows;               /* tp_comm_overlap full: the token-row chunk (of
                                    Partition.tpc) of the row-chunked buffers (Buffer.rows)
                                    it touches; -1: all of them                     */

@@ -52,7 +52,7 @@ static void text_header(FILE *out, const Plan *mp)
     fprintf(out, "params    %lld (%.2f B); %lld per layer; %lld with the padded vocabulary\n", (long long)m->params,
             (double)m->params / 1e9, (long long)m->params_layer, (long long)m->params_mem);
     fprintf(out, "flops     %.4g per step (model, the MFU numerator); %.4g hardware with %s\n",
-            m->flops_model_step, m->flops_hw_step,
+            m->flops_model_step, p->flops_hw_step,
             s->checkpointing.activations == CKPT_NONE ? "no recompute"
             : s->checkpointing.activations == CKPT_FULL ? "full recompute" : "selective recompute");
     fprintf(out, "layout    tp %lld x pp %lld x dp %lld = %lld GPUs; cluster %lld x %lld %s = %lld; rank order %s\n",
@@ -261,7 +261,7 @@ static cJSON *json_model(const Plan *mp)
     jnum(o, "params_in_memory", (double)m->params_mem);
     jnum(o, "tensors", (double)m->nt);
     jnum(o, "flops_per_step", m->flops_model_step);
-    jnum(o, "flops_hardware_per_step", m->flops_hw_step);
+    jnum(o, "flops_hardware_per_step", mp->part.flops_hw_step);
     jnum(o, "flops_hardware_full_recompute", m->flops_hw_full);
     jnum(o, "flops_hardware_selective_recompute", m->flops_hw_selective);
     jnum(o, "flops_layer_forward_per_sequence", m->fl_layer_fwd);

@@ -503,10 +503,10 @@ static int by_msg(const void *pa, const void *pb)
 static double unit_cost(const Partition *p, int64_t mc, bool bwd)
 {
     const Model *m = p->model;
-    int pol = p->spec->checkpointing.activations;
-    double layers = (double)p->chunk_layers[mc], rec = pol == CKPT_FULL ? m->fl_recompute_full
-                                                      : pol == CKPT_SELECTIVE ? m->fl_recompute_sel : 0;
-    double c = bwd ? layers * (m->fl_layer_bwd + rec)
+    const Spec *s = p->spec;
+    double layers = (double)p->chunk_layers[mc];
+    double c = bwd ? layers * m->fl_layer_bwd + model_recompute_flops(m, s->checkpointing.activations, p->chunk_layers[mc],
+                                                                      s->checkpointing.every)
                    : layers * m->fl_layer_fwd + (mc == p->pp * p->v - 1 ? m->fl_head_fwd + m->fl_head_bwd : 0);
     return c > 0 ? c : 1;
 }
@@ -1143,8 +1143,13 @@ static int rows_fwd(Bld *b, int head, int scr, int out, int dst, int res)
 static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
 {
     const ActBytes *a = &b->p->act;
+    /* a recompute group's last layer stops before the MLP's down projection */
+    bool cut = io->out < 0;
+    if (cut && io->kind != OP_RECOMPUTE) die("sched: the forward of layer %d mb %d has no output", L, mb);
+    double down = cut ? b->m->fl_mlp_down : 0;
     if (!b->tpx) {
-        int o = compute_op(b, io->kind, L, mb, chunk, io->fl);
+        int o = compute_op(b, io->kind, L, mb, chunk, io->fl - down);
+        if (cut) b->s->ops[o].grads = GR_NO_OUTPUT;
         op_rd(b, o, io->in);
         reads_params(b, o);
         units_of(b, o, L);
@@ -1209,7 +1214,8 @@ static void layer_forward_ops(Bld *b, int L, int mb, int chunk, const FwdIO *io)
         in = r1;
     }
     if (red >= 0) emit_wait(b, red);
-    int M = part_op(b, io->kind, SUB_MLP, L, mb, chunk, fm);
+    int M = part_op(b, io->kind, SUB_MLP, L, mb, chunk, fm - down);
+    if (cut) b->s->ops[M].grads = GR_NO_OUTPUT;
     if (cols) cols_head(b, M);  /* the chunks read the gathered input */
     else op_rd(b, M, in);
     op_rd(b, M, r1);
@@ -2436,7 +2442,7 @@ static void sched_events(Sched *s)
  * attention: qkv, the core, the output projection). */
 static double mlp_share(const Model *m)
 {
-    double mlp = 2.0 * (double)m->s * (double)m->h * (double)m->ffn * (m->gated ? 3 : 2);
+    double mlp = m->fl_mlp_down * (m->gated ? 3 : 2);   /* the down projection and the one or two in */
     double share = m->fl_layer_fwd > 0 ? mlp / m->fl_layer_fwd : 0.5;
     return share < 1 ? share : 1;
 }
@@ -2608,8 +2614,8 @@ const char *sched_op_label(const Sched *s, int i)
     const char *sub = o->sub > 0 && o->sub < 5 ? subs[o->sub] : "";
     static const char *const grads_names[] = {[GR_ALL] = "", [GR_DATA] = " data", [GR_WEIGHT] = " wgrad",
                                               [GR_NORM] = " norm", [GR_HEAD] = " head", [GR_ROWS] = " rows",
-                                              [GR_COLS] = " cols"};
-    const char *grads = o->grads >= 0 && o->grads <= GR_COLS ? grads_names[o->grads] : "";
+                                              [GR_COLS] = " cols", [GR_NO_OUTPUT] = " noout"};
+    const char *grads = o->grads >= 0 && o->grads <= GR_NO_OUTPUT ? grads_names[o->grads] : "";
     if (o->rows >= 0 && o->kind != OP_WAIT)    /* tp_comm_overlap full: a token-row chunk (of the column GEMMs: cols) */
         snprintf(aux + strlen(aux), sizeof aux - strlen(aux), " %s%d", o->grads == GR_COLS ? "cols" : "rows", o->rows);
     return arena_printf(&g_arena, "%s%s%s%s%s%s", sched_op_kind_name(o->kind), layer, mb, aux, sub,

@@ -744,7 +744,7 @@ void sim_step_figures(const Plan *mp, Sim *out)
     double denom = step * (double)mp->part.world * cost_mfu_peak(s);
     out->tokens_per_s = step > 0 ? (double)s->train.global_batch * (double)mp->model.s / step : 0;
     out->mfu = denom > 0 ? mp->model.flops_model_step / denom : 0;
-    out->hfu = denom > 0 ? mp->model.flops_hw_step / denom : 0;
+    out->hfu = denom > 0 ? mp->part.flops_hw_step / denom : 0;
 }
 
 /* ---- entry points ------------------------------------------------------------------ */

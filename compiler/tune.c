@@ -335,20 +335,22 @@ static double gemm_time(const Spec *s, double M, double N, double K)
  * GEMMs each at the efficiency of its shape and the attention core at its
  * own, the memory-bound kernels around them left out.  Forward, backward
  * (twice the forward's FLOPs) and the recompute of the policy (none counted
- * for full checkpointing of every k > 1); *wa: the attention part's weight
+ * for full checkpointing of every k > 1; of every layer, each layer its
+ * group's last, all but the MLP down projection); *wa: the attention part's weight
  * GEMMs, which tp_comm_overlap runs after its collective (0 without it). */
 static void layer_times(const Spec *s, const Model *m, double *fwd, double *bwd, double *re, double *wa)
 {
     double T = (double)(s->train.micro_batch * m->s), t = (double)s->parallel.tp, h = (double)m->h;
     double hd = (double)m->hd, a = (double)m->a, kv = (double)m->kv, ffn = (double)m->ffn;
     double attn = gemm_time(s, T, (a + 2 * kv) * hd / t, h) + gemm_time(s, T, h, a * hd / t);
-    double gemms = attn + gemm_time(s, T, (m->gated ? 2 : 1) * ffn / t, h) + gemm_time(s, T, h, ffn / t);
+    double down = gemm_time(s, T, h, ffn / t);      /* the MLP down projection */
+    double gemms = attn + gemm_time(s, T, (m->gated ? 2 : 1) * ffn / t, h) + down;
     *wa = t > 1 && s->parallel.tp_comm_overlap != TPO_NONE ? attn : 0;
     double core = 4 * T * (double)m->s * a * hd / t / (cost_peak(s) * cost_attn_eff(cost_profile(s), hd));
     *fwd = gemms + core;
     *bwd = 2 * *fwd;
     int pol = s->checkpointing.activations;
-    *re = pol == CKPT_SELECTIVE ? core : pol == CKPT_FULL && s->checkpointing.every == 1 ? *fwd : 0;
+    *re = pol == CKPT_SELECTIVE ? core : pol == CKPT_FULL && s->checkpointing.every == 1 ? *fwd - down : 0;
 }
 
 /* The head's logits GEMM for one microbatch, forward and backward, in

@@ -15,14 +15,14 @@
 
 /* The simulated step of a GPT (layers × hidden) with the given blocks;
  * bubble (when not NULL) gets the simulated bubble; < 0 if it does not plan. */
-static double step_of(int layers, int hidden, const char *parallel, const char *zero, const char *train,
-                      const char *cluster, double *bubble)
+static double step_vocab(int layers, int hidden, int vocab, const char *parallel, const char *zero, const char *train,
+                         const char *cluster, double *bubble)
 {
     const char *text = arena_printf(&g_arena,
-        "model gpt { layers = %d  hidden = %d  heads = %d  vocab = 51200  seq_len = 2048 }\n"
+        "model gpt { layers = %d  hidden = %d  heads = %d  vocab = %d  seq_len = 2048 }\n"
         "parallel { %s }\nzero { %s }\nprecision { dtype = bf16 }\n"
         "checkpointing { activations = full }\ntrain { %s }\ncluster { %s }\n",
-        layers, hidden, hidden / 128, parallel, zero, train, cluster);
+        layers, hidden, hidden / 128, vocab, parallel, zero, train, cluster);
     Plan *mp = cal_plan(text);
     if (!mp) {
         fprintf(stderr, "does not plan:\n%s", text);
@@ -36,6 +36,13 @@ static double step_of(int layers, int hidden, const char *parallel, const char *
     }
     if (bubble) *bubble = sim.bubble;
     return sim.step_time;
+}
+
+/* The same of GPT-2's vocabulary. */
+static double step_of(int layers, int hidden, const char *parallel, const char *zero, const char *train,
+                      const char *cluster, double *bubble)
+{
+    return step_vocab(layers, hidden, 51200, parallel, zero, train, cluster, bubble);
 }
 
 /* x is at most y, up to rounding (fails on NaN). */
@@ -350,7 +357,12 @@ static void test_op_times_valid(void)
 }
 
 /* More microbatches never give a bigger bubble fraction; the interleaved
- * schedule's bubble is never bigger than 1F1B's at the same microbatches. */
+ * schedule's bubble is never bigger than 1F1B's at the same microbatches.
+ * Narayanan's claim, for stages of equal work: a small vocabulary, so that
+ * the head does not weigh down the last stage (with GPT-2's, the head is
+ * about a layer and a half, 1F1B gives the last stage one layer fewer, and
+ * interleaving, whose chunks take the layers evenly, cannot: its bubble is
+ * then the imbalance, not the pipeline's fill). */
 static void test_bubble_shrinks(void)
 {
     const char *cl = "nodes = 1  gpus_per_node = 4  gpu = a100_80gb";
@@ -358,12 +370,73 @@ static void test_bubble_shrinks(void)
     for (int m = 4; m <= 32; m *= 2) {
         double b1, bi;
         const char *train = arena_printf(&g_arena, "global_batch = %d  micro_batch = 1", m);
-        CHECK(step_of(8, 2048, "pp = 4  dp = 1  schedule = 1f1b", "stage = 0", train, cl, &b1) > 0);
-        CHECK(step_of(8, 2048, "pp = 4  dp = 1  schedule = interleaved  virtual_stages = 2", "stage = 0", train, cl, &bi) > 0);
+        CHECK(step_vocab(8, 2048, 1024, "pp = 4  dp = 1  schedule = 1f1b", "stage = 0", train, cl, &b1) > 0);
+        CHECK(step_vocab(8, 2048, 1024, "pp = 4  dp = 1  schedule = interleaved  virtual_stages = 2", "stage = 0", train, cl,
+                         &bi) > 0);
         CHECK(b1 > 0 && le(bi, b1));
         if (prev >= 0) CHECK(le(b1, prev));
         prev = b1;
     }
+}
+
+/* Under full recompute in groups of two, the replay of a group's first layer
+ * costs what its forward does; the group's last layer's runs no MLP down
+ * projection (the trainer stops before it: its output, the next group's
+ * checkpoint, exists), so it costs less, by at least that GEMM's FLOPs at
+ * the peak.  Whole layers (tp 1) and the MLP part (tp 2). */
+static void check_recompute_cut(const Plan *mp)
+{
+    bool gpu = !cost_cpu_priced(mp->spec);
+    const Sched *s = &mp->sched.classes[0];
+    int seen[2] = {0, 0};
+    for (int i = 0; i < s->nops; i++) {
+        const Op *r = &s->ops[i];
+        if (r->kind != OP_RECOMPUTE || r->mb != 0) continue;
+        int f = -1;
+        for (int j = 0; j < s->nops && f < 0; j++)
+            if (s->ops[j].kind == OP_LAYER_FWD && s->ops[j].layer == r->layer && s->ops[j].mb == 0 && s->ops[j].sub == r->sub)
+                f = j;
+        CHECK(f >= 0);
+        if (f < 0) continue;
+        double tf = cost_op_time(mp, s, f), tr = cost_op_time(mp, s, i);
+        bool last = r->layer % 2 == 1, mlp = r->sub != SUB_ATTN;
+        CHECK_EQ(r->grads == GR_NO_OUTPUT, last && mlp);
+        if (last && mlp) {
+            double down = mp->model.fl_mlp_down * (double)mp->part.b / (double)mp->part.tp;
+            CHECK_NEAR(s->ops[f].flops - r->flops, down, 1e-9 * down);
+            CHECK(tr > 0 && tf - tr > 0);
+            if (gpu) {   /* exactly the GEMM at its shape, its residual's bytes and two kernels */
+                const Partition *p = &mp->part;
+                const CostProfile *cp = cost_profile(mp->spec);
+                double T = (double)p->T, h = (double)mp->model.h, K = (double)mp->model.ffn / (double)p->tp;
+                double gemm = down / (cost_peak(mp->spec) * cost_gemm_eff(cp, T, h, K));
+                double resid = 3 * (double)p->T_sp * h * p->wbytes / (mp->spec->cluster.hbm_bandwidth * cp->hbm_eff);
+                CHECK_NEAR(tf - tr, gemm + resid + 2 * cp->kernel_s, 1e-9 * tf);
+            }
+        } else {
+            CHECK_NEAR(tr, tf, 1e-12 * tf);
+        }
+        seen[last && mlp]++;
+    }
+    CHECK(seen[0] > 0 && seen[1] > 0);
+}
+
+static void test_recompute_cut(void)
+{
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    for (int cpu = 0; cpu < 2; cpu++)
+        for (int tp = 1; tp <= 2; tp *= 2) {
+            const char *cl = cpu ? arena_printf(&g_arena, "gpu = cpu  profile = \"%s/tests/golden/bad/profile/cpu.json\"", cwd)
+                                 : "gpu = a100_80gb";
+            Plan *mp = cal_plan(arena_printf(&g_arena,
+                "model gpt { layers = 4  hidden = %d  heads = 8  vocab = %d  seq_len = %d }\n"
+                "parallel { tp = %d }\nprecision { dtype = %s }\ncheckpointing { activations = full  every = 2 }\n"
+                "train { global_batch = 8  micro_batch = 1 }\ncluster { nodes = 1  gpus_per_node = %d  %s }\n",
+                cpu ? 128 : 1024, cpu ? 256 : 51200, cpu ? 64 : 2048, tp, cpu ? "fp32" : "bf16", tp, cl));
+            CHECK(mp != NULL);
+            if (mp) check_recompute_cut(mp);
+        }
 }
 
 /* A ZeRO-3 plan of a GPT or Llama (4 layers, hidden 1024) on 2 nodes of 8
@@ -520,6 +593,7 @@ int main(void)
     test_tp_comm_overlap_full();
     test_op_times_valid();
     test_bubble_shrinks();
+    test_recompute_cut();
     test_zero3_module_units();
     test_zero3_monotone();
     return fx_done("test_cost_props");

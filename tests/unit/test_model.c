@@ -102,13 +102,15 @@ static void test_flops(void)
         CHECK_NEAR(m.fl_recompute_full, m.fl_layer_fwd, 1e-15);
         CHECK_NEAR(m.fl_head_fwd, 2 * sq * h * V, 1e-15);
     }
-    /* the spec's policy picks the hardware count */
-    s.checkpointing.activations = CKPT_FULL;
+    /* what a recompute runs: selective the attention core, full the layers'
+     * forwards but each group's last MLP down projection (the papers' full
+     * count replays it too) */
     model_build(&s, &m);
-    CHECK(m.flops_hw_step == m.flops_hw_full);
-    s.checkpointing.activations = CKPT_SELECTIVE;
-    model_build(&s, &m);
-    CHECK(m.flops_hw_step == m.flops_hw_selective);
+    CHECK_NEAR(model_recompute_flops(&m, CKPT_SELECTIVE, 5, 2), 5 * m.fl_recompute_sel, 1e-15);
+    CHECK_NEAR(model_recompute_flops(&m, CKPT_FULL, 5, 2), 5 * m.fl_recompute_full - 3 * m.fl_mlp_down, 1e-6);
+    CHECK_NEAR(model_recompute_flops(&m, CKPT_FULL, 4, 1), 4 * (m.fl_recompute_full - m.fl_mlp_down), 1e-6);
+    CHECK(model_recompute_flops(&m, CKPT_NONE, 4, 1) == 0);
+    CHECK_NEAR(m.fl_mlp_down, 2.0 * (double)m.s * (double)m.h * (double)m.ffn, 1e-15);
     /* a Llama: 6 FLOPs per weight of every linear (head included, the lookup
      * and the norms excluded) and 12·l·h·s per token for attention (llm.c's
      * 6·P + 6·l·h·s halves the attention term for causal masking) */

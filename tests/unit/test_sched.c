@@ -145,7 +145,7 @@ static bool compute_waits(const Sched *s, int from, int at, int target)
 static const char *layer_ops(const Plan *mp, int c, int L, int mb)
 {
     static const char *const subs[] = {"", ".attn", ".mlp", ".grads"};
-    static const char *const grads[] = {"", ".data", ".wgrad", ".norm", ".head", ".rows", ".cols"};
+    static const char *const grads[] = {"", ".data", ".wgrad", ".norm", ".head", ".rows", ".cols", ".noout"};
     const Sched *s = &mp->sched.classes[c];
     char *out = "";
     for (int i = 0; i < s->nops; i++) {
@@ -214,9 +214,21 @@ static void test_tp_split(void)
         const char *bwd = " bwd.mlp.data tp_allreduce.mlp bwd.mlp.wgrad bwd.attn.data tp_allreduce.attn bwd.attn.wgrad";
         CHECK_STR(layer_ops(mp, 0, 6, 0), arena_printf(&g_arena, "%srecompute.attn tp_allreduce.attn recompute.mlp "
                                                                   "tp_allreduce.mlp%s", fwd, bwd));
-        /* the group's last layer needs no output: its MLP is not reduced */
-        CHECK_STR(layer_ops(mp, 0, 7, 0), arena_printf(&g_arena, "%srecompute.attn tp_allreduce.attn recompute.mlp%s",
+        /* the group's last layer needs no output: its MLP runs no down
+           projection, priced so, and is not reduced */
+        CHECK_STR(layer_ops(mp, 0, 7, 0), arena_printf(&g_arena, "%srecompute.attn tp_allreduce.attn recompute.mlp.noout%s",
                                                        fwd, bwd));
+        const Sched *s = &mp->sched.classes[0];
+        double full = 0, cut = 0;   /* the MLP part's FLOPs, the down projection's short */
+        for (int i = 0; i < s->nops; i++) {
+            const Op *o = &s->ops[i];
+            if (o->kind != OP_RECOMPUTE || o->mb != 0 || o->sub != SUB_MLP) continue;
+            if (o->layer == 6) full = o->flops;
+            if (o->layer == 7) cut = o->flops;
+        }
+        double down = mp->model.fl_mlp_down * (double)mp->part.b / (double)mp->part.tp;
+        CHECK(full > 0 && down > 0);
+        CHECK_NEAR(full - cut, down, 1e-9 * full);
     }
     /* every layer's backward reads its recomputed tensors, not only the
      * group's last (a reset once dropped them when every > 1) */
@@ -719,15 +731,43 @@ static void test_tp_comm_overlap_full(void)
         for (int i = 0; i < ck->sched.classes[0].nops; i++) {
             const Op *o = &ck->sched.classes[0].ops[i];
             fwd_rows += o->kind == OP_LAYER_FWD && o->grads == GR_ROWS;
-            re_rows += o->kind == OP_RECOMPUTE && o->grads != GR_ALL;
+            re_rows += o->kind == OP_RECOMPUTE && o->grads != GR_ALL && o->grads != GR_NO_OUTPUT;
         }
         CHECK_EQ(fwd_rows, 2 * 4 * (int)(ck->part.m * ck->model.l));
         CHECK_EQ(re_rows, 0);
     }
 }
 
+/* The schedule's FLOPs over every rank are the step's hardware FLOPs (the
+ * HFU numerator, Partition.flops_hw_step): what the layer ops, the head and
+ * the recompute run, a full recompute's each group's last layer without its
+ * MLP down projection, whatever the layout and the groups. */
+static void test_hw_flops(void)
+{
+    const char *const layouts[][5] = {
+        {"checkpointing.activations=full", NULL},
+        {"checkpointing.activations=full", "checkpointing.every=3", NULL},
+        {"checkpointing.activations=full", "checkpointing.every=2", "parallel.pp=2", NULL},
+        {"checkpointing.activations=full", "parallel.pp=2", "parallel.schedule=interleaved", "parallel.microbatches=4"},
+        {"checkpointing.activations=full", "parallel.tp=2", "parallel.sequence_parallel=on", NULL},
+        {"checkpointing.activations=selective", "parallel.tp=2", NULL},
+        {"parallel.pp=2", NULL},
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        Plan *mp = plan_ok(layouts[k]);
+        if (!mp) continue;
+        double sum = 0;
+        for (int c = 0; c < mp->sched.nclasses; c++)
+            sum += mp->sched.classes[c].flops * (double)mp->part.classes[c].count;
+        CHECK_NEAR(sum, mp->part.flops_hw_step, 1e-9 * sum);
+        if (mp->spec->checkpointing.activations == CKPT_FULL)
+            CHECK(mp->part.flops_hw_step < mp->model.flops_hw_full);    /* the papers' count replays whole layers */
+    }
+}
+
 int main(void)
 {
+    test_hw_flops();
     test_pipeline_orders();
     test_tp_split();
     test_tp_comm_overlap();
