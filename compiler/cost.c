@@ -34,7 +34,7 @@
  * Megatron-Core H100 table.  A CPU profile (cluster.profile) prices the CPU
  * backend by its own measured rates instead (below). */
 static const CostProfile cost_profiles[] = {
-    {"a100", 0.72, 128.0, 0.40, 0.80, 4e-6},
+    {"a100", 0.67, 128.0, 0.40, 0.80, 4e-6},
     {"hopper", 0.80, 256.0, 0.80, 0.80, 4e-6},
 };
 
