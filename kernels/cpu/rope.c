@@ -10,12 +10,19 @@
 
 #include <math.h>
 
-/* cos and sin of f_i for position pos, i < HS/2. */
-static void kc_rope_angles(float *cs, float *sn, int pos, int HS, float theta)
+/* The inverse frequencies theta^(-2i/HS), i < HS/2: the same for every
+ * position, so computed once a call (a powf each took most of the kernel's
+ * time when computed per position). */
+static void kc_rope_inv_freq(float *inv, int HS, float theta)
+{
+    for (int i = 0; i < HS / 2; i++) inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
+}
+
+/* cos and sin of f_i = pos * inv[i] for position pos, i < HS/2. */
+static void kc_rope_angles(float *cs, float *sn, int pos, int HS, const float *inv)
 {
     for (int i = 0; i < HS / 2; i++) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HS);
-        float f = (float)pos * inv_freq;
+        float f = (float)pos * inv[i];
         cs[i] = cosf(f);
         sn[i] = sinf(f);
     }
@@ -44,10 +51,12 @@ static void kc_rope_row(float *y, const float *x, const float *cs, const float *
 void kc_rope_forward(float *out, const float *inp, int B, int T, int NH, int HS, int ld,
                      int pos0, float theta)
 {
+    float inv[HS / 2];
+    kc_rope_inv_freq(inv, HS, theta);
     #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         float cs[HS / 2], sn[HS / 2];
-        kc_rope_angles(cs, sn, pos0 + t, HS, theta);
+        kc_rope_angles(cs, sn, pos0 + t, HS, inv);
         for (int b = 0; b < B; b++) {
             size_t row = ((size_t)b * T + t) * ld;
             kc_rope_row(out + row, inp + row, cs, sn, NH, HS, 1.0f, 0);
@@ -59,10 +68,12 @@ void kc_rope_forward(float *out, const float *inp, int B, int T, int NH, int HS,
 void kc_rope_backward(float *dinp, const float *dout, int B, int T, int NH, int HS, int ld,
                       int pos0, float theta)
 {
+    float inv[HS / 2];
+    kc_rope_inv_freq(inv, HS, theta);
     #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         float cs[HS / 2], sn[HS / 2];
-        kc_rope_angles(cs, sn, pos0 + t, HS, theta);
+        kc_rope_angles(cs, sn, pos0 + t, HS, inv);
         for (int b = 0; b < B; b++) {
             size_t row = ((size_t)b * T + t) * ld;
             kc_rope_row(dinp + row, dout + row, cs, sn, NH, HS, -1.0f, 1);
