@@ -379,15 +379,22 @@ static double layer_elementwise_bytes(const Partition *p, int pieces, bool bwd)
 
 /* Bytes the CPU backend moves beyond layer_elementwise_bytes: Llama's rotary
  * embedding of q and k (read and written, forward and backward), and in the
- * backward the gradients it zeroes and the residual copies (about four
- * [T, h] tensors a half). */
+ * backward the gradients the trainer zeroes before kernels that add into them
+ * and the residual copies, as emit.c's tr_bwd writes them: the MLP half zeroes
+ * the norm output's gradient [T, h] and, gated, SwiGLU's three [T, ffn/t]
+ * (GELU's is written by its GEMM); the attention half the attention output's
+ * [T, a·hd/t], q, k and v's [T, (a + 2kv)·hd/t] and the norm output's [T, h];
+ * each half copies its residual's gradient, [T, h] read and written (under
+ * sequence parallelism the norm op's, norm_op_time). */
 static double cpu_extra_bytes(const Partition *p, int pieces, bool bwd)
 {
     const Model *m = p->model;
-    double T = (double)p->T, h = (double)m->h, b = 0;
-    if ((pieces & PC_QKV) && m->family == FAM_LLAMA)
-        b += 2 * T * (double)(m->a + m->kv) * (double)m->hd / (double)p->tp;
-    if (bwd) b += ((pieces & PC_QKV ? 4 : 0) + (pieces & PC_MLP_IN ? 4 : 0)) * T * h;
+    double T = (double)p->T, h = (double)m->h, t = (double)p->tp, hd = (double)m->hd, b = 0;
+    if ((pieces & PC_QKV) && m->family == FAM_LLAMA) b += 2 * T * (double)(m->a + m->kv) * hd / t;
+    if (!bwd) return (double)p->wbytes * b;
+    double resid = p->T_sp < p->T ? 0 : 2 * T * h;
+    if (pieces & PC_MLP_IN) b += T * h + (m->gated ? 3 * T * (double)m->ffn / t : 0) + resid;
+    if (pieces & PC_QKV) b += T * (double)m->a * hd / t + T * (double)(m->a + 2 * m->kv) * hd / t + T * h + resid;
     return (double)p->wbytes * b;
 }
 

@@ -38,6 +38,8 @@ static const char *write_tmp(const char *text)
 /* What the GEMM rows' rate follows: the output's rows m (0), its columns n
  * (1), or neither (2: 1 GFLOP/s). */
 static int g_gemm_dim;
+/* the elementwise rows' speed over the rest's (1: as profile_text's comment says) */
+static double g_ew_speed = 1;
 
 /* The rows of a small CPU profile; `speed` divides every seconds (2: a machine
  * twice as fast), `extra` is appended to the rows, and `thread2` adds the
@@ -70,7 +72,8 @@ static const char *profile_text(double speed, const char *extra, bool thread2)
         for (int dt = 0; dt < 2; dt++)
             for (long b = 1 << 16; b <= 1 << 24; b <<= 8)   /* 10 GB/s in cache, 5 GB/s out of it */
                 rows = arena_printf(&g_arena, "%s{\"table\":\"elementwise\",\"dtype\":\"%s\",\"threads\":%d,\"bytes\":%ld,"
-                                    "\"seconds\":%.17g},\n", rows, dt ? "bf16" : "fp32", t, b, b / (b < (1 << 20) ? 10e9 : 5e9) / sp);
+                                    "\"seconds\":%.17g},\n", rows, dt ? "bf16" : "fp32", t, b,
+                                    b / (b < (1 << 20) ? 10e9 : 5e9) / sp / g_ew_speed);
         rows = arena_printf(&g_arena, "%s{\"table\":\"launch\",\"threads\":%d,\"seconds\":%.17g},\n"
                             "{\"table\":\"optimizer\",\"threads\":%d,\"elements\":1000000,\"seconds\":%.17g},\n", rows, t,
                             2e-6 / sp, t, 1e-3 / sp);
@@ -403,6 +406,38 @@ static void test_norm_rows(void)
         seen[o->grads == GR_NORM] += 1;
     }
     CHECK(seen[0] > 0 && seen[1] > 0);
+}
+
+/* A layer backward's memory-bound bytes on the CPU backend (no norm or
+ * activation rows: both streamed), counted as emit.c's tr_bwd moves them:
+ * per half the norm (3 passes of [T, h]) and residual (3), the activation's
+ * backward (SwiGLU: 5 of [T, ffn]), the rotary embedding of q and k (read
+ * and written), the gradients zeroed before kernels that add into them (the
+ * MLP half: the norm output's [T, h] and SwiGLU's three [T, ffn]; the
+ * attention half: the attention output's [T, a·hd], q, k and v's [T, (a +
+ * 2kv)·hd] and the norm output's [T, h]) and each half's residual copy (2 of
+ * [T, h]).  Checked by the difference a twice-faster stream makes. */
+static void test_zeroed_bytes(void)
+{
+    const char *text = "model llama { layers = 2  hidden = 128  heads = 4  kv_heads = 2  ffn_hidden = 512  vocab = 256  "
+                       "seq_len = 64 }\nprecision { dtype = fp32 }\ntrain { global_batch = 16  micro_batch = 2 }\n"
+                       "cluster { nodes = 1  gpus_per_node = 1  profile = \"%s\" }\n";
+    const char *slow = write_tmp(profile_text(1, "", true));
+    g_ew_speed = 2;
+    const char *fast = write_tmp(profile_text(1, "", true));
+    g_ew_speed = 1;
+    Plan *a = cal_plan(arena_printf(&g_arena, text, slow)), *b = cal_plan(arena_printf(&g_arena, text, fast));
+    CHECK(a && b);
+    if (!a || !b) return;
+    double da = 0, db = 0;
+    step_of(a, OP_LAYER_BWD, &da), step_of(b, OP_LAYER_BWD, &db);
+    double T = 128, h = 128, ffn = 512, hd = 32, na = 4, kv = 2;
+    double bytes = 4 * (2 * 6 * T * h + 5 * T * ffn + 2 * T * (na + kv) * hd +           /* norms, residuals, SwiGLU, rope */
+                        T * h + 3 * T * ffn + 2 * T * h +                              /* the MLP half's zeros and copy */
+                        T * na * hd + T * (na + 2 * kv) * hd + T * h + 2 * T * h);     /* the attention half's */
+    const Profile *pf = a->spec->cluster.profile;
+    double rate = profile_stream_rate(pf, DT_FP32, profile_threads(pf, 1), 3 * T * h * 4);
+    CHECK_NEAR(da - db, bytes / rate - bytes / (2 * rate), 1e-12);
 }
 
 /* Properties of the CPU model. */
@@ -743,6 +778,7 @@ int main(void)
     test_skew();
     test_kernel_rows();
     test_norm_rows();
+    test_zeroed_bytes();
     test_mfu_peak();
     if (diag_stream) fclose(diag_stream), diag_stream = NULL;
     return failures != 0;
