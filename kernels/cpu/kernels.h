@@ -95,6 +95,18 @@ void kc_rope_forward(float *out, const float *inp, int B, int T, int NH, int HS,
 /* dinp += R^T dout (dinp must not alias dout). */
 void kc_rope_backward(float *dinp, const float *dout, int B, int T, int NH, int HS, int ld,
                       int pos0, float theta);
+/* The angles' cos and sin of positions 0 .. npos-1, (npos, HS/2) each, as
+ * the two above compute them: the same bits. */
+void kc_rope_table(float *cs, float *sn, int npos, int HS, float theta);
+/* kc_rope_forward and kc_rope_backward from such a table: cs, sn its rows
+ * from position pos0 on. */
+void kc_rope_forward_tab(float *out, const float *inp, int B, int T, int NH, int HS, int ld,
+                         const float *cs, const float *sn);
+void kc_rope_backward_tab(float *dinp, const float *dout, int B, int T, int NH, int HS, int ld,
+                          const float *cs, const float *sn);
+/* x := R^T x in place from such a table: kc_rope_backward into zeros, without
+ * the zeros or a copy (the same values; a zero's sign may differ). */
+void kc_rope_inverse_tab(float *x, int B, int T, int NH, int HS, int ld, const float *cs, const float *sn);
 
 /* ---- embedding.c: token (+ position) embedding, vocab-parallel ---------- */
 /* out(B,T,C) = wte[tok - v0] for tokens in [v0,v1), else 0; + wpe(T,C)[t]

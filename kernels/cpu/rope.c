@@ -80,3 +80,43 @@ void kc_rope_backward(float *dinp, const float *dout, int B, int T, int NH, int 
         }
     }
 }
+
+void kc_rope_table(float *cs, float *sn, int npos, int HS, float theta)
+{
+    float inv[HS / 2];
+    kc_rope_inv_freq(inv, HS, theta);
+    #pragma omp parallel for schedule(static)
+    for (int p = 0; p < npos; p++) kc_rope_angles(cs + (size_t)p * (HS / 2), sn + (size_t)p * (HS / 2), p, HS, inv);
+}
+
+void kc_rope_forward_tab(float *out, const float *inp, int B, int T, int NH, int HS, int ld,
+                         const float *cs, const float *sn)
+{
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++) {
+            size_t row = ((size_t)b * T + t) * ld, at = (size_t)t * (HS / 2);
+            kc_rope_row(out + row, inp + row, cs + at, sn + at, NH, HS, 1.0f, 0);
+        }
+}
+
+void kc_rope_backward_tab(float *dinp, const float *dout, int B, int T, int NH, int HS, int ld,
+                          const float *cs, const float *sn)
+{
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++) {
+            size_t row = ((size_t)b * T + t) * ld, at = (size_t)t * (HS / 2);
+            kc_rope_row(dinp + row, dout + row, cs + at, sn + at, NH, HS, -1.0f, 1);
+        }
+}
+
+void kc_rope_inverse_tab(float *x, int B, int T, int NH, int HS, int ld, const float *cs, const float *sn)
+{
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++) {
+            size_t row = ((size_t)b * T + t) * ld, at = (size_t)t * (HS / 2);
+            kc_rope_row(x + row, x + row, cs + at, sn + at, NH, HS, -1.0f, 0);   /* each pair read before written */
+        }
+}

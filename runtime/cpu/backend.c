@@ -203,6 +203,13 @@ static void cpu_init(srt_ctx *c)
     kc_init();
     st->scratch_n = cpu_scratch_floats(c->prog, c->cls);
     st->scratch = ctx_alloc(c, st->scratch_n * 4, "the fp32 scratch of bf16 emulation");
+    if (c->prog->family == 1 && c->prog->heads > 0) {   /* Llama: rope's angle tables */
+        st->rope_npos = (int)c->prog->seq_len;
+        st->rope_hs = (int)(c->prog->hidden / c->prog->heads);
+        int64_t n = (int64_t)st->rope_npos * (st->rope_hs / 2);
+        st->rope_cs = ctx_alloc(c, 2 * n * 4, "the rotary embedding's angle tables");
+        st->rope_sn = st->rope_cs + n;
+    }
     cpu_comm_init(c);
     cpu_threads_init(c);
     cpu_io_init(c);
@@ -218,6 +225,7 @@ static void cpu_fini(srt_ctx *c)
     cpu_io_fini(c);
     cpu_comm_fini(c);
     free(st->scratch);
+    free(st->rope_cs);
     free(st);
     c->bs = NULL;
 }

@@ -280,28 +280,51 @@ void cpu_attention_bwd(srt_ctx *c, srt_stream s, srt_t dq, srt_t dk, srt_t dv, s
     cpu_unstage(c);
 }
 
-/* kc_rope_forward in place. */
+/* The angle tables' rows from position 0 for T positions of head size HS at
+ * theta, computed at their first use (a Llama's: its one theta and head
+ * size); NULL when the context has none that fit. */
+static const float *cpu_rope_tab(srt_ctx *c, int T, int HS, float theta, const float **sn)
+{
+    cpu_state *st = cpu_st(c);
+    if (!st->rope_cs || HS != st->rope_hs || T > st->rope_npos) return NULL;
+    if (theta != st->rope_theta) {
+        kc_rope_table(st->rope_cs, st->rope_sn, st->rope_npos, HS, theta);
+        st->rope_theta = theta;
+    }
+    *sn = st->rope_sn;
+    return st->rope_cs;
+}
+
+/* kc_rope_forward in place (from the angle tables where the context has them). */
 void cpu_rope_fwd(srt_ctx *c, srt_stream s, srt_t x, int B, int T, int NH, int HS, int ld,
                   float theta)
 {
     cpu_arg a[] = { A(x, cpu_span((int64_t)B * T, (int64_t)NH * HS, ld), CPU_RW) };
     cpu_stage(c, "rope_fwd", a, NARGS(a));
-    kc_rope_forward(a[0].f, a[0].f, B, T, NH, HS, ld, 0, theta);
+    const float *sn, *cs = cpu_rope_tab(c, T, HS, theta, &sn);
+    if (cs) kc_rope_forward_tab(a[0].f, a[0].f, B, T, NH, HS, ld, cs, sn);
+    else kc_rope_forward(a[0].f, a[0].f, B, T, NH, HS, ld, 0, theta);
     cpu_unstage(c);
 }
 
-/* dx := R^T dx in place: the kernel accumulates into a gradient that must
- * not alias its input, so dx goes to a copy and its rotated columns to 0. */
+/* dx := R^T dx in place: from the angle tables, rotated back where it lies;
+ * without them the kernel accumulates into a gradient that must not alias
+ * its input, so dx goes to a copy and its rotated columns to 0. */
 void cpu_rope_bwd(srt_ctx *c, srt_stream s, srt_t dx, int B, int T, int NH, int HS, int ld,
                   float theta)
 {
     int64_t rows = (int64_t)B * T, width = (int64_t)NH * HS, sp = cpu_span(rows, width, ld);
     cpu_arg a[] = { A(dx, sp, CPU_RW) };
     cpu_stage(c, "rope_bwd", a, NARGS(a));
-    float *g = cpu_tmp(c, "rope_bwd", sp);
-    memcpy(g, a[0].f, (size_t)sp * 4);
-    for (int64_t r = 0; r < rows; r++) memset(a[0].f + r * ld, 0, (size_t)width * 4);
-    kc_rope_backward(a[0].f, g, B, T, NH, HS, ld, 0, theta);
+    const float *sn, *cs = cpu_rope_tab(c, T, HS, theta, &sn);
+    if (cs) {
+        kc_rope_inverse_tab(a[0].f, B, T, NH, HS, ld, cs, sn);
+    } else {
+        float *g = cpu_tmp(c, "rope_bwd", sp);
+        memcpy(g, a[0].f, (size_t)sp * 4);
+        for (int64_t r = 0; r < rows; r++) memset(a[0].f + r * ld, 0, (size_t)width * 4);
+        kc_rope_backward(a[0].f, g, B, T, NH, HS, ld, 0, theta);
+    }
     cpu_unstage(c);
 }
 

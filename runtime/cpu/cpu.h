@@ -76,6 +76,11 @@ typedef struct cpu_state {
     KcSumsq sumsq, sumsq_all;
     /* the NVMe swap file (runtime/core/nvme.c; bounce slots from ctx_alloc) */
     nvme_file nvme;
+    /* a Llama's rotary angles, cos and sin of positions 0 .. seq_len - 1 (each
+       (seq_len, HS/2)), computed at the first rope op for its theta; NULL for GPT */
+    float *rope_cs, *rope_sn;
+    int rope_npos, rope_hs;
+    float rope_theta;
 } cpu_state;
 
 static inline cpu_state *cpu_st(srt_ctx *c) { return (cpu_state *)c->bs; }

@@ -488,6 +488,24 @@ static void test_rope(void)
     float *dx2 = copy_of(dx, n);
     kc_rope_backward(dx2, c.w, c.B, c.T, c.NH, c.HS, c.NH * c.HS, c.pos0, 10000.0f);
     check_doubled("rope dinp", dx, dx2, n);
+
+    /* from the angle tables (the CPU backend's, computed once): the same bits,
+       from the table's row pos0 on */
+    int npos = c.pos0 + c.T + 2;
+    float *cs = zeros((size_t)npos * c.HS / 2), *sn = zeros((size_t)npos * c.HS / 2);
+    kc_rope_table(cs, sn, npos, c.HS, 10000.0f);
+    float *yt = zeros(n), *dxt = zeros(n), *dx1 = zeros(n);
+    size_t at = (size_t)c.pos0 * c.HS / 2;
+    kc_rope_forward_tab(yt, c.x, c.B, c.T, c.NH, c.HS, c.NH * c.HS, cs + at, sn + at);
+    check(memcmp(yt, c.out, n * sizeof(float)) == 0, "rope: from the tables, forward", 0, 0);
+    kc_rope_backward(dx1, c.w, c.B, c.T, c.NH, c.HS, c.NH * c.HS, c.pos0, 10000.0f);
+    kc_rope_backward_tab(dxt, c.w, c.B, c.T, c.NH, c.HS, c.NH * c.HS, cs + at, sn + at);
+    check(memcmp(dxt, dx1, n * sizeof(float)) == 0, "rope: from the tables, backward", 0, 0);
+    float *inv = copy_of(c.w, n);   /* in place: the same values */
+    kc_rope_inverse_tab(inv, c.B, c.T, c.NH, c.HS, c.NH * c.HS, cs + at, sn + at);
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)inv[i] - (double)dx1[i]));
+    check(d == 0, "rope: from the tables, backward in place", d, 0);
 }
 
 /* ---- embedding ---------------------------------------------------------- */
