@@ -4,7 +4,10 @@
  * f_i = pos * theta^(-2i/HS):  out1 = x1 cos f - x2 sin f,
  * out2 = x2 cos f + x1 sin f.  The angles are computed in fp32 in the order
  * of LlamaRotaryEmbedding, so the tables match the ones a Llama was trained
- * with.  Backward applies the inverse rotation (the transpose).
+ * with.  Backward applies the inverse rotation (the transpose).  The _tab
+ * variants rotate from the angles of every position computed once
+ * (kc_rope_table: the same expressions, the same bits), as the CPU backend
+ * does for a Llama.
  */
 #include "kernels.h"
 
@@ -89,34 +92,32 @@ void kc_rope_table(float *cs, float *sn, int npos, int HS, float theta)
     for (int p = 0; p < npos; p++) kc_rope_angles(cs + (size_t)p * (HS / 2), sn + (size_t)p * (HS / 2), p, HS, inv);
 }
 
-void kc_rope_forward_tab(float *out, const float *inp, int B, int T, int NH, int HS, int ld,
-                         const float *cs, const float *sn)
+/* Rotates every token row of x into y from the tables' rows (sign, accumulate
+ * as kc_rope_row); y == x in place. */
+static void kc_rope_tab(float *y, const float *x, int B, int T, int NH, int HS, int ld, const float *cs,
+                        const float *sn, float sign, int accumulate)
 {
     #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++)
         for (int b = 0; b < B; b++) {
             size_t row = ((size_t)b * T + t) * ld, at = (size_t)t * (HS / 2);
-            kc_rope_row(out + row, inp + row, cs + at, sn + at, NH, HS, 1.0f, 0);
+            kc_rope_row(y + row, x + row, cs + at, sn + at, NH, HS, sign, accumulate);
         }
+}
+
+void kc_rope_forward_tab(float *out, const float *inp, int B, int T, int NH, int HS, int ld,
+                         const float *cs, const float *sn)
+{
+    kc_rope_tab(out, inp, B, T, NH, HS, ld, cs, sn, 1.0f, 0);
 }
 
 void kc_rope_backward_tab(float *dinp, const float *dout, int B, int T, int NH, int HS, int ld,
                           const float *cs, const float *sn)
 {
-    #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
-        for (int b = 0; b < B; b++) {
-            size_t row = ((size_t)b * T + t) * ld, at = (size_t)t * (HS / 2);
-            kc_rope_row(dinp + row, dout + row, cs + at, sn + at, NH, HS, -1.0f, 1);
-        }
+    kc_rope_tab(dinp, dout, B, T, NH, HS, ld, cs, sn, -1.0f, 1);
 }
 
 void kc_rope_inverse_tab(float *x, int B, int T, int NH, int HS, int ld, const float *cs, const float *sn)
 {
-    #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
-        for (int b = 0; b < B; b++) {
-            size_t row = ((size_t)b * T + t) * ld, at = (size_t)t * (HS / 2);
-            kc_rope_row(x + row, x + row, cs + at, sn + at, NH, HS, -1.0f, 0);   /* each pair read before written */
-        }
+    kc_rope_tab(x, x, B, T, NH, HS, ld, cs, sn, -1.0f, 0);   /* each pair read before it is written */
 }
