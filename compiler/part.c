@@ -495,7 +495,6 @@ static void plan_class(const Spec *s, Partition *p, RankClass *c, int st)
 
 /* ---- the plan ------------------------------------------------------------------ */
 
-/* Builds the partition plan of a checked spec. */
 void part_hw_flops(Partition *p)
 {
     const Spec *s = p->spec;
@@ -506,6 +505,7 @@ void part_hw_flops(Partition *p)
                             model_recompute_flops(m, s->checkpointing.activations, p->chunk_layers[c], s->checkpointing.every);
 }
 
+/* Builds the partition plan of a checked spec. */
 void part_build(const Spec *s, const Model *m, Partition *p)
 {
     memset(p, 0, sizeof *p);
