@@ -987,23 +987,6 @@ static double cpu_skew(const Sched *s, int op)
     return profile_skew(r.pf, r.w, (int)r.threads, false, true, compute / r.share_gemm);
 }
 
-/* The receive's wait for a sender that takes turns on the cores (sim.h): the
- * profile's point-to-point skew after the compute the rank ran since its
- * previous receive (in a pipeline's steady state, one microbatch's stage:
- * the sender's too), over the GEMM sharing factor as cpu_skew's. */
-double cost_recv_wait(const Sched *s, int op)
-{
-    const Partition *p = s->part;
-    int k = s->ops[op].kind;
-    if ((k != OP_RECV_FWD && k != OP_RECV_BWD) || !cost_cpu_priced(p->spec)) return 0;
-    CpuRank r = cpu_rank(p);
-    if (r.w * r.threads <= r.pf->cores) return 0;
-    double compute = 0;
-    for (int i = op - 1; i >= 0 && s->ops[i].kind != OP_RECV_FWD && s->ops[i].kind != OP_RECV_BWD; i--)
-        if (cost_group(s, i) == GRP_NONE) compute += cost_op_time(NULL, s, i);
-    return profile_skew(r.pf, r.w, (int)r.threads, true, false, compute / r.share_gemm);
-}
-
 /* Seconds the op occupies its stream once it has started. */
 double cost_op_time(const Plan *mp, const Sched *s, int op)
 {

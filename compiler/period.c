@@ -199,8 +199,7 @@ static bool extend_sim(const Sample *r, int nc, int64_t n, const Plan *step, Sim
         ok = ok && extend(a->end, b->end, e->end, (double)n, scale, &o->end) &&
              extend(a->work, b->work, e->work, (double)n, scale, &o->work) &&
              extend(a->bubble, b->bubble, e->bubble, (double)n, scale, &o->bubble) &&
-             extend(a->nvme, b->nvme, e->nvme, (double)n, scale, &o->nvme) &&
-             extend(a->spin, b->spin, e->spin, (double)n, scale, &o->spin);
+             extend(a->nvme, b->nvme, e->nvme, (double)n, scale, &o->nvme);
     }
     for (int k = 0; k < NOPKINDS && ok; k++)
         ok = extend(sim[0]->critical_kind[k], sim[1]->critical_kind[k], sim[2]->critical_kind[k], (double)n, scale,

@@ -29,7 +29,6 @@
  */
 #include "sim.h"
 
-#include "../runtime/include/shardrt.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -578,39 +577,6 @@ static double pipeline_share(const Ctx *x, int c, int g, int last, double from, 
     return share;
 }
 
-/* The seconds a rank of class c that runs its ops at issue spends in its
- * waits' yield phase: of each stretch in which none of its ops runs, up to
- * SRT_WAIT_YIELD_S (the runtime's watchdog tests a wait with sched_yield
- * that long before it naps, and the rank meanwhile holds a core); an op that
- * needs a receive waits at least the receive's cost_recv_wait before it,
- * even where the timeline has its data there already (the sender took its
- * turn on the cores late); the wait before the first op and the one after
- * the last are one wait (the step's seam).  A rank's ops, in issue order,
- * start no earlier than the one before. */
-static double wait_spin(const Ctx *x, int c, double step)
-{
-    const Sched *s = sched_of(x, c);
-    int b = x->base[c], n = s->nops, charged = -1;     /* the last receive waited for */
-    double spin = 0, prev = -1, head = 0;
-    for (int g = b; g < b + n; g++) {
-        double gap = prev < 0 ? 0 : fmax(x->t[g].start - prev, 0), recv = 0;
-        int last = charged;                 /* each receive once: at its first consumer */
-        for (int k = x->dep_first[g]; k < x->dep_first[g + 1]; k++) {
-            int d = x->deps[k];
-            if (x->cls_of[d] == c && d > charged) {
-                double w = cost_recv_wait(s, d - b);
-                if (w > 0) recv = fmax(recv, w), last = d > last ? d : last;
-            }
-        }
-        charged = last;
-        if (prev < 0) head = x->t[g].start, prev = x->t[g].end;
-        else spin += fmin(fmax(gap, recv), SRT_WAIT_YIELD_S);
-        if (x->t[g].end > prev) prev = x->t[g].end;
-    }
-    if (prev >= 0 && step > prev) head += step - prev;
-    return spin + fmin(head, SRT_WAIT_YIELD_S);
-}
-
 /* Busy time, pipeline work and bubble, and exposed communication of class c
  * (`last`: the op that ends the step). */
 static void class_metrics(const Ctx *x, int c, double step, int last, SimClass *sc)
@@ -659,7 +625,6 @@ static void class_metrics(const Ctx *x, int c, double step, int last, SimClass *
     }
     free(busy);
     free(idle);
-    if (x->at_issue) sc->spin = wait_spin(x, c, step);
 }
 
 /* Seconds class c spends on NVMe transfers. */
@@ -731,13 +696,11 @@ void sim_step_figures(const Plan *mp, Sim *out)
     if (nb > 0) out->bubble /= nb;
     for (int g = 0; g < NGROUPS; g++) out->exposed[g] = step > 0 ? out->exposed[g] / step : 0;
     /* ranks that share their cores in time: the step processor sharing allows
-     * (applied once, to the timeline: period.c extrapolates the timeline); a
-     * rank's waits' yield phase holds its core as its busy seconds do */
+     * (applied once, to the timeline: period.c extrapolates the timeline) */
     double *busy = calloc((size_t)nc + 1, sizeof *busy);
     if (!busy) die("sim: out of memory");
     for (int c = 0; c < nc; c++)
         for (int k = 0; k < NSTREAMS; k++) busy[c] += out->classes[c].busy[k];
-    for (int c = 0; c < nc; c++) busy[c] += out->classes[c].spin;
     out->step_time = step = cost_shared_step(mp, step, busy);
     free(busy);
     const Spec *s = mp->spec;

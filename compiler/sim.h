@@ -42,16 +42,10 @@ typedef enum Collective { COLL_NONE, COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE
  * efficiency curves. */
 bool cost_cpu_priced(const Spec *s);
 /* The step of a timeline of `timeline` seconds whose rank class c is busy
- * busy[c] seconds (every stream, and its waits' yield phase: sim.c), when the ranks share their node's cores
+ * busy[c] seconds (every stream), when the ranks share their node's cores
  * in time (a CPU profile, more threads than cores): processor sharing's
  * bound (cost.c); the timeline itself otherwise. */
 double cost_shared_step(const Plan *mp, double timeline, const double *busy);
-/* Seconds a receive `op` of a CPU rank that takes turns on its node's cores
- * waits at least for its sender, which takes turns too (the profile's
- * point-to-point arrival skew); 0 for any other op, on the GPU path, with a
- * core per rank or without skew rows.  Not a duration on the timeline: the
- * wait's yield phase, which holds a core (sim.c, the spin of a class). */
-double cost_recv_wait(const Sched *s, int op);
 /* Dense peak FLOP/s of the spec's GPU at the training dtype (fp32 or bf16/fp16). */
 double cost_peak(const Spec *s);
 double cost_mfu_peak(const Spec *s);   /* MFU and HFU's denominator: the data sheet on a GPU */
@@ -98,10 +92,6 @@ typedef struct SimClass {
                                    where the chain that held it runs through
                                    other stages' compute, not communication     */
     double nvme;                /* seconds of NVMe transfers                    */
-    double spin;                /* seconds the rank yields while it waits: up to
-                                   SRT_WAIT_YIELD_S of each stretch in which none
-                                   of its ops runs (a backend that runs ops at
-                                   issue; 0 otherwise)                          */
 } SimClass;
 
 typedef struct Sim {

@@ -11,8 +11,8 @@
 
 #define WD_DEFAULT_S 300.0      /* without the spec's key or the environment's  */
 #define WD_YIELD_S SRT_WAIT_YIELD_S /* tests with sched_yield between them, then naps */
-#define WD_NAP_MIN_NS 50000L    /* the first nap (50 us)                         */
-#define WD_NAP_MAX_NS 1000000L  /* the longest sleep between two tests (1 ms)    */
+#define WD_NAP_MIN_NS SRT_WAIT_NAP_MIN_NS /* the first nap (50 us)              */
+#define WD_NAP_MAX_NS SRT_WAIT_NAP_MAX_NS /* the longest sleep between two tests (1 ms) */
 #define WD_ASK_S 5.0            /* how long the diagnosis waits for an answer    */
 #define WD_MAX_REQS 256         /* requests of one wait                          */
 #define WD_GAP_S 1.0            /* a pause between two tests not counted         */

@@ -36,13 +36,17 @@
 
 #define SRT_ABI_VERSION 4
 
-/* How long a CPU rank that waits for a collective, a send or a receive keeps
- * testing it with sched_yield between the tests before it naps (seconds;
- * runtime/core/watchdog.c).  While it yields the rank stays runnable and, on
- * cores shared by more ranks than cores, holds a core as a busy rank would:
- * the cost model charges each wait up to this long as busy (compiler/sim.c,
- * the spin of a class). */
+/* How a CPU rank waits for a collective, a send or a receive
+ * (runtime/core/watchdog.c): it tests the request with sched_yield between
+ * the tests for SRT_WAIT_YIELD_S seconds, then naps between them, the first
+ * nap SRT_WAIT_NAP_MIN_NS, each next one twice as long up to
+ * SRT_WAIT_NAP_MAX_NS.  While it yields the rank stays runnable, but on cores
+ * shared by more ranks than cores it costs the busy ranks next to nothing
+ * (tests/bench/sharing: processor sharing holds), so the cost model charges
+ * no core time for a wait (docs/cost-model.md, "the waits' yield phase"). */
 #define SRT_WAIT_YIELD_S 5e-3
+#define SRT_WAIT_NAP_MIN_NS 50000L
+#define SRT_WAIT_NAP_MAX_NS 1000000L
 
 #ifdef __cplusplus
 extern "C" {

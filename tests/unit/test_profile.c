@@ -501,72 +501,32 @@ static void test_shared(void)
     CHECK(mean < end);                          /* the pipeline's bubble idles each stage */
     CHECK(sim.step_time < end);
     CHECK(sim.step_time >= end / 2 && sim.step_time >= mean);
-    /* the waits' yield phase counts as busy: the mean rank's busy and yield seconds */
-    double spin = 0, ranks = 0;
-    for (int c = 0; c < p4->mem.nclasses; c++) {
-        double n = (double)p4->mem.classes[c].cls->count;
-        spin += n * sim.classes[c].spin, ranks += n;
-    }
-    CHECK(spin > 0);                            /* the stages wait in the bubble */
-    CHECK_NEAR(sim.step_time, fmin(end, fmax(end / 2, mean + spin / ranks)), 1e-12);
+    /* the waits are not core time: the mean rank's busy seconds, every stream */
+    CHECK_NEAR(sim.step_time, fmin(end, fmax(end / 2, mean)), 1e-12);
     CHECK_NEAR(cost_shared_step(p4, end, (double[]){end, end}), end, 1e-12);   /* every rank busy throughout */
 }
 
-/* A rank's yield seconds (sim.c): of each of its waits at most SRT_WAIT_YIELD_S,
- * so never more than its idle seconds nor its waits' count times the phase; a
- * receive waits at least the pairs' skew, so point-to-point skew rows never
- * make a step faster, a larger skew never either, and with a core a rank they
- * change nothing. */
-static void test_wait_spin(void)
+/* The waits of ranks that take turns on the cores (a pipeline's receives)
+ * cost no core time: the send/receive skew rows calibrate measures are not
+ * priced (docs/cost-model.md, "the waits' yield phase"), so they change no
+ * step, with or without a core a rank (a collective's skew rows do: test_skew). */
+static void test_recv_skew_unpriced(void)
 {
     const char *none = write_tmp(profile_text(1, "", true));
-    const char *late = write_tmp(profile_text(1,
-        "{\"table\":\"skew\",\"op\":\"send_recv\",\"ranks_per_node\":4,\"threads\":1,\"compute_seconds\":0.002,\"seconds\":0.002},\n", true));
     const char *later = write_tmp(profile_text(1,
         "{\"table\":\"skew\",\"op\":\"send_recv\",\"ranks_per_node\":4,\"threads\":1,\"compute_seconds\":0.002,\"seconds\":0.004},\n", true));
     const char *par = "pp = 2  dp = 2  schedule = gpipe";
-    Plan *a = cpu_plan(none, 4, par), *b = cpu_plan(late, 4, par), *c = cpu_plan(later, 4, par);
+    Plan *a = cpu_plan(none, 4, par), *c = cpu_plan(later, 4, par);
     Plan *a2 = cpu_plan(none, 2, "pp = 2  schedule = gpipe"), *b2 = cpu_plan(later, 2, "pp = 2  schedule = gpipe");
     Plan *d = cpu_plan(later, 4, "dp = 4");
-    CHECK(a && b && c && a2 && b2 && d);
-    if (!a || !b || !c || !a2 || !b2 || !d) return;
-    Sim sa, sb, sc;
-    sim_run(a, &sa), sim_run(b, &sb), sim_run(c, &sc);
-    for (int k = 0; k < a->mem.nclasses; k++) {
-        const Sched *s = &a->sched.classes[k];
-        double gaps = 1, prev = 0, busy = 0;   /* the step's seam is one wait */
-        for (int i = 0; i < s->nops; i++) {
-            const SimOp *o = &sa.classes[k].ops[i];
-            if (o->start > prev) gaps++;
-            if (o->end > prev) busy += o->end - fmax(o->start, prev), prev = o->end;
-        }
-        double idle = sa.timeline - busy;
-        CHECK(sa.classes[k].spin >= 0);
-        CHECK(sa.classes[k].spin <= idle + 1e-12);
-        CHECK(sa.classes[k].spin <= gaps * SRT_WAIT_YIELD_S * (1 + 1e-12));
-        CHECK(sb.classes[k].spin >= sa.classes[k].spin);   /* the same timeline, receives waited for */
-        CHECK(sc.classes[k].spin >= sb.classes[k].spin);
-    }
-    CHECK(sb.step_time >= sa.step_time && sc.step_time >= sb.step_time);
-    CHECK(sc.step_time > sa.step_time);
-    CHECK(sc.step_time <= sc.timeline);
-    CHECK_NEAR(sa.timeline, sc.timeline, 0);                  /* not a duration on the timeline */
-    /* a receive's wait: the pairs' skew after its stage's compute; nothing else waits */
-    const Sched *s1 = &c->sched.classes[1];
-    int nrecv = 0;
-    for (int i = 0; i < s1->nops; i++) {
-        int k = s1->ops[i].kind;
-        double w = cost_recv_wait(s1, i);
-        if (k == OP_RECV_FWD || k == OP_RECV_BWD) {
-            CHECK(w >= 0 && w <= 0.004 * (1 + 1e-12));
-            nrecv += w > 0;
-        } else
-            CHECK_NEAR(w, 0, 0);
-    }
-    CHECK(nrecv > 0);
-    /* a core a rank: the skew rows change nothing */
+    CHECK(a && c && a2 && b2 && d);
+    if (!a || !c || !a2 || !b2 || !d) return;
+    Sim sa, sc;
+    sim_run(a, &sa), sim_run(c, &sc);
+    CHECK_NEAR(sa.timeline, sc.timeline, 0);
+    CHECK_NEAR(sa.step_time, sc.step_time, 0);
+    CHECK(sa.step_time <= sa.timeline);
     CHECK_NEAR(step_of(a2, -1, NULL), step_of(b2, -1, NULL), 0);
-    for (int i = 0; i < b2->sched.classes[1].nops; i++) CHECK_NEAR(cost_recv_wait(&b2->sched.classes[1], i), 0, 0);
     /* data parallelism without pipeline waits: every rank busy throughout, the timeline */
     Sim sd;
     sim_run(d, &sd);
@@ -774,7 +734,7 @@ int main(void)
     test_errors();
     test_model();
     test_shared();
-    test_wait_spin();
+    test_recv_skew_unpriced();
     test_skew();
     test_kernel_rows();
     test_norm_rows();
