@@ -33,6 +33,7 @@
  */
 #include "shardc.h"
 #include "sim.h"
+#include "../runtime/include/shardrt.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -705,10 +706,31 @@ static double share_ratio(const ProfShare *s, bool gemm)
     return gemm ? s->gemm_s / s->alone_gemm_s : s->ew_s / s->alone_ew_s;
 }
 
+/* A sharing row's time with all its ranks at once over what the profile's
+ * own tables price the reference kernel at for one rank of its threads
+ * alone (the GEMM or the add of runtime/include/shardrt.h's sharing test):
+ * the factor that makes the model's price of the reference, table rate times
+ * factor, what the row measured; the row's ratio over rank 0 alone where the
+ * tables have no rate. */
+static double share_over_table(const Profile *pf, const ProfShare *s, bool gemm)
+{
+    double d = SRT_SHARE_GEMM_DIM, bytes = 3.0 * SRT_SHARE_EW_ELEMS * 4, rate;
+    if (gemm) rate = profile_gemm_rate(pf, DT_FP32, false, s->threads, d, d, d);
+    else rate = profile_stream_rate(pf, DT_FP32, s->threads, bytes);
+    double alone = gemm ? 2 * d * d * d / rate : bytes / rate;
+    if (!(alone > 0) || isinf(alone)) return share_ratio(s, gemm);
+    return (gemm ? s->gemm_s : s->ew_s) / alone;
+}
+
 /* The contention of ranks that run at once, for w ranks of `threads`
  * threads: over the sharing rows of as many ranks or more (the row of the
- * most ranks where none has that many), each row's ratio (all at once over
- * rank 0 alone) over the share its ranks' threads took of the cores (at least 1),
+ * most ranks where none has that many), each row's time with all its ranks
+ * at once over the tables' price of the kernel alone (share_over_table: not
+ * over rank 0 alone, whose reading of the same GEMM spread 0.22-0.33 ms over
+ * one day's twelve calibrations of this VM where the tables' price spread
+ * 0.24-0.29 ms; docs/cost-model.md, 2026-12-05) over the share its ranks'
+ * threads took of
+ * the cores (at least 1),
  * the smallest, never below 1.  Whatever else runs while a row is timed only
  * makes its ratio larger (one calibration measured 1.71 with 2 ranks and
  * 1.04 and 0.99 with 4 and 8: issue 18), as the calibration keeps each
@@ -726,7 +748,7 @@ static double contention(const Profile *pf, int64_t w, bool gemm)
         const ProfShare *s = &pf->share[i];
         if (s->ranks_per_node < (w < most ? w : most)) continue;
         double used = (double)s->ranks_per_node * s->threads / (double)pf->cores;
-        double r = share_ratio(s, gemm) / (used > 1 ? used : 1);
+        double r = share_over_table(pf, s, gemm) / (used > 1 ? used : 1);
         if (r == r && (c == 0 || r < c)) c = r;
     }
     return c > 1 ? c : 1;
@@ -735,7 +757,10 @@ static double contention(const Profile *pf, int64_t w, bool gemm)
 /* How much slower a rank's GEMMs (gemm) or streaming kernels run when w
  * ranks share the node's cores, each with `threads` threads.  With a core
  * per thread (w·threads <= cores): the sharing test's time with the w ranks
- * at once over rank 0's alone in the same launch, never below 1 (1 where w
+ * at once over rank 0's alone in the same launch (each reading one rank a
+ * core at that moment, so what drifts between the tables and the test
+ * cancels; against the tables a slow launch read as interference: +15 % on
+ * gpt-pp2-1f1b in one calibration), never below 1 (1 where w
  * was not measured).  With more threads than cores the
  * ranks take turns: the cores' share w·threads / cores times the machine's
  * contention (above), not the oversubscribed row's own ratio alone. */

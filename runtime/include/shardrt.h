@@ -48,6 +48,14 @@
 #define SRT_WAIT_NAP_MIN_NS 50000L
 #define SRT_WAIT_NAP_MAX_NS 1000000L
 
+/* The sharing test's reference kernels (shardc calibrate, the `sharing` rows):
+ * an fp32 GEMM of SRT_SHARE_GEMM_DIM cubed and an fp32 add over
+ * SRT_SHARE_EW_ELEMS elements.  The CPU cost model prices the same kernels
+ * from the profile's own tables to read how much slower ranks that take
+ * turns on the cores run them (compiler/profile.c, contention). */
+#define SRT_SHARE_GEMM_DIM 256
+#define SRT_SHARE_EW_ELEMS (1 << 18)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
