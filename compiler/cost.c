@@ -191,6 +191,8 @@ typedef struct CpuRank {
     double threads;
     double share_gemm, share_ew;/* slowdowns of sharing the node's cores         */
     int64_t w;                  /* ranks on a node                              */
+    double warm;                /* the fraction of its GEMMs' operands found in the
+                                   last-level cache (cpu_warm)                   */
 } CpuRank;
 
 /* Whether the spec is priced by the CPU model (a CPU profile). */
@@ -200,13 +202,40 @@ bool cost_cpu_priced(const Spec *s) { return s->cluster.profile && s->cluster.pr
  * rank's ops as they are issued; sends and receives are only posted then). */
 bool cost_at_issue(const Spec *s) { return cost_cpu_priced(s); }
 
+/* The bytes a rank of class c touches between two uses of one of its
+ * weights (the forward of one microbatch and the next, or its backward): its
+ * weights and their gradients, and one microbatch's activations of its
+ * layers, the layer input and what the checkpointing policy keeps. */
+static double cpu_rank_bytes(const Partition *p, const RankClass *c)
+{
+    int64_t layers = 0;
+    for (int i = 0; i < c->nchunks; i++) layers += c->chunks[i].nlayers;
+    int pol = p->spec->checkpointing.activations;
+    return (double)c->numel * (double)(p->wbytes + p->gbytes) + (double)layers * (double)(p->act.x + p->act.saved[pol]);
+}
+
+/* The fraction of a rank's GEMM operands that stay in the node's last-level
+ * cache between their uses: the w ranks on the node (each its class's
+ * bytes, the mean over the classes weighted by their ranks) share the cache
+ * (profile_warm_fraction); 0 without warm rows in the profile. */
+static double cpu_warm(const Partition *p, int64_t w)
+{
+    double bytes = 0, ranks = 0;
+    for (int c = 0; c < p->nclasses; c++) {
+        bytes += (double)p->classes[c].count * cpu_rank_bytes(p, &p->classes[c]);
+        ranks += (double)p->classes[c].count;
+    }
+    return profile_warm_fraction(p->spec->cluster.profile, ranks > 0 ? (double)w * bytes / ranks : 0);
+}
+
 static CpuRank cpu_rank(const Partition *p)
 {
     const Spec *s = p->spec;
     const Profile *pf = s->cluster.profile;
     int64_t w = p->world < s->cluster.gpus_per_node ? p->world : s->cluster.gpus_per_node;
     int t = profile_threads(pf, w);
-    return (CpuRank){pf, s->precision.dtype, t, profile_sharing(pf, w, t, true), profile_sharing(pf, w, t, false), w};
+    return (CpuRank){pf, s->precision.dtype, t, profile_sharing(pf, w, t, true), profile_sharing(pf, w, t, false), w,
+                     cpu_warm(p, w)};
 }
 
 /* The step of ranks that share their node's cores in time (CPU profile, W
@@ -234,11 +263,16 @@ double cost_shared_step(const Plan *mp, double timeline, const double *busy)
     return fmin(timeline, fmax(timeline / share, mean));
 }
 
-/* Seconds of one GEMM (bwd: srt_matmul_bwd's two, 4·M·N·K FLOPs). */
+/* Seconds of one GEMM (bwd: srt_matmul_bwd's two, 4·M·N·K FLOPs): the
+ * cold rate's seconds, less the warm fraction of the difference to the warm
+ * rate's (never more than cold, never less than warm). */
 static double cpu_gemm(const CpuRank *r, bool bwd, double M, double N, double K)
 {
     double f = (bwd ? 4 : 2) * M * N * K;
-    return f > 0 ? f / profile_gemm_rate(r->pf, r->dt, bwd, r->threads, M, N, K) * r->share_gemm : 0;
+    if (!(f > 0)) return 0;
+    double cold = f / profile_gemm_rate(r->pf, r->dt, bwd, r->threads, M, N, K);
+    double warm = r->warm > 0 ? f / profile_gemm_warm_rate(r->pf, r->dt, bwd, r->threads, M, N, K) : cold;
+    return (cold - r->warm * (cold - warm)) * r->share_gemm;
 }
 
 /* Seconds of kernels streaming `bytes` in the working dtype, `each` bytes a kernel. */

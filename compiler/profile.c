@@ -604,7 +604,8 @@ static double rate_at(const Profile *pf, int ti, const void *ud)
 {
     const RateQ *q = ud;
     int k = rate_key(q->dt, q->pass, ti);
-    const ProfGrid *g = q->table == 0 ? &pf->gemm[k] : q->table == 1 ? &pf->attn[k] : &pf->ew[rate_key(q->dt, 0, ti)];
+    const ProfGrid *g = q->table == 0 ? &pf->gemm[k] : q->table == 1 ? &pf->attn[k] : q->table == 3 ? &pf->gemm_warm[k]
+                                                                                   : &pf->ew[rate_key(q->dt, 0, ti)];
     return grid_eval(g, q->x);
 }
 
@@ -615,6 +616,20 @@ double profile_gemm_rate(const Profile *pf, int dtype, bool bwd, double threads,
 {
     RateQ q = {0, dt_of(dtype), bwd, {m, n, k}};
     return over_threads(pf, threads, rate_at, &q);
+}
+
+double profile_gemm_warm_rate(const Profile *pf, int dtype, bool bwd, double threads, double m, double n, double k)
+{
+    double cold = profile_gemm_rate(pf, dtype, bwd, threads, m, n, k);
+    if (!pf->has_warm) return cold;
+    RateQ q = {3, dt_of(dtype), bwd, {m, n, k}};
+    return fmax(cold, over_threads(pf, threads, rate_at, &q));   /* a warm row slower than cold is noise */
+}
+
+double profile_warm_fraction(const Profile *pf, double node_bytes)
+{
+    if (!pf->has_warm || !(pf->llc_bytes > 0)) return 0;
+    return node_bytes <= pf->llc_bytes ? 1 : pf->llc_bytes / node_bytes;
 }
 
 double profile_attn_rate(const Profile *pf, int dtype, bool bwd, double threads, double seq, double head_dim)
@@ -708,14 +723,16 @@ static double share_ratio(const ProfShare *s, bool gemm)
 
 /* A sharing row's time with all its ranks at once over what the profile's
  * own tables price the reference kernel at for one rank of its threads
- * alone (the GEMM or the add of runtime/include/shardrt.h's sharing test):
- * the factor that makes the model's price of the reference, table rate times
- * factor, what the row measured; the row's ratio over rank 0 alone where the
- * tables have no rate. */
+ * alone (the GEMM or the add of runtime/include/shardrt.h's sharing test;
+ * the GEMM at its warm rate, as a rank whose working set fits the cache is
+ * priced: the row ran it with cold operands, as ranks that take turns on a
+ * core evict each other's): the factor that makes the model's price of the
+ * reference, table rate times factor, what the row measured; the row's
+ * ratio over rank 0 alone where the tables have no rate. */
 static double share_over_table(const Profile *pf, const ProfShare *s, bool gemm)
 {
     double d = SRT_SHARE_GEMM_DIM, bytes = 3.0 * SRT_SHARE_EW_ELEMS * 4, rate;
-    if (gemm) rate = profile_gemm_rate(pf, DT_FP32, false, s->threads, d, d, d);
+    if (gemm) rate = profile_gemm_warm_rate(pf, DT_FP32, false, s->threads, d, d, d);
     else rate = profile_stream_rate(pf, DT_FP32, s->threads, bytes);
     double alone = gemm ? 2 * d * d * d / rate : bytes / rate;
     if (!(alone > 0) || isinf(alone)) return share_ratio(s, gemm);

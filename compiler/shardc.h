@@ -435,6 +435,14 @@ const Profile *profile_load(const char *path, Loc spec_loc);
  * 4mnk FLOPs); attention FLOP/s counted as cost.c counts them; bytes/s of a
  * streaming kernel moving `bytes`.  dtype: enum DType (fp16 reads bf16's rows). */
 double profile_gemm_rate(const Profile *pf, int dtype, bool bwd, double threads, double m, double n, double k);
+/* The same GEMM with warm operands (in the last-level cache): the warm rows'
+ * rate, never below the cold one; the cold rate without warm rows. */
+double profile_gemm_warm_rate(const Profile *pf, int dtype, bool bwd, double threads, double m, double n, double k);
+/* The fraction of a GEMM's operands found in the last-level cache when the
+ * node's ranks touch `node_bytes` between two uses of them: 1 up to the
+ * cache's size, cache / node_bytes beyond (never rising with node_bytes);
+ * 0 without warm rows or a recorded cache size. */
+double profile_warm_fraction(const Profile *pf, double node_bytes);
 double profile_attn_rate(const Profile *pf, int dtype, bool bwd, double threads, double seq, double head_dim);
 double profile_stream_rate(const Profile *pf, int dtype, double threads, double bytes);
 double profile_launch(const Profile *pf, double threads);      /* seconds per op */

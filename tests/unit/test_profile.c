@@ -752,8 +752,110 @@ static void test_mfu_peak(void)
     CHECK_NEAR(cost_mfu_peak(c->spec), cost_peak(c->spec), 1e-9);   /* a CPU: its profile's rates */
 }
 
+/* Warm GEMM rows (operands in the last-level cache) at `wspeed` times the
+ * cold rows' rate, at 1 and 2 threads, and the cache's size: profile_text's
+ * machine with them. */
+static const char *warm_text(double wspeed, double llc)
+{
+    g_gemm_dim = 2;
+    char *rows = arena_strdup(&g_arena, "");
+    for (int t = 1; t <= 2; t++)
+        for (int dt = 0; dt < 2; dt++)
+            for (int bwd = 0; bwd < 2; bwd++)
+                for (int m = 64; m <= 512; m *= 8)
+                    for (int n = 64; n <= 512; n *= 8)
+                        for (int k = 64; k <= 512; k *= 8)
+                            rows = arena_printf(&g_arena, "%s{\"table\":\"gemm\",\"dtype\":\"%s\",\"pass\":\"%s\",\"threads\":%d,"
+                                                "\"m\":%d,\"n\":%d,\"k\":%d,\"cache\":\"warm\",\"seconds\":%.17g},\n", rows,
+                                                dt ? "bf16" : "fp32", bwd ? "bwd" : "fwd", t, m, n, k,
+                                                (bwd ? 4.0 : 2.0) * m * n * k / (1e9 * (dt ? 2 : 1) * t * wspeed));
+    const char *text = profile_text(1, wspeed > 0 ? rows : "", true);
+    g_gemm_dim = 0;
+    if (!(llc > 0)) return text;
+    const char *at = strstr(text, "\"nodes\": 1,");
+    return arena_printf(&g_arena, "%.*s\"llc_bytes\": %.17g, %s", (int)(at - text), text, llc, at);
+}
+
+/* Warm GEMMs: the warm rows read back, never slower than the cold ones; the
+ * fraction of operands found in the cache is 1 up to its size and falls
+ * (never rises) with the node's bytes beyond it, 0 without warm rows or a
+ * size; a one-rank GPT whose working set fits is priced at the warm rate,
+ * one whose cache is too small for it is priced cold, and the step never
+ * grows with the cache. */
+static void test_warm(void)
+{
+    const Profile *pf = load(warm_text(2, 32e6)), *cold = load(warm_text(0, 32e6)), *slow = load(warm_text(0.5, 32e6));
+    CHECK(pf && cold && slow);
+    if (!pf || !cold || !slow) {
+        fprintf(stderr, "%s", captured());
+        return;
+    }
+    CHECK(pf->has_warm && !cold->has_warm);
+    CHECK_NEAR(pf->llc_bytes, 32e6, 1e-9);
+    CHECK_NEAR(profile_gemm_rate(pf, DT_FP32, false, 1, 64, 64, 64), 1e9, 1e-9);
+    CHECK_NEAR(profile_gemm_warm_rate(pf, DT_FP32, false, 1, 64, 64, 64), 2e9, 1e-9);
+    CHECK_NEAR(profile_gemm_warm_rate(pf, DT_BF16, true, 2, 128, 100, 300), 8e9, 1e-9);
+    CHECK_NEAR(profile_gemm_warm_rate(cold, DT_FP32, false, 1, 64, 64, 64), 1e9, 1e-9);   /* no warm rows: cold */
+    CHECK_NEAR(profile_gemm_warm_rate(slow, DT_FP32, false, 1, 64, 64, 64), 1e9, 1e-9);   /* never below cold */
+    CHECK_NEAR(profile_warm_fraction(pf, 1e6), 1, 1e-12);
+    CHECK_NEAR(profile_warm_fraction(pf, 32e6), 1, 1e-12);
+    CHECK_NEAR(profile_warm_fraction(pf, 64e6), 0.5, 1e-12);
+    CHECK_NEAR(profile_warm_fraction(cold, 1e6), 0, 1e-12);
+    double prev = 2;
+    for (double b = 1e3; b < 1e12; b *= 1.7) {
+        double f = profile_warm_fraction(pf, b);
+        CHECK(f >= 0 && f <= 1 && f <= prev);
+        prev = f;
+    }
+    const Profile *nosize = load(warm_text(2, 0));
+    CHECK(nosize && nosize->has_warm && profile_warm_fraction(nosize, 1e3) == 0);
+    /* a one-rank GPT (a few MB): warm with a 1 GB cache, cold with 1 KB */
+    double lc = 0, lw = 0, lt = 0, ls = 0;
+    step_of(cpu_plan(write_tmp(warm_text(0, 32e6)), 1, "dp = 1"), OP_LAYER_FWD, &lc);
+    step_of(cpu_plan(write_tmp(warm_text(2, 1e9)), 1, "dp = 1"), OP_LAYER_FWD, &lw);
+    step_of(cpu_plan(write_tmp(warm_text(2, 1e3)), 1, "dp = 1"), OP_LAYER_FWD, &lt);
+    step_of(cpu_plan(write_tmp(warm_text(0.5, 1e9)), 1, "dp = 1"), OP_LAYER_FWD, &ls);
+    CHECK(lc > 0 && lw < lc && lt <= lc && lt > lw);
+    CHECK(!(fabs(lt - lc) > 1e-3 * lc));   /* a 1 KB cache: as good as cold */
+    CHECK_NEAR(ls, lc, 1e-12);             /* warm rows slower than cold: priced cold */
+    /* the step never grows with the cache, on one rank and on 8 sharing it */
+    for (int ranks = 1; ranks <= 8; ranks *= 8) {
+        double last = INFINITY;
+        for (double llc = 1e5; llc < 1e10; llc *= 4) {
+            Plan *mp = cpu_plan(write_tmp(warm_text(2, llc)), ranks, ranks == 1 ? "dp = 1" : "dp = 8");
+            CHECK(mp != NULL);
+            if (!mp) return;
+            double st = step_of(mp, -1, NULL);
+            CHECK(st > 0 && st <= last * (1 + 1e-12));
+            last = st;
+        }
+    }
+    /* a warm row must say warm or cold, and every warm grid have rows */
+    CHECK(load(profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
+                               "\"m\":64,\"n\":64,\"k\":64,\"cache\":\"hot\",\"seconds\":1e-3},\n", false)) == NULL);
+    CHECK_HAS(captured(), "gemm row: 'cache' must be one of cold|warm, not \"hot\"");
+    CHECK(load(profile_text(1, "{\"table\":\"gemm\",\"dtype\":\"fp32\",\"pass\":\"fwd\",\"threads\":1,"
+                               "\"m\":64,\"n\":64,\"k\":64,\"cache\":\"warm\",\"seconds\":1e-3},\n", false)) == NULL);
+    CHECK_HAS(captured(), "warm gemm fp32 backward at 1 thread: no rows");
+    /* ranks that take turns on the cores: the sharing row (cold operands: the
+     * ranks evict each other's) over the warm price of the reference GEMM, so
+     * that a warm-priced reference costs on 4 ranks what the row measured */
+    double d = SRT_SHARE_GEMM_DIM, warm_ref = 2 * d * d * d / profile_gemm_warm_rate(pf, DT_FP32, false, 1, d, d, d);
+    double cold_ref = 2 * d * d * d / profile_gemm_rate(pf, DT_FP32, false, 1, d, d, d);
+    CHECK(warm_ref < cold_ref);
+    const char *text = warm_text(2, 32e6), *at = strstr(text, "{\"table\":\"sharing\"");
+    CHECK(at != NULL);
+    if (!at) return;
+    const Profile *turns = load(arena_printf(&g_arena, "%.*s%s%s", (int)(at - text), text,
+                                             share_row(pf, 4, 3 * warm_ref / cold_ref, 1, cold_ref), at));
+    CHECK(turns != NULL);
+    if (!turns) return;
+    CHECK_NEAR(profile_sharing(turns, 4, 1, true), 2 * 1.5, 1e-9);   /* 3 x the warm price over a share of 2 */
+}
+
 int main(void)
 {
+    test_warm();
     test_llama_gemms();
     test_tables();
     test_contention();
