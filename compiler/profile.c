@@ -746,9 +746,7 @@ static double share_over_table(const Profile *pf, const ProfShare *s, bool gemm)
  * over rank 0 alone, whose reading of the same GEMM spread 0.22-0.33 ms over
  * one day's twelve calibrations of this VM where the tables' price spread
  * 0.24-0.29 ms; docs/cost-model.md, 2026-12-05) over the share its ranks'
- * threads took of
- * the cores (at least 1),
- * the smallest, never below 1.  Whatever else runs while a row is timed only
+ * threads took of the cores (at least 1), the smallest, never below 1.  Whatever else runs while a row is timed only
  * makes its ratio larger (one calibration measured 1.71 with 2 ranks and
  * 1.04 and 0.99 with 4 and 8: issue 18), as the calibration keeps each
  * benchmark's fastest batch for the same reason; and more ranks on the same

@@ -624,6 +624,9 @@ static void record_bytes(const char *table, const char *op, int64_t bytes, doubl
 /* The reference shapes of the sharing test (compute and comm phases alike). */
 static Gemm SHARE_GEMM = {SRT_F32, false, SRT_SHARE_GEMM_DIM, SRT_SHARE_GEMM_DIM, SRT_SHARE_GEMM_DIM, 0, false};
 static const Ew SHARE_EW = {SRT_F32, SRT_SHARE_EW_ELEMS};
+/* The arena of a context that runs them: the cold cycle, the GEMM's operands
+ * and the add's three vectors. */
+static const int64_t SHARE_ARENA = COLD_BYTES + 5 * SRT_SHARE_GEMM_DIM * SRT_SHARE_GEMM_DIM * 4 + 3 * SRT_SHARE_EW_ELEMS * 4;
 
 /* With SRT_CHECK=1 (the tests), on the CPU backend: after pass p the
  * device arena holds no subnormal operand, by the upper 16 bits of each
@@ -936,7 +939,7 @@ static void run_comm(void)
     }
     R.slot = -1;
     /* every rank runs the reference kernels at once */
-    srt_ctx *c = make_ctx(1, W, 1, 0, COLD_BYTES + 5 * SRT_SHARE_GEMM_DIM * SRT_SHARE_GEMM_DIM * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
+    srt_ctx *c = make_ctx(1, W, 1, 0, SHARE_ARENA, 4096, 0, 256, 256);
     double ag, ae, sg, se;
     bench_shared(c, gemm_run, &SHARE_GEMM, &ag, &sg);
     bench_shared(c, ew_run, (void *)&SHARE_EW, &ae, &se);
@@ -955,7 +958,7 @@ static void run_comm(void)
     bench_skew(c, C_ALL_REDUCE, refs);
     ctx_destroy(c);
     if (W % 2 == 0) {   /* pipeline neighbours, pairs as in the send/receive rows */
-        c = make_ctx(1, W / 2, 2, 1, COLD_BYTES + 5 * SRT_SHARE_GEMM_DIM * SRT_SHARE_GEMM_DIM * 4 + 3 * SHARE_EW.n * 4, 4096, 0, 256, 256);
+        c = make_ctx(1, W / 2, 2, 1, SHARE_ARENA, 4096, 0, 256, 256);
         bench_skew(c, C_SENDRECV, refs);
         ctx_destroy(c);
     }
