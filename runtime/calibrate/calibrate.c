@@ -133,6 +133,27 @@ static _Noreturn void usage(const char *msg)
 
 typedef void (*bench_fn)(srt_ctx *c, void *ud);
 
+/* The compute arena as host memory (the CPU backend; none on CUDA), which
+ * bench reads a byte of every page of before each benchmark. */
+static struct { const volatile unsigned char *p; int64_t bytes; } g_touch;
+
+/* Reads a byte of every 4 KB page of the compute arena, as a trainer's step
+ * touches all of its arena.  On a VM that drops the mapping of a page left
+ * untouched for a fraction of a second (this Firecracker guest: 0.15-0.24 us
+ * a page at its next access after 0.05 s, 2.3-2.4 after 2 s,
+ * tests/bench/pages), a benchmark whose timed batches all fell in its first
+ * cycle through its copies timed those faults and not its kernel: attention
+ * of 32 sequences of 64 tokens, head size 16 (11 copies of 4 MB, a batch of
+ * two calls) read 8.40 ms a call where its kernel takes 0.9 (docs/cost-model.md,
+ * "Every page of the arena is read before each benchmark").  Mapped, the
+ * cold rows' operands still come from memory, not from a cache. */
+static void touch_arena(void)
+{
+    unsigned char x = 0;
+    for (int64_t i = 0; i < g_touch.bytes; i += 4096) x ^= g_touch.p[i];
+    (void)x;
+}
+
 /* A benchmark's state across the passes over the tables: its batch length
  * (calls, chosen in the first pass) and its fastest batch so far. */
 enum { MAX_SLOTS = 4096 };
@@ -150,6 +171,7 @@ static double bench(srt_ctx *c, bench_fn fn, void *ud, bool collective)
 {
     double target = Z->target;
     int slot = R.slot >= 0 && R.slot < MAX_SLOTS ? R.slot++ : -1, nb = slot >= 0 ? Z->pass_batches : Z->batches;
+    touch_arena();
     fn(c, ud);   /* warm-up: first-touch, plans, communicators' buffers */
     srt_stream_sync(c, SRT_COMPUTE);
     int k = slot >= 0 && R.pass > 0 ? g_slot[slot].k : 1;
@@ -691,6 +713,9 @@ static void run_compute(void)
                     declare_gemm(SRT_GEMM_BWD_WEIGHT, gd[i], gd[l], gd[j], dt);
                 }
     srt_ctx *c = make_ctx(1, 1, 1, 0, arena, host, nb[nnb - 1], dmax, tokens);
+#ifndef SRT_CALIBRATE_CUDA
+    g_touch.p = srt_dview(c, 0, arena, SRT_U8).p, g_touch.bytes = arena;
+#endif
     for (int p = 0; p < Z->passes; p++) {   /* every table, then every table again */
         pass_start(p);
         srt_zero(c, SRT_COMPUTE, srt_dview(c, 0, arena, SRT_U8));   /* no pass inherits another's values */
