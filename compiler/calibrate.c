@@ -4,8 +4,8 @@
  *
  * The measuring is shardrt_calibrate's (runtime/calibrate), prebuilt beside
  * the runtime library, so that it is the runtime's own code with its own
- * flags: the compute phase once per thread count (1 and all the cores),
- * then the communication phase under mpirun once per ranks-per-node count,
+ * flags: the compute phase (each benchmark at 1 thread and at all the cores
+ * in turn, `--threads 1,N`), then the communication phase under mpirun once per ranks-per-node count,
  * each rank with cores / ranks threads and MPI yielding while it waits, as
  * the README launches trainers.  Each phase writes its rows to a temporary
  * file; they are merged, with what describes the machine, into the profile,
@@ -195,22 +195,23 @@ int calibrate_run(const CalibOpts *opts)
     static const char *const grid_flag[] = {"", " --quick", " --smoke"}, *const grid_name[] = {"full", "quick", "smoke"};
     const char *q = grid_flag[o.grid];
     const char *nvme = o.nvme_dir ? arena_printf(&g_arena, " --nvme-dir %s", sh_quote(o.nvme_dir)) : "";
-    /* the CPU's rates per thread count; a GPU's ops do not depend on the host's threads */
-    int threads[2] = {1, cores}, nthr = cores > 1 && !cuda ? 2 : 1;
-    Progress pg = {0, nthr + o.nranks + (o.nodes > 1 ? 1 : 0), isatty(2) && !getenv("NO_COLOR")};
+    /* the CPU's rates at one thread and at all the cores, each benchmark at both in turn (one
+     * process: the two rates of a shape from the same moments); a GPU's ops do not depend on
+     * the host's threads */
+    bool two = cores > 1 && !cuda;
+    Progress pg = {0, 1 + o.nranks + (o.nodes > 1 ? 1 : 0), isatty(2) && !getenv("NO_COLOR")};
     double load0 = load_avg();
     cJSON *rows = cJSON_CreateArray();
-    const char *blas = NULL;    /* the BLAS kernels the compute phase ran (its first phase's) */
+    const char *blas = NULL;    /* the BLAS kernels the compute phase ran */
     bool ok = true;
-    /* compute, once per thread count */
-    for (int i = 0; i < nthr && ok; i++) {
-        const char *out = arena_printf(&g_arena, "%s/compute%d.json", tmp, i);
+    {
+        const char *out = arena_printf(&g_arena, "%s/compute.json", tmp);
+        const char *tl = two ? arena_printf(&g_arena, " --threads 1,%d", cores) : "";
         pg.phase++;
-        int rc = run_phase(&pg, arena_printf(&g_arena, "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=1%s", threads[i], root),
-                           arena_printf(&g_arena, "%s compute --out %s%s%s", sh_quote(bin), sh_quote(out), q, nvme));
+        int rc = run_phase(&pg, arena_printf(&g_arena, "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=1%s", two ? cores : 1, root),
+                           arena_printf(&g_arena, "%s compute --out %s%s%s%s", sh_quote(bin), sh_quote(out), q, nvme, tl));
         ok = rc == 0 && take_rows(out, rows, &blas);
-        if (!ok) fprintf(stderr, "%sshardc calibrate: error: the compute benchmarks at %d thread%s failed (exit %d)\n",
-                         pg.tty ? "\n" : "", threads[i], threads[i] > 1 ? "s" : "", rc);
+        if (!ok) fprintf(stderr, "%sshardc calibrate: error: the compute benchmarks failed (exit %d)\n", pg.tty ? "\n" : "", rc);
     }
     /* communication and sharing, once per ranks-per-node count (and across nodes) */
     for (int i = 0; i < o.nranks + (o.nodes > 1 ? 1 : 0) && ok; i++) {

@@ -52,6 +52,9 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#ifndef SRT_CALIBRATE_CUDA
+#include <omp.h>
+#endif
 #ifdef SRT_CALIBRATE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -124,7 +127,7 @@ static double now(void)
 static _Noreturn void usage(const char *msg)
 {
     if (msg) fprintf(stderr, "shardrt_calibrate: %s\n", msg);
-    fprintf(stderr, "usage: shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR]\n"
+    fprintf(stderr, "usage: shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR] [--threads N,M,...]\n"
                     "       mpirun -np W shardrt_calibrate comm --out FILE [--quick|--smoke] [--ranks-per-node R]\n");
     exit(2);
 }
@@ -139,8 +142,8 @@ static struct { const volatile unsigned char *p; int64_t bytes; } g_touch;
 
 /* Reads a byte of every 4 KB page of the compute arena, as a trainer's step
  * touches all of its arena.  On a VM that drops the mapping of a page left
- * untouched for a fraction of a second (this Firecracker guest: 0.15-0.24 us
- * a page at its next access after 0.05 s, 2.3-2.4 after 2 s,
+ * untouched for a fraction of a second (this Firecracker guest: 0.05-0.24 us
+ * a page at its next access after 0.05 s, 1.4-2.9 after 2 s, two runs of
  * tests/bench/pages), a benchmark whose timed batches all fell in its first
  * cycle through its copies timed those faults and not its kernel: attention
  * of 32 sequences of 64 tokens, head size 16 (11 copies of 4 MB, a batch of
@@ -277,13 +280,37 @@ static cJSON *row_of(const char *table)
 
 static const char *dt_name(srt_dtype dt) { return dt == SRT_F32 ? "fp32" : "bf16"; }
 
+/* The thread counts the compute phase measures (--threads; OMP_NUM_THREADS's
+ * alone without it), and the one the benchmark running now runs at (0 before
+ * the first at_threads). */
+enum { MAX_THREAD_COUNTS = 4 };
+static int g_thr[MAX_THREAD_COUNTS], g_nthr, g_cur_thr;
+
 /* OMP_NUM_THREADS as the runtime's OpenMP loops see it (1 when unset: the
  * trainers are launched with it set, README). */
-static int threads(void)
+static int env_threads(void)
 {
     const char *e = getenv("OMP_NUM_THREADS");
     int t = e ? atoi(e) : 1;
     return t > 0 ? t : 1;
+}
+
+/* The thread count the benchmark running now runs at (its rows' "threads"). */
+static int threads(void) { return g_cur_thr > 0 ? g_cur_thr : env_threads(); }
+
+/* Runs what follows at the i-th thread count of --threads.  The compute
+ * phase times each benchmark at every count in turn (one thread, then all
+ * the cores), so that the two rates of a shape come from the same moments
+ * of a machine whose speed drifts: measured in two processes a minute apart,
+ * the two-thread rows of one calibration were 15 % faster against its
+ * one-thread rows than another's 13 minutes later (docs/cost-model.md,
+ * "Every benchmark at each thread count in turn"). */
+static void at_threads(int i)
+{
+    g_cur_thr = g_thr[i];
+#ifndef SRT_CALIBRATE_CUDA
+    omp_set_num_threads(g_cur_thr);
+#endif
 }
 
 /* ---- the synthetic program ---------------------------------------------------------- */
@@ -700,8 +727,8 @@ static void run_compute(void)
     if (host < opt_n * 4) host = opt_n * 4;
     int nwd = 0;   /* the warm grid: the GEMM grid's dimensions up to WARM_MAX_DIM */
     while (nwd < ngd && gd[nwd] <= WARM_MAX_DIM) nwd++;
-    R.total = (2 * 2 * ngd * ngd * ngd + 2 * 2 * nwd * nwd * nwd + 2 * 2 * nas * nah + 2 * neb + 2 * 2 * 2 +
-               2 * 2 * 2 * Z->nnorm_rows * Z->nnorm_cols + 1 + 1 + 1 + 2 * ncb + 2 * nnb) * Z->passes;
+    R.total = ((2 * 2 * ngd * ngd * ngd + 2 * 2 * nwd * nwd * nwd + 2 * 2 * nas * nah + 2 * neb + 2 * 2 * 2 +
+                2 * 2 * 2 * Z->nnorm_rows * Z->nnorm_cols + 1 + 1 + 1) * g_nthr + 2 * ncb + 2 * nnb) * Z->passes;
     /* the CUDA backend plans its GEMMs at start-up: declare the grid */
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < ngd; i++)
@@ -727,7 +754,7 @@ static void run_compute(void)
                         for (int j = 0; j < n; j++)
                             for (int l = 0; l < n; l++) {
                                 Gemm g = {d ? SRT_BF16 : SRT_F32, bwd, gd[i], gd[j], gd[l], 0, warm};
-                                bench_gemm(c, &g);
+                                for (int t = 0; t < g_nthr; t++) at_threads(t), bench_gemm(c, &g);
                             }
         }
         for (int d = 0; d < 2; d++)
@@ -735,19 +762,19 @@ static void run_compute(void)
                 for (int i = 0; i < nas; i++)
                     for (int j = 0; j < nah; j++) {
                         Attn a = {d ? SRT_BF16 : SRT_F32, bwd, (int)(tokens / as[i] > 0 ? tokens / as[i] : 1), as[i], 4, ah[j], 0};
-                        bench_attn(c, &a);
+                        for (int t = 0; t < g_nthr; t++) at_threads(t), bench_attn(c, &a);
                     }
         for (int d = 0; d < 2; d++)
             for (int i = 0; i < neb; i++) {
                 srt_dtype dt = d ? SRT_BF16 : SRT_F32;
                 Ew e = {dt, eb[i] / 3 / ops_dtype_size(dt)};
-                bench_ew(c, &e, "elementwise");
+                for (int t = 0; t < g_nthr; t++) at_threads(t), bench_ew(c, &e, "elementwise");
             }
         for (int d = 0; d < 2; d++)
             for (int op = ACT_GELU; op <= ACT_SWIGLU; op++)
                 for (int bwd = 0; bwd < 2; bwd++) {
                     Act a = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->act_n / ACT_H * ACT_H, 0};
-                    bench_act(c, &a);
+                    for (int t = 0; t < g_nthr; t++) at_threads(t), bench_act(c, &a);
                 }
         for (int d = 0; d < 2; d++)
             for (int op = NORM_LAYER; op <= NORM_RMS; op++)
@@ -755,32 +782,39 @@ static void run_compute(void)
                     for (int i = 0; i < Z->nnorm_rows; i++)
                         for (int j = 0; j < Z->nnorm_cols; j++) {
                             Norm q = {d ? SRT_BF16 : SRT_F32, op, bwd, Z->norm_rows[i], Z->norm_cols[j], 0};
-                            bench_norm(c, &q);
+                            for (int t = 0; t < g_nthr; t++) at_threads(t), bench_norm(c, &q);
                         }
-        Ew tiny = {SRT_F32, 16};
-        double s = bench(c, ew_run, &tiny, false);
-        cJSON *r = row_of("launch");
-        cJSON_AddNumberToObject(r, "threads", threads());
-        cJSON_AddNumberToObject(r, "seconds", s);
-        char res[64];
-        snprintf(res, sizeof res, "%.2f us", s * 1e6);
-        record(r, "an op's fixed cost (add of 16 elements)", res);
         Opt o = {opt_n, opt_base, 0};
-        s = bench(c, opt_run, &o, false);
-        r = row_of("optimizer");
-        cJSON_AddNumberToObject(r, "threads", threads());
-        cJSON_AddNumberToObject(r, "elements", (double)o.n);
-        cJSON_AddNumberToObject(r, "seconds", s);
-        snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
-        record(r, "optimizer AdamW fp32", res);
+        for (int t = 0; t < g_nthr; t++) {
+            at_threads(t);
+            Ew tiny = {SRT_F32, 16};
+            double s = bench(c, ew_run, &tiny, false);
+            cJSON *r = row_of("launch");
+            cJSON_AddNumberToObject(r, "threads", threads());
+            cJSON_AddNumberToObject(r, "seconds", s);
+            char res[64];
+            snprintf(res, sizeof res, "%.2f us", s * 1e6);
+            record(r, "an op's fixed cost (add of 16 elements)", res);
+            s = bench(c, opt_run, &o, false);
+            r = row_of("optimizer");
+            cJSON_AddNumberToObject(r, "threads", threads());
+            cJSON_AddNumberToObject(r, "elements", (double)o.n);
+            cJSON_AddNumberToObject(r, "seconds", s);
+            snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
+            record(r, "optimizer AdamW fp32", res);
+        }
         sumsq_fill(c, o.n);
-        s = bench(c, sumsq_run, &o, false);
-        r = row_of("sumsq");
-        cJSON_AddNumberToObject(r, "threads", threads());
-        cJSON_AddNumberToObject(r, "elements", (double)o.n);
-        cJSON_AddNumberToObject(r, "seconds", s);
-        snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
-        record(r, "gradient norm's sum of squares fp32", res);
+        for (int t = 0; t < g_nthr; t++) {
+            at_threads(t);
+            double s = bench(c, sumsq_run, &o, false);
+            cJSON *r = row_of("sumsq");
+            cJSON_AddNumberToObject(r, "threads", threads());
+            cJSON_AddNumberToObject(r, "elements", (double)o.n);
+            cJSON_AddNumberToObject(r, "seconds", s);
+            char res[64];
+            snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
+            record(r, "gradient norm's sum of squares fp32", res);
+        }
         for (int dir = 0; dir < 2; dir++)
             for (int i = 0; i < ncb; i++) {
                 Copy k = {cb[i], dir == 1};
@@ -1008,6 +1042,22 @@ static bool write_rows(void)
     return ok;
 }
 
+/* --threads N,M,...: the compute phase's thread counts (at most
+ * MAX_THREAD_COUNTS, each 1 to 4096). */
+static void parse_threads(const char *v)
+{
+    for (const char *p = v;;) {
+        char *end;
+        long t = strtol(p, &end, 10);
+        if (end == p || t < 1 || t > 4096 || g_nthr == MAX_THREAD_COUNTS)
+            usage("--threads takes up to 4 thread counts, e.g. --threads 1,8");
+        g_thr[g_nthr++] = (int)t;
+        if (*end == '\0') return;
+        if (*end != ',') usage("--threads takes thread counts separated by commas, e.g. --threads 1,8");
+        p = end + 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
 #ifdef SRT_CALIBRATE_CUDA
@@ -1030,9 +1080,11 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--out") == 0 && v) R.out = v, i++;
         else if (strcmp(a, "--nvme-dir") == 0 && v) R.nvme_dir = v, i++;
         else if (strcmp(a, "--ranks-per-node") == 0 && v) R.ranks_per_node = atoll(v), i++;
+        else if (strcmp(a, "--threads") == 0 && v && !comm) parse_threads(v), i++;
         else usage("unknown argument");
     }
     if (!R.out) usage("--out FILE is required");
+    if (g_nthr == 0) g_thr[g_nthr++] = env_threads();
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &R.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &R.world);

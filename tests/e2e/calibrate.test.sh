@@ -29,9 +29,9 @@ bad() { echo "FAIL: $*"; fail=1; }
 if ! SRT_CHECK=1 "$SHARDC" calibrate --quick --ranks 2 -o "$T/machine.json" > "$T/cal.out" 2> "$T/cal.err"; then
     bad "shardc calibrate --quick failed:"; tail -20 "$T/cal.err"
 else
-    grep -q '^\[phase 1/3\] \[1/[0-9]*\] pass 1/2 gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no progress line per benchmark"
-    grep -q '^\[phase 1/3\] \[[0-9]*/[0-9]*\] gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no last pass's line"
-    grep -q '^\[phase 3/3\] \[[0-9]*/[0-9]*\] pass 1/2 all_reduce intra' "$T/cal.err" || bad "the collectives ran in one pass"
+    grep -q '^\[phase 1/2\] \[1/[0-9]*\] pass 1/2 gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no progress line per benchmark"
+    grep -q '^\[phase 1/2\] \[[0-9]*/[0-9]*\] gemm fp32 fwd 64x64x64: .* GFLOP/s$' "$T/cal.err" || bad "no last pass's line"
+    grep -q '^\[phase 2/2\] \[[0-9]*/[0-9]*\] pass 1/2 all_reduce intra' "$T/cal.err" || bad "the collectives ran in one pass"
     grep -q 'sharing, 2 ranks at once against one alone' "$T/cal.err" || bad "no sharing test"
     grep -q 'activation gelu fp32 fwd [0-9]* elements: .* ns/element$' "$T/cal.err" || bad "no activation benchmark"
     grep -q "gradient norm's sum of squares fp32: .* M elements/s$" "$T/cal.err" || bad "no sum-of-squares benchmark"
@@ -69,8 +69,19 @@ warm = [r for r in p["rows"] if r["table"] == "gemm" and r.get("cache") == "warm
 if {(r["dtype"], r["pass"], r["threads"]) for r in warm} != {(d, s, t) for d in ("fp32", "bf16") for s in ("fwd", "bwd") for t in threads} or \
    max(max(r["m"], r["n"], r["k"]) for r in warm) > 512 or not p.get("llc_bytes", 1) > 0:
     sys.exit("FAIL: the warm GEMM rows are not one grid per (dtype, pass) and thread count: %d rows" % len(warm))
+# one compute phase at one thread and at all the cores, each benchmark at both in turn: a
+# shape's one-thread row is followed by its row at all the cores (calibrate's at_threads)
+import os
+cores = len(os.sched_getaffinity(0))
+if threads != ({1, cores} if cores > 1 else {1}):
+    sys.exit("FAIL: the GEMM rows are at %s threads, not at one and at all %d cores" % (sorted(threads), cores))
+gemm = [r for r in p["rows"] if r["table"] == "gemm"]
+shape = lambda r: (r["dtype"], r["pass"], r["m"], r["n"], r["k"], r.get("cache"))
+if cores > 1 and not all(a["threads"] == 1 and b["threads"] == cores and shape(a) == shape(b)
+                         for a, b in zip(gemm[0::2], gemm[1::2])):
+    sys.exit("FAIL: the GEMM rows of one shape at one thread and at %d are not measured in turn" % cores)
 # the passes over the tables record each benchmark once, from the last pass (the copy and
-# NVMe rows, which name no thread count, come once from each compute phase)
+# NVMe rows, which name no thread count, once)
 keys = [tuple(sorted((k, v) for k, v in r.items() if not k.endswith("seconds"))) for r in p["rows"]
         if r["table"] not in ("skew", "copy", "nvme")]
 if len(keys) != len(set(keys)):

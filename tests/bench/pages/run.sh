@@ -9,8 +9,11 @@
 # every page of its arena before each benchmark (docs/cost-model.md, "Every
 # page of the arena is read before each benchmark").  pages.c measures it:
 # 48 MB written, then IDLE seconds busy elsewhere, then every page read twice;
-# REPS launches per idle time.  On bare metal the two reads cost about the
-# same; on this VM the first one costs a fault a page.
+# REPS launches per idle time; then 18 MB (the fidelity benchmark's gpt-1
+# arena) read every P ms, 40 rounds, as a trainer touches its arena every
+# step.  On bare metal the two reads cost about the same; on this VM the
+# first one costs a fault a page, which the CPU model does not price in a
+# trainer's step (docs/cost-model.md, "Limits").
 set -eu
 cd "$(dirname "$0")"
 REPS=${REPS:-3}
@@ -24,4 +27,8 @@ for idle in 0 0.05 0.2 0.5 2; do
         "$tmp/pages" 48 "$idle"
         i=$((i + 1))
     done
+done
+echo "18 MB touched every P ms (a trainer's arena, its step P ms)"
+for p in 0.005 0.02 0.045 0.1; do
+    "$tmp/pages" 18 "$p" 40
 done
