@@ -302,9 +302,9 @@ static int threads(void) { return g_cur_thr > 0 ? g_cur_thr : env_threads(); }
  * phase times each benchmark at every count in turn (one thread, then all
  * the cores), so that the two rates of a shape come from the same moments
  * of a machine whose speed drifts: measured in two processes a minute apart,
- * the two-thread rows of one calibration were 15 % faster against its
- * one-thread rows than another's 13 minutes later (docs/cost-model.md,
- * "Every benchmark at each thread count in turn"). */
+ * a calibration 13 minutes after another priced the two-thread layouts 15 %
+ * faster than it and the one-thread ones 4-8 % (docs/cost-model.md, "Every
+ * benchmark at each thread count in turn"). */
 static void at_threads(int i)
 {
     g_cur_thr = g_thr[i];
