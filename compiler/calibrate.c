@@ -4,10 +4,10 @@
  *
  * The measuring is shardrt_calibrate's (runtime/calibrate), prebuilt beside
  * the runtime library, so that it is the runtime's own code with its own
- * flags: the compute phase (each benchmark at 1 thread and at all the cores
- * in turn, `--threads 1,N`), then the communication phase under mpirun once per ranks-per-node count,
- * each rank with cores / ranks threads and MPI yielding while it waits, as
- * the README launches trainers.  Each phase writes its rows to a temporary
+ * flags: the compute phase (each benchmark at 1 thread and at all the
+ * cores in turn, `--threads 1,N`), then the communication phase under
+ * mpirun once per ranks-per-node count, each rank with cores / ranks threads
+ * and MPI yielding while it waits, as the README launches trainers.  Each phase writes its rows to a temporary
  * file; they are merged, with what describes the machine, into the profile,
  * written atomically, then read back through profile_load as a check.
  * Progress: a line per benchmark, or on a terminal one line rewritten.

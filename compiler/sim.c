@@ -29,7 +29,6 @@
  */
 #include "sim.h"
 
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

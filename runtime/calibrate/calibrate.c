@@ -1,7 +1,7 @@
 /* calibrate.c — shardrt_calibrate, the microbenchmarks behind `shardc calibrate`
  * (docs/cost-model.md, "Calibrating a machine").
  *
- *   shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR]
+ *   shardrt_calibrate compute --out FILE [--quick|--smoke] [--nvme-dir DIR] [--threads N,M,...]
  *   mpirun -np W shardrt_calibrate comm --out FILE [--quick|--smoke] [--ranks-per-node R]
  *
  * Every measurement goes through the runtime's own ops (srt_matmul_fwd,
@@ -12,7 +12,8 @@
  * holds the largest benchmark), so the kernels, the bf16 staging, the
  * communicators and the swap file are the trainers'.
  *
- * compute (one process, at the thread count OMP_NUM_THREADS gives it): GEMM
+ * compute (one process; each benchmark at every thread count of --threads in
+ * turn, or at OMP_NUM_THREADS's alone; the arena's pages read first): GEMM
  * forward and backward over a grid of shapes in fp32 and bf16, attention
  * forward and backward over sequence lengths and head sizes, an elementwise
  * op over sizes, the activations (GELU, SwiGLU) and the norms (layernorm,
@@ -670,6 +671,19 @@ static void record_bytes(const char *table, const char *op, int64_t bytes, doubl
     record(r, what, res);
 }
 
+/* A row of one of the per-element tables (optimizer, sumsq): n elements a
+ * call at the current thread count. */
+static void record_elements(const char *table, const char *what, int64_t n, double s)
+{
+    cJSON *r = row_of(table);
+    cJSON_AddNumberToObject(r, "threads", threads());
+    cJSON_AddNumberToObject(r, "elements", (double)n);
+    cJSON_AddNumberToObject(r, "seconds", s);
+    char res[64];
+    snprintf(res, sizeof res, "%.1f M elements/s", (double)n / s * 1e-6);
+    record(r, what, res);
+}
+
 /* The reference shapes of the sharing test (compute and comm phases alike). */
 static Gemm SHARE_GEMM = {SRT_F32, false, SRT_SHARE_GEMM_DIM, SRT_SHARE_GEMM_DIM, SRT_SHARE_GEMM_DIM, 0, false};
 static const Ew SHARE_EW = {SRT_F32, SRT_SHARE_EW_ELEMS};
@@ -795,26 +809,12 @@ static void run_compute(void)
             char res[64];
             snprintf(res, sizeof res, "%.2f us", s * 1e6);
             record(r, "an op's fixed cost (add of 16 elements)", res);
-            s = bench(c, opt_run, &o, false);
-            r = row_of("optimizer");
-            cJSON_AddNumberToObject(r, "threads", threads());
-            cJSON_AddNumberToObject(r, "elements", (double)o.n);
-            cJSON_AddNumberToObject(r, "seconds", s);
-            snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
-            record(r, "optimizer AdamW fp32", res);
+            record_elements("optimizer", "optimizer AdamW fp32", o.n, bench(c, opt_run, &o, false));
         }
         sumsq_fill(c, o.n);
-        for (int t = 0; t < g_nthr; t++) {
-            at_threads(t);
-            double s = bench(c, sumsq_run, &o, false);
-            cJSON *r = row_of("sumsq");
-            cJSON_AddNumberToObject(r, "threads", threads());
-            cJSON_AddNumberToObject(r, "elements", (double)o.n);
-            cJSON_AddNumberToObject(r, "seconds", s);
-            char res[64];
-            snprintf(res, sizeof res, "%.1f M elements/s", (double)o.n / s * 1e-6);
-            record(r, "gradient norm's sum of squares fp32", res);
-        }
+        for (int t = 0; t < g_nthr; t++)
+            at_threads(t), record_elements("sumsq", "gradient norm's sum of squares fp32", o.n,
+                                           bench(c, sumsq_run, &o, false));
         for (int dir = 0; dir < 2; dir++)
             for (int i = 0; i < ncb; i++) {
                 Copy k = {cb[i], dir == 1};
